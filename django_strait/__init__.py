@@ -1,0 +1,41 @@
+"""django-strait: durable background jobs on your Django database.
+
+    from django_strait import job, trigger, trigger_many, Retry, Discard, DeadLetter, Fail, Error
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_strait.actions import DeadLetter, Discard, Error, Fail, Retry
+
+__all__ = [
+    "DeadLetter",
+    "Discard",
+    "Error",
+    "Fail",
+    "Retry",
+    "job",
+    "replay",
+    "trigger",
+    "trigger_many",
+]
+
+__version__ = "0.1.0.dev0"
+
+_LAZY = {
+    "job": "django_strait.registry",
+    "trigger": "django_strait.triggering",
+    "trigger_many": "django_strait.triggering",
+    "replay": "django_strait.transitions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The ORM-backed parts load on first use so that importing the package
+    # (e.g. from settings.py) never touches the app registry.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'django_strait' has no attribute {name!r}")

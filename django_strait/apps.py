@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class StraitConfig(AppConfig):
+    name = "django_strait"
+    label = "django_strait"
+    verbose_name = "Strait jobs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django_strait import checks  # noqa: F401  (registers the system checks)

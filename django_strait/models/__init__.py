@@ -1,0 +1,7 @@
+"""django-strait's models (DESIGN §1)."""
+
+from django_strait.models.attempt import AttemptOutcome, RunAttempt
+from django_strait.models.job import HttpMethod, Job, OnExhaustion
+from django_strait.models.run import JobRun
+
+__all__ = ["AttemptOutcome", "HttpMethod", "Job", "JobRun", "OnExhaustion", "RunAttempt"]

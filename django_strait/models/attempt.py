@@ -1,0 +1,39 @@
+"""One attempt of a run, append-only."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class AttemptOutcome(models.TextChoices):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    SHORT_CIRCUITED = "short_circuited"
+    SYSTEM_FAILED = "system_failed"
+
+
+class RunAttempt(models.Model):
+    """What happened on one attempt: written once, when the attempt ends."""
+
+    run = models.ForeignKey("django_strait.JobRun", on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    endpoint = models.CharField(max_length=2048, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    outcome = models.CharField(max_length=20, choices=AttemptOutcome.choices)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error_type = models.CharField(max_length=200, blank=True)
+    error = models.TextField(blank=True)
+    response_excerpt = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["run_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "number"], name="strait_attempt_unique_number"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of run {self.run_id}: {self.outcome}"

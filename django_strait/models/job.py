@@ -1,0 +1,111 @@
+"""The job definition: what to run and how to retry it."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+PRIORITY_VALIDATORS = [MinValueValidator(-100), MaxValueValidator(100)]
+
+
+class HttpMethod(models.TextChoices):
+    POST = "POST"
+    PUT = "PUT"
+    PATCH = "PATCH"
+
+
+class OnExhaustion(models.TextChoices):
+    DEAD_LETTER = "dead_letter", "Dead-letter queue"
+    DISCARD = "discard", "Discard"
+
+
+class RetryStrategy(models.TextChoices):
+    EXPONENTIAL = "exponential"
+    LINEAR = "linear"
+    FIXED = "fixed"
+    POLYNOMIAL = "polynomial"
+    POWER = "power"
+    CUSTOM = "custom"
+    FUNCTION = "function"
+
+
+class Job(models.Model):
+    """A job definition: an HTTP endpoint or a Python callable, with its retry policy.
+
+    Retry columns left empty inherit ``STRAIT["DEFAULT_RETRY"]`` (DESIGN §3).
+    """
+
+    name = models.SlugField(max_length=200, unique=True)
+    description = models.TextField(blank=True)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.SmallIntegerField(
+        default=0, validators=PRIORITY_VALIDATORS, help_text="-100..100; higher runs first."
+    )
+    enabled = models.BooleanField(default=True)
+
+    # Target: exactly one of endpoint_url / handler.
+    endpoint_url = models.URLField(max_length=2048, blank=True)
+    fallback_endpoint_urls = models.JSONField(default=list, blank=True)
+    http_method = models.CharField(max_length=8, choices=HttpMethod.choices, default="POST")
+    headers = models.JSONField(default=dict, blank=True)
+    signing_secret = models.CharField(max_length=200, blank=True)
+    handler = models.CharField(
+        max_length=300, blank=True, help_text="Dotted path of a Python callable."
+    )
+    timeout_secs = models.FloatField(default=30.0, validators=[MinValueValidator(0.001)])
+
+    # Retry policy columns (null = inherit the default).
+    max_attempts = models.PositiveIntegerField(null=True, blank=True)
+    retry_strategy = models.CharField(
+        max_length=20, choices=RetryStrategy.choices, null=True, blank=True
+    )
+    retry_initial_delay_secs = models.FloatField(null=True, blank=True)
+    retry_backoff_coefficient = models.FloatField(null=True, blank=True)
+    retry_max_delay_secs = models.FloatField(null=True, blank=True)
+    retry_delays_secs = models.JSONField(null=True, blank=True)
+    retry_jitter = models.FloatField(null=True, blank=True)
+    retry_function = models.CharField(max_length=300, null=True, blank=True)
+    non_retryable_errors = models.JSONField(default=list, blank=True)
+    on_exhaustion = models.CharField(
+        max_length=20, choices=OnExhaustion.choices, null=True, blank=True
+    )
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_http(self) -> bool:
+        return bool(self.endpoint_url)
+
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        if bool(self.endpoint_url) == bool(self.handler):
+            msg = "Set exactly one of endpoint_url (an HTTP job) or handler (a Python job)."
+            errors.setdefault("endpoint_url", []).append(msg)
+            errors.setdefault("handler", []).append(msg)
+        if not isinstance(self.fallback_endpoint_urls, list) or not all(
+            isinstance(u, str) and u.startswith(("http://", "https://"))
+            for u in self.fallback_endpoint_urls
+        ):
+            errors.setdefault("fallback_endpoint_urls", []).append(
+                "A list of http:// or https:// URLs."
+            )
+        if not isinstance(self.headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
+        ):
+            errors.setdefault("headers", []).append("An object of header name -> string value.")
+        from django_strait.retry import PolicyError, job_partial
+
+        try:
+            job_partial(self)
+        except PolicyError as exc:
+            errors.setdefault(exc.column or "max_attempts", []).append(str(exc))
+        if errors:
+            raise ValidationError(errors)

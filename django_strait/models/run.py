@@ -1,0 +1,113 @@
+"""One requested execution of a job."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from django_strait.models.job import PRIORITY_VALIDATORS
+from django_strait.states import RunStatus
+
+
+class JobRun(models.Model):
+    """A run: its payload, where it stands, and what its last attempt said.
+
+    ``status`` is written by ``django_strait.transitions`` only.
+    """
+
+    job = models.ForeignKey("django_strait.Job", on_delete=models.PROTECT, related_name="runs")
+    payload = models.JSONField(default=dict, blank=True)
+    status = models.CharField(
+        max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED, editable=False
+    )
+    #: Attempts started so far (all time; see ``attempts_before_replay``).
+    attempt = models.PositiveIntegerField(default=0, editable=False)
+    #: ``attempt`` at the last replay: the retry budget counts from here.
+    attempts_before_replay = models.PositiveIntegerField(default=0, editable=False)
+    max_attempts = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Run-level override; empty = the job's policy."
+    )
+    retry_overrides = models.JSONField(
+        null=True, blank=True, help_text="Run-level retry policy override (partial)."
+    )
+    priority = models.SmallIntegerField(default=0, validators=PRIORITY_VALIDATORS)
+    queue = models.CharField(max_length=100, default="default")
+    #: Not claimable before this instant (delays and retry backoff).
+    available_at = models.DateTimeField(default=timezone.now)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+
+    claimed_by = models.CharField(max_length=200, blank=True, editable=False)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, editable=False)
+    dequeued_at = models.DateTimeField(null=True, blank=True, editable=False)
+    started_at = models.DateTimeField(null=True, blank=True, editable=False)
+    finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+    #: Set when cancel is asked while an attempt runs: canceled once it returns.
+    cancel_requested = models.BooleanField(default=False, editable=False)
+
+    result = models.JSONField(null=True, blank=True, editable=False)
+    last_error = models.TextField(blank=True, editable=False)
+    error_type = models.CharField(max_length=200, blank=True, editable=False)
+    endpoint_used = models.CharField(max_length=2048, blank=True, editable=False)
+
+    replay_count = models.PositiveIntegerField(default=0, editable=False)
+    replayed_by = models.CharField(max_length=200, blank=True, editable=False)
+    replayed_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="strait_run_unique_idempotency_key",
+            ),
+        ]
+        indexes = [
+            # The claim: due queued runs by priority. Partial, so history costs nothing.
+            models.Index(
+                fields=["queue", "-priority", "available_at", "id"],
+                condition=Q(status="queued"),
+                name="strait_run_claim_by_queue",
+            ),
+            models.Index(
+                fields=["-priority", "available_at", "id"],
+                condition=Q(status="queued"),
+                name="strait_run_claim_any_queue",
+            ),
+            # Runs a worker holds (heartbeats, the reaper, per-job in-flight counts).
+            models.Index(
+                fields=["job", "status"],
+                condition=Q(status__in=["dequeued", "executing"]),
+                name="strait_run_in_flight",
+            ),
+            models.Index(
+                fields=["job", "error_type"],
+                condition=Q(status="dead_letter"),
+                name="strait_run_dead_letters",
+            ),
+            models.Index(fields=["status", "finished_at"], name="strait_run_status_finished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} of {self.job_id} ({self.status})"
+
+    @property
+    def attempts_left_in_budget(self) -> int:
+        """Attempts spent since the last replay."""
+        return self.attempt - self.attempts_before_replay
+
+    def replay(self, *, by: str = "") -> JobRun:
+        """Queue this run again with a fresh attempt budget; ``by`` says who asked."""
+        from django_strait import transitions
+
+        return transitions.replay(self.pk, by=by)
+
+    def cancel(self) -> JobRun:
+        """Cancel this run (after the current attempt returns, if one is running)."""
+        from django_strait import transitions
+
+        return transitions.cancel(self.pk)

@@ -1,0 +1,75 @@
+"""Run states and the table of allowed transitions (DESIGN §2).
+
+This module is data only: the transitions module (``django_strait.transitions``)
+is the one place that applies these rules to rows.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from django.db import models
+
+
+class RunStatus(models.TextChoices):
+    """Where a run stands in its life."""
+
+    #: Waiting to be claimed; not claimable before ``available_at``.
+    QUEUED = "queued", "Queued"
+    #: Claimed by a worker that has not started it yet.
+    DEQUEUED = "dequeued", "Dequeued"
+    #: An attempt is in progress on a worker.
+    EXECUTING = "executing", "Executing"
+    #: A workflow run, or a run waiting for its children.
+    WAITING = "waiting", "Waiting"
+    #: The last attempt succeeded.
+    COMPLETED = "completed", "Completed"
+    #: A recognised permanent failure (handler said FAIL); keeps its errors.
+    FAILED = "failed", "Failed"
+    #: Exhausted or non-retryable: the dead-letter queue, replayable, never pruned.
+    DEAD_LETTER = "dead_letter", "Dead letter"
+    #: Dropped on purpose (policy or handler said DISCARD); keeps its errors.
+    DISCARDED = "discarded", "Discarded"
+    #: Canceled by a person or by code before it finished.
+    CANCELED = "canceled", "Canceled"
+    #: The worker holding it died (stale heartbeat); the reaper moves it on.
+    SYSTEM_FAILED = "system_failed", "System failed"
+
+
+S = RunStatus
+
+TERMINAL: frozenset[str] = frozenset({S.COMPLETED, S.FAILED, S.DEAD_LETTER, S.DISCARDED, S.CANCELED})
+#: Statuses a replay may start from.
+REPLAYABLE: frozenset[str] = frozenset({S.DEAD_LETTER, S.FAILED, S.DISCARDED, S.SYSTEM_FAILED})
+#: Statuses in which a worker holds the run.
+IN_FLIGHT: frozenset[str] = frozenset({S.DEQUEUED, S.EXECUTING})
+
+
+class Transition(enum.Enum):
+    """A named change of status: (statuses it may start from, status it leads to)."""
+
+    CLAIM = ({S.QUEUED}, S.DEQUEUED)
+    #: A claimed run goes back unstarted (shutdown, or a limit gate): no attempt spent.
+    UNCLAIM = ({S.DEQUEUED}, S.QUEUED)
+    START = ({S.DEQUEUED}, S.EXECUTING)
+    COMPLETE = ({S.EXECUTING}, S.COMPLETED)
+    RETRY = ({S.EXECUTING, S.SYSTEM_FAILED}, S.QUEUED)
+    DEAD_LETTER = ({S.EXECUTING, S.SYSTEM_FAILED}, S.DEAD_LETTER)
+    DISCARD = ({S.EXECUTING, S.SYSTEM_FAILED, S.QUEUED, S.DEAD_LETTER}, S.DISCARDED)
+    FAIL = ({S.EXECUTING}, S.FAILED)
+    CANCEL = ({S.QUEUED, S.DEQUEUED, S.WAITING, S.EXECUTING}, S.CANCELED)
+    RESCUE = ({S.DEQUEUED, S.EXECUTING, S.WAITING}, S.SYSTEM_FAILED)
+    REPLAY = (set(REPLAYABLE), S.QUEUED)
+
+    def __init__(self, sources: set[str], target: str) -> None:
+        self.sources = frozenset(sources)
+        self.target = target
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+def allowed(transition: Transition, status: str) -> bool:
+    """Return whether ``transition`` may start from ``status``."""
+    return status in transition.sources

@@ -1,0 +1,78 @@
+"""Settings for the test suite: PostgreSQL when DATABASE_URL names one, else SQLite."""
+
+from __future__ import annotations
+
+import os
+
+import environ
+
+env = environ.Env()
+
+BASE_DIR = os.path.dirname(os.path.abspath(__file__))
+SECRET_KEY = "tests-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+DATABASES = {
+    "default": env.db_url(
+        "DATABASE_URL", default=f"sqlite:///{os.path.join(BASE_DIR, 'test-db.sqlite3')}"
+    )
+}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # Workers in other processes share the file: wait for the write lock, and take
+    # it at BEGIN so a read never has to be upgraded (which SQLite cannot wait for).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 30, "transaction_mode": "IMMEDIATE"}
+    )
+    DATABASES["default"]["TEST"] = {"NAME": os.path.join(BASE_DIR, "test-db-run.sqlite3")}
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_strait",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "tests.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+STATIC_URL = "/static/"
+
+STRAIT = {"ALLOWED_PRIVATE_NETWORKS": ["127.0.0.0/8", "::1/128"]}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+}

@@ -1,0 +1,44 @@
+"""Handlers the tests trigger (importable by worker subprocesses too)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from django_strait import DeadLetter, Discard, Error, Fail, Retry, job
+
+
+@job(name="test-noop")
+def noop(payload):
+    return None
+
+
+@job(name="test-echo")
+def echo(payload, context):
+    return {"payload": payload, "attempt": context.attempt, "run_id": context.run_id}
+
+
+@job(name="test-async-echo")
+async def async_echo(payload):
+    await asyncio.sleep(0)
+    return {"async": True, "payload": payload}
+
+
+@job(name="test-boom", max_attempts=2, retry={"initial_delay": "1s", "jitter": 0})
+def boom(payload):
+    raise ValueError("boom")
+
+
+@job(name="test-actions", max_attempts=5, retry={"jitter": 0})
+def actions(payload):
+    kind = payload.get("action")
+    if kind == "retry":
+        raise Retry("asked", delay=payload.get("delay"))
+    if kind == "discard":
+        raise Discard("dropped")
+    if kind == "dead_letter":
+        raise DeadLetter("straight to the DLQ")
+    if kind == "fail":
+        raise Fail("permanent")
+    if kind == "error":
+        raise Error("typed", type=payload["type"])
+    return "ok"
