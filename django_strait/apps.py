@@ -10,4 +10,10 @@ class StraitConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.utils.module_loading import autodiscover_modules
+
         from django_strait import checks  # noqa: F401  (registers the system checks)
+
+        # Like admin.py for the admin: every installed app's jobs.py is imported, so
+        # workers and web processes know the same @job handlers.
+        autodiscover_modules("jobs")

@@ -55,8 +55,12 @@ class Transition(enum.Enum):
     COMPLETE = ({S.EXECUTING}, S.COMPLETED)
     RETRY = ({S.EXECUTING, S.SYSTEM_FAILED}, S.QUEUED)
     DEAD_LETTER = ({S.EXECUTING, S.SYSTEM_FAILED}, S.DEAD_LETTER)
-    DISCARD = ({S.EXECUTING, S.SYSTEM_FAILED, S.QUEUED, S.DEAD_LETTER}, S.DISCARDED)
+    #: An attempt's outcome (or the reaper) drops the run.
+    DISCARD = ({S.EXECUTING, S.SYSTEM_FAILED}, S.DISCARDED)
+    #: A person drops a run that no worker holds (admin, API, command).
+    DROP = ({S.QUEUED, S.DEAD_LETTER, S.SYSTEM_FAILED}, S.DISCARDED)
     FAIL = ({S.EXECUTING}, S.FAILED)
+    #: From executing only when the attempt returns (``cancel_requested`` set meanwhile).
     CANCEL = ({S.QUEUED, S.DEQUEUED, S.WAITING, S.EXECUTING}, S.CANCELED)
     RESCUE = ({S.DEQUEUED, S.EXECUTING, S.WAITING}, S.SYSTEM_FAILED)
     REPLAY = (set(REPLAYABLE), S.QUEUED)

@@ -111,3 +111,19 @@ class JobRun(models.Model):
         from django_strait import transitions
 
         return transitions.cancel(self.pk)
+
+
+class DeadLetterManager(models.Manager):
+    def get_queryset(self):
+        return super().get_queryset().filter(status=RunStatus.DEAD_LETTER)
+
+
+class DeadLetter(JobRun):
+    """The dead-letter queue: runs in ``dead_letter``, for the admin and the API."""
+
+    objects = DeadLetterManager()
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter"
+        verbose_name_plural = "dead letters"

@@ -1,0 +1,225 @@
+"""``trigger()`` and ``trigger_many()``: queue runs, refusing bad input early."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from django_strait import registry
+from django_strait.models import Job, JobRun
+
+logger = logging.getLogger(__name__)
+
+_NO_KEY = object()
+
+
+class TriggerError(ValueError):
+    """Bad trigger input; ``field`` names what was wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """Validated options shared by every run of one trigger call."""
+
+    job: Job
+    available_at: dt.datetime
+    priority: int
+    queue: str
+    max_attempts: int | None
+    retry_overrides: dict[str, Any] | None
+
+    def new_run(self, payload: Any, idempotency_key: str | None) -> JobRun:
+        return JobRun(
+            job=self.job,
+            payload=payload,
+            available_at=self.available_at,
+            priority=self.priority,
+            queue=self.queue,
+            max_attempts=self.max_attempts,
+            retry_overrides=self.retry_overrides,
+            idempotency_key=idempotency_key,
+            created_at=timezone.now(),
+        )
+
+
+def trigger(
+    name: str,
+    payload: Any = None,
+    *,
+    delay: Any = None,
+    run_at: dt.datetime | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
+    idempotency_key: str | None = None,
+    max_attempts: int | None = None,
+    retry: Mapping[str, Any] | None = None,
+) -> JobRun:
+    """Queue one run of job ``name`` and return it.
+
+    With an ``idempotency_key`` already used for this job, return that run instead
+    of making a second one (``run.idempotency_hit`` is then True).
+    """
+    opts = _options(name, delay, run_at, priority, queue, max_attempts, retry)
+    key = _check_key(idempotency_key, "idempotency_key")
+    run = opts.new_run(check_payload(payload), key)
+    if key is None:
+        run.save(force_insert=True)
+        run.idempotency_hit = False
+        return run
+    return _insert_once(run)
+
+
+def _insert_once(run: JobRun) -> JobRun:
+    try:
+        with transaction.atomic():
+            run.save(force_insert=True)
+        run.idempotency_hit = False
+        return run
+    except IntegrityError:
+        existing = JobRun.objects.filter(job=run.job, idempotency_key=run.idempotency_key).first()
+        if existing is None:  # the conflict was something else
+            raise
+        existing.idempotency_hit = True
+        return existing
+
+
+def trigger_many(
+    name: str,
+    payloads: Iterable[Any],
+    *,
+    idempotency_keys: Sequence[str] | None = None,
+    delay: Any = None,
+    run_at: dt.datetime | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    retry: Mapping[str, Any] | None = None,
+    batch_size: int = 5000,
+) -> list[JobRun]:
+    """Queue one run per payload in one INSERT (per ``batch_size``); return the runs.
+
+    ``idempotency_keys``, if given, pairs one key with each payload; a key already
+    used for this job returns the existing run in that position.
+    """
+    opts = _options(name, delay, run_at, priority, queue, max_attempts, retry)
+    checked = [check_payload(p, field=f"payloads[{i}]") for i, p in enumerate(payloads)]
+    if idempotency_keys is None:
+        runs = [opts.new_run(p, None) for p in checked]
+        return JobRun.objects.bulk_create(runs, batch_size=batch_size)
+    keys = _check_keys(idempotency_keys, len(checked))
+    runs = [opts.new_run(p, k) for p, k in zip(checked, keys, strict=True)]
+    JobRun.objects.bulk_create(runs, batch_size=batch_size, ignore_conflicts=True)
+    by_key = {r.idempotency_key: r for r in JobRun.objects.filter(job=opts.job, idempotency_key__in=keys)}
+    return [by_key[k] for k in keys]
+
+
+def _options(name, delay, run_at, priority, queue, max_attempts, retry) -> RunOptions:
+    job = resolve_job(name)
+    overrides = _check_retry(job, max_attempts, retry)
+    return RunOptions(
+        job=job,
+        available_at=_when(delay, run_at),
+        priority=job.priority if priority is None else _check_priority(priority),
+        queue=job.queue if queue is None else _check_queue(queue),
+        max_attempts=max_attempts,
+        retry_overrides=overrides,
+    )
+
+
+def resolve_job(name: Any) -> Job:
+    """Return the ``Job`` named ``name``, creating it first for a ``@job`` handler."""
+    if not isinstance(name, str) or not name:
+        raise TriggerError("name", f"must be a job name (a non-empty string), got {name!r}")
+    registry.ensure_synced(name)
+    job = Job.objects.filter(name=name).first()
+    if job is None:
+        known = sorted(set(Job.objects.values_list("name", flat=True)[:20]) | set(registry.registered()))
+        hint = f"; known jobs: {', '.join(known)}" if known else "; no jobs are defined yet"
+        raise TriggerError("name", f"unknown job {name!r}{hint}")
+    return job
+
+
+def check_payload(payload: Any, *, field: str = "payload") -> Any:
+    """Return ``payload`` if it is JSON-serialisable, else raise naming ``field``."""
+    try:
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TriggerError(field, f"must be JSON-serialisable ({exc})") from None
+    return {} if payload is None else payload
+
+
+def _when(delay: Any, run_at: dt.datetime | None) -> dt.datetime:
+    now = timezone.now()
+    if delay is not None and run_at is not None:
+        raise TriggerError("delay", "give delay or run_at, not both")
+    if run_at is not None:
+        if not isinstance(run_at, dt.datetime) or timezone.is_naive(run_at):
+            raise TriggerError("run_at", f"must be a timezone-aware datetime, got {run_at!r}")
+        return run_at
+    if delay is None:
+        return now
+    from django_strait.retry import PolicyError, parse_duration
+
+    try:
+        seconds = parse_duration(delay, field="delay")
+    except PolicyError as exc:
+        raise TriggerError("delay", str(exc).split(": ", 1)[-1]) from None
+    return now + dt.timedelta(seconds=seconds)
+
+
+def _check_priority(priority: Any) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100:
+        raise TriggerError("priority", f"must be an integer from -100 to 100, got {priority!r}")
+    return priority
+
+
+def _check_queue(queue: Any) -> str:
+    if not isinstance(queue, str) or not queue or len(queue) > 100:
+        raise TriggerError("queue", f"must be a non-empty string of at most 100 characters, got {queue!r}")
+    return queue
+
+
+def _check_key(key: Any, field: str) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > 255:
+        raise TriggerError(field, f"must be a non-empty string of at most 255 characters, got {key!r}")
+    return key
+
+
+def _check_keys(keys: Sequence[Any], count: int) -> list[str]:
+    if len(keys) != count:
+        raise TriggerError("idempotency_keys", f"needs one key per payload ({count}), got {len(keys)}")
+    checked = [_check_key(k, f"idempotency_keys[{i}]") for i, k in enumerate(keys)]
+    if len(set(checked)) != len(checked):
+        raise TriggerError("idempotency_keys", "must not repeat a key within one call")
+    return checked  # type: ignore[return-value]
+
+
+def _check_retry(job: Job, max_attempts: Any, retry: Any) -> dict[str, Any] | None:
+    from django_strait.retry import PolicyError, resolve, validate_partial
+
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
+        raise TriggerError("max_attempts", f"must be an integer >= 1, got {max_attempts!r}")
+    if retry is not None and not isinstance(retry, Mapping):
+        raise TriggerError("retry", f"must be an object of policy fields, got {type(retry).__name__}")
+    try:
+        overrides = validate_partial(retry or {}, prefix="retry")
+        resolve(job, max_attempts, overrides)  # the merged whole must hold together too
+    except PolicyError as exc:
+        raise TriggerError(exc.field, str(exc).split(": ", 1)[-1]) from None
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()} or None
