@@ -1,6 +1,6 @@
 """django-strait: durable background jobs on your Django database.
 
-    from django_strait import job, trigger, trigger_many, Retry, Discard, DeadLetter, Fail, Error
+from django_strait import job, trigger, trigger_many, Retry, Discard, DeadLetter, Fail, Error
 """
 
 from __future__ import annotations

@@ -38,7 +38,9 @@ class RunStatus(models.TextChoices):
 
 S = RunStatus
 
-TERMINAL: frozenset[str] = frozenset({S.COMPLETED, S.FAILED, S.DEAD_LETTER, S.DISCARDED, S.CANCELED})
+TERMINAL: frozenset[str] = frozenset(
+    {S.COMPLETED, S.FAILED, S.DEAD_LETTER, S.DISCARDED, S.CANCELED}
+)
 #: Statuses a replay may start from.
 REPLAYABLE: frozenset[str] = frozenset({S.DEAD_LETTER, S.FAILED, S.DISCARDED, S.SYSTEM_FAILED})
 #: Statuses in which a worker holds the run.

@@ -121,7 +121,9 @@ def trigger_many(
     keys = _check_keys(idempotency_keys, len(checked))
     runs = [opts.new_run(p, k) for p, k in zip(checked, keys, strict=True)]
     JobRun.objects.bulk_create(runs, batch_size=batch_size, ignore_conflicts=True)
-    by_key = {r.idempotency_key: r for r in JobRun.objects.filter(job=opts.job, idempotency_key__in=keys)}
+    by_key = {
+        r.idempotency_key: r for r in JobRun.objects.filter(job=opts.job, idempotency_key__in=keys)
+    }
     return [by_key[k] for k in keys]
 
 
@@ -145,7 +147,9 @@ def resolve_job(name: Any) -> Job:
     registry.ensure_synced(name)
     job = Job.objects.filter(name=name).first()
     if job is None:
-        known = sorted(set(Job.objects.values_list("name", flat=True)[:20]) | set(registry.registered()))
+        known = sorted(
+            set(Job.objects.values_list("name", flat=True)[:20]) | set(registry.registered())
+        )
         hint = f"; known jobs: {', '.join(known)}" if known else "; no jobs are defined yet"
         raise TriggerError("name", f"unknown job {name!r}{hint}")
     return job
@@ -187,7 +191,9 @@ def _check_priority(priority: Any) -> int:
 
 def _check_queue(queue: Any) -> str:
     if not isinstance(queue, str) or not queue or len(queue) > 100:
-        raise TriggerError("queue", f"must be a non-empty string of at most 100 characters, got {queue!r}")
+        raise TriggerError(
+            "queue", f"must be a non-empty string of at most 100 characters, got {queue!r}"
+        )
     return queue
 
 
@@ -195,13 +201,17 @@ def _check_key(key: Any, field: str) -> str | None:
     if key is None:
         return None
     if not isinstance(key, str) or not key or len(key) > 255:
-        raise TriggerError(field, f"must be a non-empty string of at most 255 characters, got {key!r}")
+        raise TriggerError(
+            field, f"must be a non-empty string of at most 255 characters, got {key!r}"
+        )
     return key
 
 
 def _check_keys(keys: Sequence[Any], count: int) -> list[str]:
     if len(keys) != count:
-        raise TriggerError("idempotency_keys", f"needs one key per payload ({count}), got {len(keys)}")
+        raise TriggerError(
+            "idempotency_keys", f"needs one key per payload ({count}), got {len(keys)}"
+        )
     checked = [_check_key(k, f"idempotency_keys[{i}]") for i, k in enumerate(keys)]
     if len(set(checked)) != len(checked):
         raise TriggerError("idempotency_keys", "must not repeat a key within one call")
@@ -216,7 +226,9 @@ def _check_retry(job: Job, max_attempts: Any, retry: Any) -> dict[str, Any] | No
     ):
         raise TriggerError("max_attempts", f"must be an integer >= 1, got {max_attempts!r}")
     if retry is not None and not isinstance(retry, Mapping):
-        raise TriggerError("retry", f"must be an object of policy fields, got {type(retry).__name__}")
+        raise TriggerError(
+            "retry", f"must be an object of policy fields, got {type(retry).__name__}"
+        )
     try:
         overrides = validate_partial(retry or {}, prefix="retry")
         resolve(job, max_attempts, overrides)  # the merged whole must hold together too

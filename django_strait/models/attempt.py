@@ -16,7 +16,9 @@ class AttemptOutcome(models.TextChoices):
 class RunAttempt(models.Model):
     """What happened on one attempt: written once, when the attempt ends."""
 
-    run = models.ForeignKey("django_strait.JobRun", on_delete=models.CASCADE, related_name="attempts")
+    run = models.ForeignKey(
+        "django_strait.JobRun", on_delete=models.CASCADE, related_name="attempts"
+    )
     number = models.PositiveIntegerField()
     endpoint = models.CharField(max_length=2048, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

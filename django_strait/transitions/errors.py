@@ -9,8 +9,7 @@ class InvalidTransition(Exception):
     def __init__(self, run_id: int, status: str, transition: Transition) -> None:
         allowed = ", ".join(sorted(transition.sources))
         super().__init__(
-            f"run {run_id} is {status}: cannot {transition.label} it "
-            f"(allowed from: {allowed})"
+            f"run {run_id} is {status}: cannot {transition.label} it (allowed from: {allowed})"
         )
         self.run_id = run_id
         self.status = status

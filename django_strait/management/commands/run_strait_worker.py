@@ -1,0 +1,94 @@
+"""``manage.py run_strait_worker``: claim and execute runs until stopped."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import uuid
+
+from django.core.management.base import BaseCommand
+
+from django_strait.worker.engine import Worker, WorkerConfig
+
+
+def positive_int(limit: int):
+    """An argparse type: an integer from 1 to ``limit``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not 1 <= value <= limit:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: use 1 to {limit}")
+        return value
+
+    return parse
+
+
+def queue_name(text: str) -> str:
+    """An argparse type: a queue name (1-100 characters)."""
+    if not text or len(text) > 100:
+        raise argparse.ArgumentTypeError("a queue name is 1 to 100 characters")
+    return text
+
+
+def default_worker_id() -> str:
+    """``host-pid-random``: unique per process, readable in the admin."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Command(BaseCommand):
+    help = "Claim due runs in batches and execute them (SIGINT/SIGTERM stop it gracefully)."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--queue",
+            dest="queues",
+            action="append",
+            type=queue_name,
+            default=[],
+            help="Queue to take runs from; repeat for several. Default: every queue.",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=positive_int(10_000),
+            default=None,
+            help="Most runs executing at once (default STRAIT['WORKER_CONCURRENCY'], 50).",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int(10_000),
+            default=None,
+            help="Most runs claimed per round trip (default STRAIT['WORKER_BATCH_SIZE'], 100).",
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="Drain the runs that are due now, then exit 0."
+        )
+        parser.add_argument(
+            "--worker-id", default=None, help="Name this worker (default host-pid-random)."
+        )
+
+    def handle(self, *args, **options) -> None:
+        Worker(build_config(options)).run()
+
+
+def build_config(options: dict) -> WorkerConfig:
+    """Merge command options over the STRAIT settings."""
+    from django_strait import __version__
+    from django_strait.conf import strait_settings as s
+
+    return WorkerConfig(
+        worker_id=options.get("worker_id") or default_worker_id(),
+        queues=tuple(options.get("queues") or ()),
+        concurrency=options.get("concurrency") or s.WORKER_CONCURRENCY,
+        batch_size=options.get("batch_size") or s.WORKER_BATCH_SIZE,
+        burst=bool(options.get("burst")),
+        poll_interval=s.POLL_INTERVAL,
+        shutdown_timeout=s.SHUTDOWN_TIMEOUT,
+        heartbeat_interval=max(1.0, s.STALE_AFTER / 5),
+        result_max_bytes=s.RESULT_MAX_BYTES,
+        user_agent=getattr(s, "HTTP_USER_AGENT", None) or f"django-strait/{__version__}",
+        using=s.DATABASE,
+    )

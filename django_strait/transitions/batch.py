@@ -1,0 +1,413 @@
+"""The worker's transitions, a batch per statement: claim, start, unclaim, record.
+
+PostgreSQL gets one round trip per batch for each step (``FOR UPDATE SKIP
+LOCKED`` for the claim, a data-modifying CTE that updates the runs and appends
+their attempts for the record). SQLite, which serializes writers, gets guarded
+ORM updates: each one only moves rows still in the expected status, so two
+workers on one file never take the same run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import Case, DateTimeField, F, Value, When
+from django.utils import timezone
+
+from django_strait.models import JobRun, RunAttempt
+from django_strait.states import RunStatus, Transition
+
+RUN_TABLE = JobRun._meta.db_table
+ATTEMPT_TABLE = RunAttempt._meta.db_table
+JOB_TABLE = "django_strait_job"
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A run a worker holds, with what executing it needs."""
+
+    id: int
+    job_id: int
+    payload: Any
+    attempt: int
+    attempts_before_replay: int
+    max_attempts: int | None
+    retry_overrides: dict[str, Any] | None
+    started_at: dt.datetime | None = None
+
+    @property
+    def budget_used(self) -> int:
+        """Attempts spent since the run was queued or last replayed."""
+        return self.attempt - self.attempts_before_replay
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """The end of one attempt: the run's next status and its attempt row."""
+
+    run_id: int
+    attempt: int
+    transition: Transition
+    started_at: dt.datetime
+    finished_at: dt.datetime
+    duration_ms: int
+    outcome: str
+    available_at: dt.datetime | None = None
+    result: Any = None
+    error: str = ""
+    error_type: str = ""
+    endpoint: str = ""
+    status_code: int | None = None
+    response_excerpt: str = ""
+    worker: str = ""
+
+
+@dataclass(slots=True)
+class Recorded:
+    """Which records moved their run (run id -> new status) and which found it gone."""
+
+    moved: dict[int, str] = field(default_factory=dict)
+    lost: list[int] = field(default_factory=list)
+
+
+def _is_postgres(using: str) -> bool:
+    return connections[using].vendor == "postgresql"
+
+
+# -- claim -----------------------------------------------------------------------
+
+
+def claim(
+    worker_id: str, *, queues: Sequence[str] | None, limit: int, using: str = "default"
+) -> list[Claimed]:
+    """Move up to ``limit`` due queued runs to dequeued for ``worker_id``; return them."""
+    if limit <= 0:
+        return []
+    if _is_postgres(using):
+        return _claim_pg(worker_id, queues, limit, using)
+    return _claim_orm(worker_id, queues, limit, using)
+
+
+_CLAIM_PG = f"""
+WITH due AS (
+    SELECT id FROM {RUN_TABLE}
+    WHERE status = 'queued' AND available_at <= now() {{queue_filter}}
+      AND job_id NOT IN (SELECT id FROM {JOB_TABLE} WHERE NOT enabled)
+    ORDER BY priority DESC, available_at, id
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {RUN_TABLE} AS r
+SET status = 'dequeued', claimed_by = %s, dequeued_at = now(), heartbeat_at = now(),
+    updated_at = now()
+FROM due WHERE r.id = due.id
+RETURNING r.id, r.job_id, r.payload, r.attempt, r.attempts_before_replay, r.max_attempts,
+          r.retry_overrides
+"""
+
+
+def _claim_pg(worker_id, queues, limit, using) -> list[Claimed]:
+    params: list[Any] = []
+    if not queues:
+        queue_filter = ""
+    elif len(queues) == 1:
+        queue_filter, params = "AND queue = %s", [queues[0]]
+    else:
+        queue_filter, params = "AND queue = ANY(%s)", [list(queues)]
+    sql = _CLAIM_PG.format(queue_filter=queue_filter)
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [*params, limit, worker_id])
+        rows = cursor.fetchall()
+    return [
+        Claimed(rid, job_id, _load(payload), attempt, before, max_att, _load(overrides))
+        for rid, job_id, payload, attempt, before, max_att, overrides in rows
+    ]
+
+
+def _load(value: Any) -> Any:
+    # Django makes psycopg return jsonb as text (JSONField parses it): do the same.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _claim_orm(worker_id, queues, limit, using) -> list[Claimed]:
+    now = timezone.now()
+    due = JobRun.objects.using(using).filter(
+        status=RunStatus.QUEUED, available_at__lte=now, job__enabled=True
+    )
+    if queues:
+        due = due.filter(queue__in=list(queues))
+    ids = list(due.order_by("-priority", "available_at", "id").values_list("id", flat=True)[:limit])
+    if not ids:
+        return []
+    # The status guard makes the claim conditional: a row another worker took
+    # between our read and this write is simply not updated.
+    JobRun.objects.using(using).filter(pk__in=ids, status=RunStatus.QUEUED).update(
+        status=RunStatus.DEQUEUED,
+        claimed_by=worker_id,
+        dequeued_at=now,
+        heartbeat_at=now,
+        updated_at=now,
+    )
+    rows = (
+        JobRun.objects.using(using)
+        .filter(pk__in=ids, status=RunStatus.DEQUEUED, claimed_by=worker_id, dequeued_at=now)
+        .values_list(
+            "id",
+            "job_id",
+            "payload",
+            "attempt",
+            "attempts_before_replay",
+            "max_attempts",
+            "retry_overrides",
+        )
+    )
+    return [Claimed(*row) for row in rows]
+
+
+# -- start / unclaim ---------------------------------------------------------------
+
+
+_START_PG = f"""
+UPDATE {RUN_TABLE}
+SET status = 'executing', attempt = attempt + 1, started_at = now(), heartbeat_at = now(),
+    updated_at = now()
+WHERE id = ANY(%s) AND status = 'dequeued' AND claimed_by = %s
+RETURNING id, attempt, started_at
+"""
+
+
+def start(worker_id: str, runs: Sequence[Claimed], *, using: str = "default") -> list[Claimed]:
+    """Move claimed runs to executing, spending an attempt; return those that moved.
+
+    A run canceled between claim and start is left out.
+    """
+    if not runs:
+        return []
+    by_id = {r.id: r for r in runs}
+    if _is_postgres(using):
+        with connections[using].cursor() as cursor:
+            cursor.execute(_START_PG, [list(by_id), worker_id])
+            rows = cursor.fetchall()
+    else:
+        rows = _start_orm(worker_id, list(by_id), using)
+    started = []
+    for rid, attempt, started_at in rows:
+        run = by_id[rid]
+        run.attempt, run.started_at = attempt, started_at
+        started.append(run)
+    return started
+
+
+def _start_orm(worker_id, ids, using):
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        JobRun.objects.using(using).filter(
+            pk__in=ids, status=RunStatus.DEQUEUED, claimed_by=worker_id
+        ).update(
+            status=RunStatus.EXECUTING,
+            attempt=F("attempt") + 1,
+            started_at=now,
+            heartbeat_at=now,
+            updated_at=now,
+        )
+        return list(
+            JobRun.objects.using(using)
+            .filter(pk__in=ids, status=RunStatus.EXECUTING, claimed_by=worker_id, started_at=now)
+            .values_list("id", "attempt", "started_at")
+        )
+
+
+def unclaim(worker_id: str, run_ids: Sequence[int], *, using: str = "default") -> int:
+    """Put claimed-but-unstarted runs back to queued; no attempt is spent."""
+    if not run_ids:
+        return 0
+    return (
+        JobRun.objects.using(using)
+        .filter(pk__in=list(run_ids), status__in=Transition.UNCLAIM.sources, claimed_by=worker_id)
+        .update(
+            status=Transition.UNCLAIM.target,
+            claimed_by="",
+            dequeued_at=None,
+            heartbeat_at=None,
+            updated_at=timezone.now(),
+        )
+    )
+
+
+def heartbeat(worker_id: str, run_ids: Sequence[int], *, using: str = "default") -> int:
+    """Mark runs this worker holds as alive (one statement for all of them)."""
+    if not run_ids:
+        return 0
+    return (
+        JobRun.objects.using(using)
+        .filter(
+            pk__in=list(run_ids),
+            status__in=[RunStatus.DEQUEUED, RunStatus.EXECUTING],
+            claimed_by=worker_id,
+        )
+        .update(heartbeat_at=timezone.now())
+    )
+
+
+# -- record ------------------------------------------------------------------------
+
+
+def record(worker_id: str, records: Sequence[Record], *, using: str = "default") -> Recorded:
+    """Apply each record's transition and append its attempt row, atomically.
+
+    Only runs still executing under this worker at that attempt move (the guard);
+    a run whose cancel was asked meanwhile becomes canceled instead.
+    """
+    if not records:
+        return Recorded()
+    if _is_postgres(using):
+        return _record_pg(worker_id, records, using)
+    return _record_orm(worker_id, records, using)
+
+
+_VALUE_COLUMNS = (
+    "id",
+    "attempt",
+    "status",
+    "available_at",
+    "result",
+    "last_error",
+    "error_type",
+    "endpoint",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "outcome",
+    "status_code",
+    "response_excerpt",
+)
+
+_RECORD_PG = f"""
+WITH v ({", ".join(_VALUE_COLUMNS)}) AS (VALUES {{rows}}),
+u AS (
+    UPDATE {RUN_TABLE} AS r SET
+        status = CASE WHEN r.cancel_requested THEN 'canceled' ELSE v.status END,
+        available_at = COALESCE(v.available_at, r.available_at),
+        finished_at = CASE WHEN v.status = 'queued' AND NOT r.cancel_requested
+                           THEN NULL ELSE v.finished_at END,
+        result = v.result::jsonb, last_error = v.last_error, error_type = v.error_type,
+        endpoint_used = v.endpoint, claimed_by = '', heartbeat_at = NULL, updated_at = now()
+    FROM v
+    WHERE r.id = v.id AND r.status = 'executing' AND r.claimed_by = %s AND r.attempt = v.attempt
+    RETURNING r.id, r.status
+),
+a AS (
+    INSERT INTO {ATTEMPT_TABLE} (run_id, number, endpoint, started_at, finished_at,
+        duration_ms, outcome, status_code, error_type, error, response_excerpt, worker)
+    SELECT v.id, v.attempt, v.endpoint, v.started_at, v.finished_at, v.duration_ms,
+        v.outcome, v.status_code, v.error_type, v.last_error, v.response_excerpt, %s
+    FROM v JOIN u ON u.id = v.id
+)
+SELECT id, status FROM u
+"""
+
+# The first VALUES row carries the casts; PostgreSQL types the columns from it.
+_FIRST_ROW = (
+    "(%s::bigint, %s::integer, %s::varchar, %s::timestamptz, %s::text, %s::text, %s::varchar,"
+    " %s::varchar, %s::timestamptz, %s::timestamptz, %s::integer, %s::varchar, %s::integer,"
+    " %s::text)"
+)
+_ROW = "(" + ", ".join(["%s"] * len(_VALUE_COLUMNS)) + ")"
+
+
+def _row(rec: Record) -> tuple[Any, ...]:
+    result = None if rec.result is None else json.dumps(rec.result)
+    return (
+        rec.run_id,
+        rec.attempt,
+        rec.transition.target,
+        rec.available_at,
+        result,
+        rec.error,
+        rec.error_type,
+        rec.endpoint,
+        rec.started_at,
+        rec.finished_at,
+        rec.duration_ms,
+        rec.outcome,
+        rec.status_code,
+        rec.response_excerpt,
+    )
+
+
+def _record_pg(worker_id, records, using) -> Recorded:
+    rows = ", ".join([_FIRST_ROW] + [_ROW] * (len(records) - 1))
+    params = [value for rec in records for value in _row(rec)]
+    with connections[using].cursor() as cursor:
+        cursor.execute(_RECORD_PG.format(rows=rows), [*params, worker_id, worker_id])
+        moved = dict(cursor.fetchall())
+    return Recorded(moved, [r.run_id for r in records if r.run_id not in moved])
+
+
+def _record_orm(worker_id, records, using) -> Recorded:
+    done = Recorded()
+    with transaction.atomic(using=using):
+        for rec in records:
+            if _record_one_orm(worker_id, rec, using):
+                done.moved[rec.run_id] = (
+                    JobRun.objects.using(using).values_list("status", flat=True).get(pk=rec.run_id)
+                )
+            else:
+                done.lost.append(rec.run_id)
+        RunAttempt.objects.using(using).bulk_create(
+            [_attempt(rec, worker_id) for rec in records if rec.run_id in done.moved]
+        )
+    return done
+
+
+def _record_one_orm(worker_id: str, rec: Record, using: str) -> int:
+    retrying = rec.transition.target == RunStatus.QUEUED
+    updates: dict[str, Any] = {
+        "status": Case(
+            When(cancel_requested=True, then=Value(RunStatus.CANCELED)),
+            default=Value(rec.transition.target),
+        ),
+        "finished_at": Case(
+            When(cancel_requested=True, then=Value(rec.finished_at)),
+            default=Value(None if retrying else rec.finished_at),
+            output_field=DateTimeField(),
+        ),
+        "result": rec.result,
+        "last_error": rec.error,
+        "error_type": rec.error_type,
+        "endpoint_used": rec.endpoint,
+        "claimed_by": "",
+        "heartbeat_at": None,
+        "updated_at": timezone.now(),
+    }
+    if rec.available_at is not None:
+        updates["available_at"] = rec.available_at
+    return (
+        JobRun.objects.using(using)
+        .filter(
+            pk=rec.run_id, status=RunStatus.EXECUTING, claimed_by=worker_id, attempt=rec.attempt
+        )
+        .update(**updates)
+    )
+
+
+def _attempt(rec: Record, worker_id: str) -> RunAttempt:
+    return RunAttempt(
+        run_id=rec.run_id,
+        number=rec.attempt,
+        endpoint=rec.endpoint,
+        started_at=rec.started_at,
+        finished_at=rec.finished_at,
+        duration_ms=rec.duration_ms,
+        outcome=rec.outcome,
+        status_code=rec.status_code,
+        error_type=rec.error_type,
+        error=rec.error,
+        response_excerpt=rec.response_excerpt,
+        worker=worker_id,
+    )

@@ -1,0 +1,1 @@
+"""The worker: claims runs in batches, executes them, records results in batches."""

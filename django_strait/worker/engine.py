@@ -1,0 +1,479 @@
+"""The worker loop: claim a batch, execute concurrently, record results in batches.
+
+One asyncio loop drives everything. Database work runs on two dedicated
+threads, each with its own connection: one claims (and starts) batches, the
+other records finished attempts, so claiming and recording overlap. Sync
+handlers run on a thread pool of ``concurrency`` threads; HTTP dispatches and
+``async def`` handlers run on the loop itself.
+
+Nothing a live worker holds is left behind: an executor that raises, a decision
+that fails, or a record that the database refuses all end as a recorded attempt
+with a retry decision, and claimed runs that could not start are put back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import random
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from django.db import DatabaseError, connections
+from django.utils import timezone
+
+from django_strait.dispatch.http import HttpDispatcher, HttpRequest
+from django_strait.dispatch.python import RunContext, run_python
+from django_strait.outcome import Outcome, failure
+from django_strait.states import Transition
+from django_strait.transitions import batch
+from django_strait.transitions.batch import Claimed, Record
+from django_strait.worker.catalog import Catalog, JobInfo
+from django_strait.worker.decide import Decision, decide, trim
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Most records written in one statement.
+RECORD_BATCH_MAX = 500
+#: Retry decision used when deciding itself failed (a bug, not the run's fault).
+FALLBACK_RETRY_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """How one worker process runs (``run_strait_worker`` options and settings)."""
+
+    worker_id: str
+    queues: tuple[str, ...] = ()
+    concurrency: int = 50
+    batch_size: int = 100
+    burst: bool = False
+    poll_interval: float = 1.0
+    shutdown_timeout: float = 30.0
+    heartbeat_interval: float = 30.0
+    stats_interval: float = 60.0
+    result_max_bytes: int = 65536
+    user_agent: str = "django-strait"
+    using: str = "default"
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counts since the worker started."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    discarded: int = 0
+    failed: int = 0
+    canceled: int = 0
+    lost: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+
+    def count(self, status: str) -> None:
+        name = _STAT_FOR_STATUS.get(status)
+        if name:
+            setattr(self, name, getattr(self, name) + 1)
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self.started_at, 1e-9)
+        finished = self.succeeded + self.retried + self.dead_lettered + self.discarded + self.failed
+        return (
+            f"claimed={self.claimed} succeeded={self.succeeded} retried={self.retried} "
+            f"dead_lettered={self.dead_lettered} discarded={self.discarded} failed={self.failed} "
+            f"canceled={self.canceled} lost={self.lost} runs_per_s={finished / elapsed:.1f}"
+        )
+
+
+_STAT_FOR_STATUS = {
+    "completed": "succeeded",
+    "queued": "retried",
+    "dead_letter": "dead_lettered",
+    "discarded": "discarded",
+    "failed": "failed",
+    "canceled": "canceled",
+}
+
+
+class Worker:
+    """One worker process's engine; ``run()`` blocks until it stops."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.stats = Stats()
+        self.catalog = Catalog(using=config.using)
+        self._rng = random.Random()
+        self._inflight: dict[int, asyncio.Task[None]] = {}
+        self._pending: list[Record] = []
+        self._orphans: list[int] = []  # claimed, never started, not yet put back
+        self._stopping = False
+        self._closing = False
+        self._signals = 0
+        self._recording = False
+        self._singles = 0  # records left to write one at a time after a batch was refused
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def run(self) -> Stats:
+        """Run until stopped by a signal, by ``stop()`` or (``burst``) when drained."""
+        asyncio.run(self._main())
+        return self.stats
+
+    def stop(self) -> None:
+        """Stop claiming; finish what is in flight (up to the shutdown timeout)."""
+        self._stopping = True
+        self._wake.set()
+
+    async def _main(self) -> None:
+        cfg = self.config
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._results = asyncio.Event()
+        self._claim_db = ThreadPoolExecutor(1, thread_name_prefix="strait-claim")
+        self._record_db = ThreadPoolExecutor(1, thread_name_prefix="strait-record")
+        self._handlers = ThreadPoolExecutor(cfg.concurrency, thread_name_prefix="strait-run")
+        self._install_signal_handlers()
+        logger.info(
+            "worker %s starting: queues=%s concurrency=%s batch_size=%s%s",
+            cfg.worker_id,
+            ",".join(cfg.queues) or "*",
+            cfg.concurrency,
+            cfg.batch_size,
+            " burst" if cfg.burst else "",
+        )
+        self._http = HttpDispatcher(
+            max_result_bytes=cfg.result_max_bytes, user_agent=cfg.user_agent, limit=cfg.concurrency
+        )
+        await self._http.start()
+        recorder = asyncio.create_task(self._record_loop())
+        beats = asyncio.create_task(self._periodic())
+        try:
+            await self._claim_loop()
+        finally:
+            await self._shutdown(recorder, beats)
+
+    async def _shutdown(self, recorder: asyncio.Task[None], beats: asyncio.Task[None]) -> None:
+        logger.info(
+            "worker %s stopping: %s runs in flight", self.config.worker_id, len(self._inflight)
+        )
+        await self._drain_inflight()
+        self._closing = True
+        self._results.set()
+        await recorder
+        beats.cancel()
+        await self._release_orphans()
+        await self._http.close()
+        for pool in (self._claim_db, self._record_db):
+            await self._db(pool, connections.close_all)
+            pool.shutdown(wait=True)
+        self._handlers.shutdown(wait=False, cancel_futures=True)
+        logger.info("worker %s stopped: %s", self.config.worker_id, self.stats.line())
+
+    def _install_signal_handlers(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                return  # not the main thread (tests drive the worker in a thread)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            logger.warning(
+                "second %s: exiting now; runs in flight are left to the reaper", sig.name
+            )
+            raise SystemExit(1)
+        logger.info("%s received: no more claims, finishing runs in flight", sig.name)
+        self.stop()
+
+    async def _drain_inflight(self) -> None:
+        if not self._inflight:
+            return
+        done, pending = await asyncio.wait(
+            list(self._inflight.values()), timeout=self.config.shutdown_timeout
+        )
+        if pending:
+            logger.warning(
+                "%s runs still executing after %ss; left to the reaper",
+                len(pending),
+                self.config.shutdown_timeout,
+            )
+
+    # -- database thread helper -----------------------------------------------------
+
+    async def _db(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+        return await self._loop.run_in_executor(pool, _guarded, self.config.using, fn, *args)
+
+    # -- claiming -----------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        cfg = self.config
+        low_water = max(1, min(cfg.batch_size, cfg.concurrency) // 4)
+        while not self._stopping:
+            free = cfg.concurrency - len(self._inflight)
+            if free < low_water and self._inflight:
+                await self._wait(None)
+                continue
+            want = min(free, cfg.batch_size)
+            runs = await self._claim(want)
+            for run in runs:
+                self._inflight[run.id] = self._loop.create_task(self._execute(run))
+            if len(runs) < want:  # nothing more due right now
+                if cfg.burst and not runs and self._drained():
+                    return
+                await self._wait(None if cfg.burst else cfg.poll_interval)
+
+    def _drained(self) -> bool:
+        return not self._inflight and not self._pending and not self._recording
+
+    async def _wait(self, timeout: float | None) -> None:
+        """Sleep until a slot frees, the worker stops, or ``timeout`` passes."""
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def _claim(self, limit: int) -> list[Claimed]:
+        try:
+            runs = await self._db(self._claim_db, self._claim_and_start, limit)
+        except Exception:
+            logger.exception("claim failed; retrying in %ss", self.config.poll_interval)
+            await asyncio.sleep(self.config.poll_interval)
+            return []
+        self.stats.claimed += len(runs)
+        return runs
+
+    def _claim_and_start(self, limit: int) -> list[Claimed]:
+        cfg = self.config
+        claimed = batch.claim(cfg.worker_id, queues=cfg.queues, limit=limit, using=cfg.using)
+        if not claimed:
+            return []
+        try:
+            self.catalog.ensure({r.job_id for r in claimed})
+            return batch.start(cfg.worker_id, claimed, using=cfg.using)
+        except Exception:
+            # Claimed but never started: put them back so no live worker strands them.
+            self._orphans.extend(r.id for r in claimed)
+            raise
+
+    async def _release_orphans(self) -> None:
+        if not self._orphans:
+            return
+        ids, self._orphans = self._orphans, []
+        try:
+            n = await self._db(self._claim_db, batch.unclaim, self.config.worker_id, ids)
+            logger.info("put %s claimed, unstarted runs back to queued", n)
+        except Exception:
+            logger.exception("could not put back runs %s; the reaper will", ids)
+
+    # -- executing -----------------------------------------------------------------
+
+    async def _execute(self, run: Claimed) -> None:
+        begun = time.monotonic()
+        info: JobInfo | None = None
+        try:
+            info = self.catalog.get(run.job_id)
+            outcome = await self._dispatch(info, run)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # executors should not raise; if one does, it is a failed attempt
+            logger.exception(
+                "executing run %s failed inside the worker", run.id, extra={"run_id": run.id}
+            )
+            outcome = failure("worker.internal", f"{type(exc).__name__}: {exc}")
+        self._finish(run, info, outcome, begun)
+
+    async def _dispatch(self, info: JobInfo, run: Claimed) -> Outcome:
+        row = info.row
+        if row.endpoint_url:
+            return await self._http.dispatch(
+                HttpRequest(
+                    run_id=run.id,
+                    job=row.name,
+                    attempt=run.attempt,
+                    payload=run.payload,
+                    url=row.endpoint_url,
+                    method=row.http_method,
+                    headers=row.headers or {},
+                    signing_secret=row.signing_secret,
+                    timeout=row.timeout_secs,
+                )
+            )
+        if info.handler is None:
+            return failure("python.import_error", f"handler {row.handler!r}: {info.handler_error}")
+        context = RunContext(run_id=run.id, attempt=run.attempt, job=row.name, payload=run.payload)
+        return await run_python(
+            info.handler,
+            run.payload,
+            context,
+            executor=self._handlers,
+            max_result_bytes=self.config.result_max_bytes,
+        )
+
+    def _finish(self, run: Claimed, info: JobInfo | None, outcome: Outcome, begun: float) -> None:
+        now = timezone.now()
+        decision = self._decide(run, info, outcome, now)
+        self._pending.append(
+            Record(
+                run_id=run.id,
+                attempt=run.attempt,
+                transition=decision.transition,
+                started_at=run.started_at or now,
+                finished_at=now,
+                duration_ms=outcome.duration_ms or int((time.monotonic() - begun) * 1000),
+                outcome=outcome.attempt_outcome,
+                available_at=decision.available_at,
+                result=outcome.result if outcome.succeeded else None,
+                error=trim(outcome.error),
+                error_type=outcome.error_type,
+                endpoint=outcome.endpoint,
+                status_code=outcome.status_code,
+                response_excerpt=trim(outcome.response_excerpt, 1000),
+            )
+        )
+        del self._inflight[run.id]
+        self._results.set()
+        self._wake.set()
+
+    def _decide(
+        self, run: Claimed, info: JobInfo | None, outcome: Outcome, now: dt.datetime
+    ) -> Decision:
+        try:
+            assert info is not None, "job not loaded"
+            policy = self.catalog.policy(info, run.max_attempts, run.retry_overrides)
+            return decide(
+                outcome, budget_used=run.budget_used, policy=policy, now=now, rng=self._rng
+            )
+        except Exception:
+            logger.exception(
+                "deciding run %s failed; retrying it later", run.id, extra={"run_id": run.id}
+            )
+            later = now + dt.timedelta(seconds=FALLBACK_RETRY_SECONDS)
+            return Decision(Transition.RETRY, later, FALLBACK_RETRY_SECONDS)
+
+    # -- recording -------------------------------------------------------------------
+
+    async def _record_loop(self) -> None:
+        failures = 0
+        while True:
+            if not self._pending:
+                if self._closing:
+                    return
+                self._results.clear()
+                await self._results.wait()
+                continue
+            size = 1 if self._singles else RECORD_BATCH_MAX
+            self._singles = max(0, self._singles - 1)
+            chunk = self._pending[:size]
+            del self._pending[: len(chunk)]
+            self._recording = True
+            try:
+                done = await self._db(self._record_db, batch.record, self.config.worker_id, chunk)
+                failures = 0
+                self._account(done)
+            except Exception as exc:
+                failures += 1
+                if not await self._after_record_error(chunk, exc, failures):
+                    return
+            finally:
+                self._recording = False
+                self._wake.set()
+
+    def _account(self, done: batch.Recorded) -> None:
+        for status in done.moved.values():
+            self.stats.count(status)
+        if done.lost:
+            self.stats.lost += len(done.lost)
+            logger.warning(
+                "results of runs %s not recorded: no longer executing under this worker "
+                "(canceled, replayed or reaped meanwhile)",
+                done.lost,
+            )
+
+    async def _after_record_error(self, chunk: list[Record], exc: Exception, failures: int) -> bool:
+        """Put ``chunk`` back in a form that can be recorded; False to give up (closing)."""
+        refused = isinstance(exc, DatabaseError) and not _is_connection_error(exc)
+        if refused and len(chunk) > 1:
+            # One bad row spoils the statement: find it by writing them one at a time.
+            logger.exception("recording %s results failed; recording them one by one", len(chunk))
+            self._pending[:0] = chunk
+            self._singles = len(chunk)
+        elif refused and chunk[0].error_type != "worker.record_failed":
+            logger.exception(
+                "recording run %s failed; recording it as a failed attempt", chunk[0].run_id
+            )
+            self._pending[:0] = [_as_record_failure(chunk[0], exc)]
+        elif refused:
+            logger.critical("run %s cannot be recorded at all; the reaper will", chunk[0].run_id)
+        else:
+            delay = min(0.1 * 2**failures, 5.0)
+            logger.exception("recording %s results failed; retrying in %.1fs", len(chunk), delay)
+            self._pending[:0] = chunk
+            if self._closing and failures * delay > self.config.shutdown_timeout:
+                logger.critical(
+                    "giving up on recording runs %s; the reaper will", [r.run_id for r in chunk]
+                )
+                return False
+            await asyncio.sleep(delay)
+        return True
+
+    # -- periodic duties -----------------------------------------------------------
+
+    async def _periodic(self) -> None:
+        cfg = self.config
+        last_stats = time.monotonic()
+        while True:
+            await asyncio.sleep(cfg.heartbeat_interval)
+            if self._inflight:
+                try:
+                    await self._db(
+                        self._record_db, batch.heartbeat, cfg.worker_id, list(self._inflight)
+                    )
+                except Exception:
+                    logger.exception("heartbeat failed")
+            if self._orphans:
+                await self._release_orphans()
+            if time.monotonic() - last_stats >= cfg.stats_interval:
+                logger.info("worker %s: %s", cfg.worker_id, self.stats.line())
+                last_stats = time.monotonic()
+
+
+def _guarded(using: str, fn: Callable[..., T], *args: Any) -> T:
+    """Call ``fn`` on a DB thread, dropping a broken connection so the next call reconnects."""
+    try:
+        return fn(*args)
+    except Exception:
+        connections[using].close_if_unusable_or_obsolete()
+        raise
+
+
+def _is_connection_error(exc: Exception) -> bool:
+    from django.db import InterfaceError, OperationalError
+
+    return isinstance(exc, InterfaceError | OperationalError)
+
+
+def _as_record_failure(rec: Record, exc: Exception) -> Record:
+    """A record the database refused, turned into a failed attempt that retries."""
+    from dataclasses import replace
+
+    later = timezone.now() + dt.timedelta(seconds=FALLBACK_RETRY_SECONDS)
+    return replace(
+        rec,
+        transition=Transition.RETRY,
+        available_at=later,
+        result=None,
+        outcome="failed",
+        error_type="worker.record_failed",
+        error=trim(f"the database refused this attempt's result: {type(exc).__name__}: {exc}"),
+        response_excerpt="",
+    )

@@ -1,0 +1,136 @@
+"""Fixtures shared by the tiers: a real HTTP server on 127.0.0.1, worker runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self):
+        return json.loads(self.body)
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes = b'{"ok": true}'
+    headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "application/json"})
+
+
+class LocalServer:
+    """A threaded HTTP/1.1 server on 127.0.0.1 that records every request.
+
+    ``routes`` maps a path to a function of the request returning a :class:`Reply`.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[Received] = []
+        self.routes: dict[str, Callable[[Received], Reply]] = {}
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                length = int(self.headers.get("Content-Length") or 0)
+                got = Received(self.path, dict(self.headers.items()), self.rfile.read(length))
+                with server._lock:
+                    server.requests.append(got)
+                route = server.routes.get(self.path, lambda _r: Reply())
+                reply = route(got)
+                self.send_response(reply.status)
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                self.wfile.write(reply.body)
+
+            do_PUT = do_PATCH = do_POST  # noqa: N815
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def url(self, path: str = "/") -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}{path}"
+
+    def run_ids(self) -> Counter:
+        """How many times each run id was dispatched here."""
+        with self._lock:
+            return Counter(r.json["run_id"] for r in self.requests)
+
+
+@pytest.fixture
+def http_server() -> Iterator[LocalServer]:
+    server = LocalServer()
+    server.thread.start()
+    yield server
+    server.httpd.shutdown()
+    server.httpd.server_close()
+
+
+def run_worker(**options) -> object:
+    """Run a worker in this process until it has drained what is due (``--burst``)."""
+    from django_strait.management.commands.run_strait_worker import build_config
+    from django_strait.worker.engine import Worker
+
+    options.setdefault("burst", True)
+    options.setdefault("worker_id", "test-worker")
+    return Worker(build_config(options)).run()
+
+
+@pytest.fixture
+def burst():
+    """Drain due runs with an in-process worker; returns its stats."""
+    return run_worker
+
+
+@pytest.fixture
+def worker_env(django_db_blocker) -> dict[str, str]:
+    """Environment for a worker subprocess that uses this test's database."""
+    from django.db import connection
+
+    settings = connection.settings_dict
+    if connection.vendor == "postgresql":
+        url = (
+            f"postgres://{settings['USER'] or 'postgres'}@{settings['HOST'] or '127.0.0.1'}:"
+            f"{settings['PORT'] or 5432}/{settings['NAME']}"
+        )
+    else:
+        url = f"sqlite:///{settings['NAME']}"
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=url,
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def worker_command(*args: str) -> list[str]:
+    """The command line of a worker subprocess (tests.settings)."""
+    return [sys.executable, "-m", "django", "run_strait_worker", *args]
