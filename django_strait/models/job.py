@@ -55,9 +55,10 @@ class Job(models.Model):
     )
     timeout_secs = models.FloatField(default=30.0, validators=[MinValueValidator(0.001)])
 
-    # Retry policy columns (null = inherit the default).
+    # Retry policy columns: null means "inherit the default", distinct from any value,
+    # so the string columns are nullable too.
     max_attempts = models.PositiveIntegerField(null=True, blank=True)
-    retry_strategy = models.CharField(
+    retry_strategy = models.CharField(  # noqa: DJ001
         max_length=20, choices=RetryStrategy.choices, null=True, blank=True
     )
     retry_initial_delay_secs = models.FloatField(null=True, blank=True)
@@ -65,9 +66,9 @@ class Job(models.Model):
     retry_max_delay_secs = models.FloatField(null=True, blank=True)
     retry_delays_secs = models.JSONField(null=True, blank=True)
     retry_jitter = models.FloatField(null=True, blank=True)
-    retry_function = models.CharField(max_length=300, null=True, blank=True)
+    retry_function = models.CharField(max_length=300, null=True, blank=True)  # noqa: DJ001
     non_retryable_errors = models.JSONField(default=list, blank=True)
-    on_exhaustion = models.CharField(
+    on_exhaustion = models.CharField(  # noqa: DJ001
         max_length=20, choices=OnExhaustion.choices, null=True, blank=True
     )
 

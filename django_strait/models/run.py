@@ -35,7 +35,8 @@ class JobRun(models.Model):
     queue = models.CharField(max_length=100, default="default")
     #: Not claimable before this instant (delays and retry backoff).
     available_at = models.DateTimeField(default=timezone.now)
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    # Null (no key) stays outside the unique constraint; "" would collide.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
 
     claimed_by = models.CharField(max_length=200, blank=True, editable=False)
     heartbeat_at = models.DateTimeField(null=True, blank=True, editable=False)
