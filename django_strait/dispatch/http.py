@@ -1,0 +1,365 @@
+"""Call an HTTP job's endpoint once and describe the answer as an Outcome (DESIGN §4).
+
+The dispatcher persists nothing: it builds the request (JSON body, Strait headers,
+signature), sends it over one pooled aiohttp session, reads a bounded part of the
+answer and maps status, ``Strait-Action`` and ``Retry-After`` to an
+:class:`~django_strait.outcome.Outcome`. The endpoint author's side of this
+contract is described in docs/http-jobs.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from django_strait.dispatch.results import (
+    EXCERPT_CHARS,
+    decode,
+    excerpt,
+    parse_json,
+    trim,
+)
+from django_strait.dispatch.signing import SIGNATURE_HEADER, sign
+from django_strait.outcome import Action, Outcome, action, failure, success
+
+__all__ = ["ACTION_HEADER", "HttpDispatcher", "HttpRequest", "encode_body", "parse_retry_after"]
+
+logger = logging.getLogger(__name__)
+
+ACTION_HEADER = "Strait-Action"
+_ACTIONS = {act.value: act for act in Action}
+_ALLOWED_ACTIONS = ", ".join(_ACTIONS)
+
+#: Retryable besides every 5xx: timeout, too early, too many requests.
+_RETRYABLE_STATUSES = frozenset({408, 425, 429})
+_RETRY_AFTER_STATUSES = frozenset({429, 503})
+
+#: Names a job's own headers may not set: Strait's own, and the ones that frame the
+#: body (a wrong Content-Length or Transfer-Encoding would corrupt the request).
+_RESERVED_HEADERS = frozenset(
+    {"content-type", "content-length", "transfer-encoding", "accept-encoding", "idempotency-key"}
+)
+_RESERVED_PREFIX = "strait-"
+
+#: A failed answer is read only as far as its excerpt needs (4 bytes per character at most).
+_FAILURE_READ_BYTES = EXCERPT_CHARS * 4
+_ERROR_EXCERPT_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """One attempt of an HTTP job: where to send it and what to send."""
+
+    run_id: int
+    job: str
+    attempt: int
+    payload: Any
+    url: str
+    method: str = "POST"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    signing_secret: str = ""
+    timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        timeout = self.timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise ValueError(f"HttpRequest.timeout must be seconds > 0, got {timeout!r}")
+
+
+def encode_body(req: HttpRequest) -> bytes:
+    """Return the JSON body sent to the endpoint: run id, job, attempt and payload."""
+    document = {
+        "run_id": req.run_id,
+        "job": req.job,
+        "attempt": req.attempt,
+        "payload": req.payload,
+    }
+    return json.dumps(document, separators=(",", ":")).encode("ascii")
+
+
+def build_headers(req: HttpRequest, body: bytes, user_agent: str) -> CIMultiDict[str]:
+    """Return the request headers: the job's own, then Strait's, which always win."""
+    headers: CIMultiDict[str] = CIMultiDict({"User-Agent": user_agent})
+    for name, value in req.headers.items():
+        lowered = name.lower()
+        if lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIX):
+            continue
+        headers[name] = str(value)
+    headers["Content-Type"] = "application/json"
+    # The body is read in bounded pieces; a compressed body would make the byte
+    # limit mean nothing, so ask for it plain and never decompress.
+    headers["Accept-Encoding"] = "identity"
+    headers["Strait-Run-Id"] = str(req.run_id)
+    headers["Strait-Attempt"] = str(req.attempt)
+    headers["Idempotency-Key"] = str(req.run_id)
+    if req.signing_secret:
+        headers[SIGNATURE_HEADER] = sign(req.signing_secret, body, int(time.time()))
+    return headers
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Return the delay a ``Retry-After`` value asks for, in seconds, or None if unreadable."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            # A "-0000" zone parses naive; HTTP dates are always UTC.
+            when = when.replace(tzinfo=UTC)
+        seconds = when.timestamp() - now
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+class HttpDispatcher:
+    """Send HTTP job attempts over one pooled aiohttp session and describe the answers."""
+
+    def __init__(
+        self,
+        *,
+        max_result_bytes: int = 65536,
+        user_agent: str = "django-strait",
+        limit: int = 100,
+    ) -> None:
+        if max_result_bytes < 0:
+            raise ValueError(f"max_result_bytes must be >= 0, got {max_result_bytes!r}")
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0 (0 = no limit), got {limit!r}")
+        self._max_result_bytes = max_result_bytes
+        self._user_agent = user_agent
+        self._limit = limit
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        """Open the connection pool; call it inside the event loop that dispatches."""
+        if self._session is not None:
+            return
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._limit),
+            # Runs of different jobs must not share cookies through the pool.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            auto_decompress=False,
+            # Proxies from the environment would bypass the SSRF check on the URL.
+            trust_env=False,
+        )
+
+    async def close(self) -> None:
+        """Close the pool and every connection in it."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def __aenter__(self) -> HttpDispatcher:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def dispatch(self, req: HttpRequest) -> Outcome:
+        """Send one attempt and describe what came back; never raise."""
+        started = time.perf_counter()
+        try:
+            return await self._exchange(req, started)
+        except Exception as exc:
+            logger.exception(
+                "Dispatching run %s to %s failed inside django-strait",
+                req.run_id,
+                req.url,
+                extra={"run_id": req.run_id, "job": req.job, "attempt": req.attempt},
+            )
+            return failure(
+                "dispatch.internal",
+                f"{type(exc).__name__}: {exc}",
+                endpoint=req.url,
+                duration_ms=_elapsed_ms(started),
+            )
+
+    async def _exchange(self, req: HttpRequest, started: float) -> Outcome:
+        if self._session is None:
+            await self.start()
+        assert self._session is not None
+        if not req.url.lower().startswith(("http://", "https://")):
+            return _invalid_url(req, _elapsed_ms(started))
+        body = encode_body(req)
+        headers = build_headers(req, body, self._user_agent)
+        status: int | None = None
+        try:
+            async with self._session.request(
+                req.method,
+                req.url,
+                data=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=req.timeout),
+                allow_redirects=False,
+            ) as resp:
+                status = resp.status
+                data = await _read_at_most(resp.content, self._read_limit(status))
+                answer = _Answer(status, resp.headers, resp.charset or "utf-8", data)
+        except TimeoutError:
+            # Before the generic client errors: aiohttp's timeouts subclass both.
+            return _timeout(req, status, _elapsed_ms(started))
+        except aiohttp.InvalidURL:
+            return _invalid_url(req, _elapsed_ms(started))
+        except (aiohttp.ClientError, OSError) as exc:
+            return _unreachable(req, exc, status, _elapsed_ms(started))
+        return answer.outcome(req.url, self._max_result_bytes, _elapsed_ms(started))
+
+    def _read_limit(self, status: int) -> int:
+        # One byte past the limit tells "exactly the limit" from "longer".
+        if 200 <= status < 300:
+            return self._max_result_bytes + 1
+        return _FAILURE_READ_BYTES
+
+
+async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    remaining = limit
+    while remaining > 0:
+        chunk = await stream.read(remaining)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _elapsed_ms(started: float) -> int:
+    return int((time.perf_counter() - started) * 1000)
+
+
+def _timeout(req: HttpRequest, status: int | None, duration_ms: int) -> Outcome:
+    return failure(
+        "http.timeout",
+        f"No complete response from {req.url} within {req.timeout:g} s",
+        attempt_outcome="timed_out",
+        status_code=status,
+        endpoint=req.url,
+        duration_ms=duration_ms,
+    )
+
+
+def _invalid_url(req: HttpRequest, duration_ms: int) -> Outcome:
+    return failure(
+        "http.invalid_url",
+        f"Cannot call {req.url!r}: not a valid http:// or https:// URL",
+        retryable=False,
+        endpoint=req.url,
+        duration_ms=duration_ms,
+    )
+
+
+def _unreachable(
+    req: HttpRequest, exc: BaseException, status: int | None, duration_ms: int
+) -> Outcome:
+    return failure(
+        "http.connect",
+        f"Could not complete the call to {req.url}: {type(exc).__name__}: {exc}",
+        status_code=status,
+        endpoint=req.url,
+        duration_ms=duration_ms,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """What the endpoint answered, read as far as needed."""
+
+    status: int
+    headers: CIMultiDictProxy[str]
+    charset: str
+    body: bytes
+
+    def outcome(self, url: str, max_result_bytes: int, duration_ms: int) -> Outcome:
+        """Map status, Strait-Action and Retry-After to an Outcome."""
+        common: dict[str, Any] = {
+            "status_code": self.status,
+            "endpoint": url,
+            "duration_ms": duration_ms,
+        }
+        requested, note = self._requested_action()
+        if requested is not None:
+            return self._action(requested, url, common)
+        if 200 <= self.status < 300:
+            return success(self._result(max_result_bytes), error=note, **common)
+        return self._failure(url, note, common)
+
+    def _requested_action(self) -> tuple[Action | None, str]:
+        value = self.headers.get(ACTION_HEADER)
+        if value is None:
+            return None, ""
+        requested = _ACTIONS.get(value.strip().lower())
+        if requested is None:
+            return None, f" (ignored {ACTION_HEADER}: {value!r}; allowed: {_ALLOWED_ACTIONS})"
+        return requested, ""
+
+    def _action(self, requested: Action, url: str, common: dict[str, Any]) -> Outcome:
+        text = excerpt(self.body, self.charset)
+        # An explicit "retry" may carry its own delay whatever the status.
+        retry_after = self._retry_after() if requested is Action.RETRY else None
+        message = f"HTTP {self.status} from {url} asked to {requested.value}{_tail(text)}"
+        return action(
+            requested,
+            f"http.{self.status}",
+            message,
+            retry_after=retry_after,
+            response_excerpt=text,
+            **common,
+        )
+
+    def _failure(self, url: str, note: str, common: dict[str, Any]) -> Outcome:
+        status = self.status
+        text = excerpt(self.body, self.charset)
+        message = f"HTTP {status} from {url}"
+        if 300 <= status < 400:
+            location = self.headers.get("Location", "none given")
+            message += f" (redirects are not followed; Location: {location})"
+        retry_after = self._retry_after() if status in _RETRY_AFTER_STATUSES else None
+        return failure(
+            f"http.{status}",
+            message + _tail(text) + note,
+            retryable=status in _RETRYABLE_STATUSES or 500 <= status <= 599,
+            retry_after=retry_after,
+            response_excerpt=text,
+            **common,
+        )
+
+    def _retry_after(self) -> float | None:
+        return parse_retry_after(self.headers.get("Retry-After"), time.time())
+
+    def _result(self, limit: int) -> Any:
+        body = self.body
+        if len(body) > limit:
+            return trim(body, limit, self.charset)
+        if not body:
+            return None
+        is_json, value = parse_json(body)
+        return value if is_json else decode(body, self.charset)
+
+
+def _tail(text: str) -> str:
+    """Return ``": <first line of the excerpt>"`` for an error message, or nothing."""
+    line = " ".join(text.split())[:_ERROR_EXCERPT_CHARS]
+    return f": {line}" if line else ""
