@@ -1,0 +1,303 @@
+#!/usr/bin/env python
+"""Measure django-strait on this machine and print the figures as one JSON object.
+
+    python bench/bench_worker.py [--n 5000] [--reps 3] [--concurrency 100] [--only drain_noop,...]
+
+Phases (each a median over ``--reps``):
+  bulk_trigger     trigger_many() of N runs (one INSERT per 5,000): runs/s
+  drain_noop       N no-op Python runs queued, ONE worker process spawned: runs/s
+                   (steady: first to last completion; incl_startup: spawn to last)
+  drain_http       N HTTP runs against a fast endpoint in its own process on 127.0.0.1
+  latency          idle worker, one run at a time: trigger -> started_at, median and p95
+  rss              the drain worker's peak RSS (VmHWM) in MB
+
+The database is ``DATABASE_URL`` (default: PostgreSQL database ``strait_bench`` on
+127.0.0.1, created if missing). Traffic goes to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/strait_bench"
+SETTINGS = "bench.settings"
+
+
+def setup_django(db_url: str) -> None:
+    os.environ["DATABASE_URL"] = db_url
+    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
+    sys.path.insert(0, str(ROOT))
+    if db_url.startswith("postgres"):
+        _create_pg_database(db_url)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def _create_pg_database(db_url: str) -> None:
+    import psycopg
+
+    base, name = db_url.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def clear() -> None:
+    from django.db import connection
+
+    from django_strait.models import JobRun, RunAttempt
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as c:
+            c.execute(f"TRUNCATE {RunAttempt._meta.db_table}, {JobRun._meta.db_table}")
+    else:
+        RunAttempt.objects.all().delete()
+        JobRun.objects.all().delete()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as c:
+            c.execute(f"VACUUM ANALYZE {JobRun._meta.db_table}")
+
+
+def make_jobs(endpoint: str | None) -> None:
+    from django_strait.models import Job
+
+    Job.objects.update_or_create(
+        name="bench-noop", defaults={"handler": "bench.jobs.noop", "endpoint_url": ""}
+    )
+    if endpoint:
+        Job.objects.update_or_create(
+            name="bench-http",
+            defaults={"endpoint_url": endpoint, "handler": "", "timeout_secs": 10},
+        )
+
+
+def spawn_worker(concurrency: int, batch: int, extra: list[str] | None = None) -> subprocess.Popen:
+    cmd = [
+        sys.executable,
+        "-m",
+        "django",
+        "run_strait_worker",
+        "--concurrency",
+        str(concurrency),
+        "--batch-size",
+        str(batch),
+        *(extra or []),
+    ]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=open(ROOT / "bench" / "worker.log", "ab"),
+    )
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def done_count() -> int:
+    from django.db import connection
+
+    with connection.cursor() as c:
+        c.execute("SELECT count(*) FROM django_strait_jobrun WHERE status = 'completed'")
+        return c.fetchone()[0]
+
+
+def bulk_trigger(n: int) -> float:
+    from django_strait import trigger_many
+
+    clear()
+    t = time.perf_counter()
+    trigger_many("bench-noop", [{"i": i} for i in range(n)])
+    return n / (time.perf_counter() - t)
+
+
+def drain(job: str, n: int, concurrency: int, batch: int) -> dict:
+    from django.db import connections
+
+    from django_strait import trigger_many
+
+    clear()
+    trigger_many(job, [{"i": i} for i in range(n)])
+    connections.close_all()
+    t0 = time.perf_counter()
+    proc = spawn_worker(concurrency, batch)
+    first = None
+    first_done = 0
+    try:
+        while True:
+            d = done_count()
+            t = time.perf_counter()
+            if d and first is None:
+                first, first_done = t, d
+            if d >= n:
+                break
+            if proc.poll() is not None:
+                return {"error": f"worker exited rc={proc.returncode}"}
+            if t - t0 > 300:
+                return {"error": f"timeout: {d}/{n}"}
+            time.sleep(0.02)
+        rss = peak_rss_mb(proc.pid)
+    finally:
+        stop(proc)
+    return {
+        "steady_runs_per_s": (n - first_done) / (t - first) if t > first else None,
+        "incl_startup_runs_per_s": n / (t - t0),
+        "peak_rss_mb": rss,
+    }
+
+
+def latency(samples: int, concurrency: int) -> dict:
+    import random
+
+    from django_strait import trigger
+    from django_strait.models import JobRun
+
+    clear()
+    proc = spawn_worker(concurrency, 100)
+    lat = []
+    try:
+        warm = trigger("bench-noop", {})
+        _wait_started(warm.pk, 60)
+        rnd = random.Random(7)
+        for _ in range(samples):
+            time.sleep(rnd.uniform(0.05, 0.3))
+            run = trigger("bench-noop", {})
+            _wait_started(run.pk, 30)
+            row = JobRun.objects.values("created_at", "started_at").get(pk=run.pk)
+            lat.append((row["started_at"] - row["created_at"]).total_seconds() * 1000)
+    finally:
+        stop(proc)
+    lat.sort()
+    return {
+        "median_ms": statistics.median(lat),
+        "p95_ms": lat[int(len(lat) * 0.95) - 1],
+        "samples": len(lat),
+    }
+
+
+def _wait_started(pk: int, timeout: float) -> None:
+    from django_strait.models import JobRun
+
+    deadline = time.perf_counter() + timeout
+    while not JobRun.objects.filter(pk=pk, started_at__isnull=False).exists():
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"run {pk} not started within {timeout}s")
+        time.sleep(0.002)
+
+
+def start_endpoint() -> tuple[subprocess.Popen, str]:
+    """A fast endpoint in its own process: aiohttp.web answering 200 {}."""
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "endpoint.py")],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    url = proc.stdout.readline().strip()
+    return proc, url
+
+
+def summarize(values: list) -> dict | None:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=5000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--concurrency", type=int, default=100)
+    ap.add_argument("--batch-size", type=int, default=100)
+    ap.add_argument("--latency-samples", type=int, default=30)
+    ap.add_argument("--only", default="bulk_trigger,drain_noop,drain_http,latency")
+    ap.add_argument("--db", default=os.environ.get("DATABASE_URL", DEFAULT_DB))
+    args = ap.parse_args()
+    phases = args.only.split(",")
+    setup_django(args.db)
+    endpoint_proc, url = start_endpoint() if "drain_http" in phases else (None, None)
+    make_jobs(url)
+    raw: dict[str, list] = {p: [] for p in phases}
+    try:
+        for _ in range(args.reps):
+            if "bulk_trigger" in phases:
+                raw["bulk_trigger"].append(bulk_trigger(args.n))
+            if "drain_noop" in phases:
+                raw["drain_noop"].append(
+                    drain("bench-noop", args.n, args.concurrency, args.batch_size)
+                )
+            if "drain_http" in phases:
+                raw["drain_http"].append(
+                    drain("bench-http", args.n, args.concurrency, args.batch_size)
+                )
+            if "latency" in phases:
+                raw["latency"].append(latency(args.latency_samples, args.concurrency))
+    finally:
+        if endpoint_proc:
+            endpoint_proc.terminate()
+        clear()
+    from django.db import connection
+
+    out: dict = {
+        "database": connection.vendor,
+        "n": args.n,
+        "reps": args.reps,
+        "concurrency": args.concurrency,
+        "batch_size": args.batch_size,
+    }
+    if raw.get("bulk_trigger"):
+        out["bulk_trigger_runs_per_s"] = summarize(raw["bulk_trigger"])
+    for key in ("drain_noop", "drain_http"):
+        if raw.get(key):
+            out[f"{key}_steady_runs_per_s"] = summarize(
+                [r.get("steady_runs_per_s") for r in raw[key]]
+            )
+            out[f"{key}_incl_startup_runs_per_s"] = summarize(
+                [r.get("incl_startup_runs_per_s") for r in raw[key]]
+            )
+            out[f"{key}_worker_peak_rss_mb"] = summarize([r.get("peak_rss_mb") for r in raw[key]])
+            errors = [r["error"] for r in raw[key] if "error" in r]
+            if errors:
+                out[f"{key}_errors"] = errors
+    if raw.get("latency"):
+        out["latency_median_ms"] = summarize([r["median_ms"] for r in raw["latency"]])
+        out["latency_p95_ms"] = summarize([r["p95_ms"] for r in raw["latency"]])
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
