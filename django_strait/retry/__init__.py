@@ -1,0 +1,49 @@
+"""Retry policies: durations, the layered policy, and the delay before each retry (DESIGN §3)."""
+
+from __future__ import annotations
+
+from django_strait.retry.durations import DURATION_SYNTAX, MAX_DURATION, parse_duration
+from django_strait.retry.policy import (
+    BUILTIN,
+    FIELDS,
+    JOB_COLUMNS,
+    ON_EXHAUSTION,
+    STRATEGIES,
+    PolicyError,
+    RetryPolicy,
+    clamp,
+    collect_errors,
+    compute_delay,
+    is_non_retryable,
+    job_partial,
+    merge,
+    raw_delay,
+    resolve,
+    retry_delay_for,
+    validate_field,
+    validate_partial,
+)
+
+__all__ = [
+    "BUILTIN",
+    "DURATION_SYNTAX",
+    "FIELDS",
+    "JOB_COLUMNS",
+    "MAX_DURATION",
+    "ON_EXHAUSTION",
+    "STRATEGIES",
+    "PolicyError",
+    "RetryPolicy",
+    "clamp",
+    "collect_errors",
+    "compute_delay",
+    "is_non_retryable",
+    "job_partial",
+    "merge",
+    "parse_duration",
+    "raw_delay",
+    "resolve",
+    "retry_delay_for",
+    "validate_field",
+    "validate_partial",
+]

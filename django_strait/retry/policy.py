@@ -1,0 +1,345 @@
+"""The retry policy (DESIGN §3): its fields, their validation, and the merge of its layers.
+
+A policy is built by :func:`merge`, field by field, from built-in defaults <
+``STRAIT["DEFAULT_RETRY"]`` < job columns < workflow step < run override;
+:func:`resolve` does that for a job and a run. The delay formulas live in
+``django_strait.retry.delays`` and are re-exported here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from django_strait.retry.delays import (
+    STRATEGIES,
+    clamp,
+    compute_delay,
+    load_function,
+    raw_delay,
+    retry_delay_for,
+)
+from django_strait.retry.durations import DURATION_SYNTAX, parse_duration
+from django_strait.retry.errors import PolicyError
+
+__all__ = [
+    "BUILTIN",
+    "FIELDS",
+    "JOB_COLUMNS",
+    "ON_EXHAUSTION",
+    "STRATEGIES",
+    "PolicyError",
+    "RetryPolicy",
+    "clamp",
+    "collect_errors",
+    "compute_delay",
+    "is_non_retryable",
+    "job_partial",
+    "merge",
+    "raw_delay",
+    "resolve",
+    "retry_delay_for",
+    "validate_field",
+    "validate_partial",
+]
+
+ON_EXHAUSTION: tuple[str, ...] = ("dead_letter", "discard")
+#: The largest attempt count the ``max_attempts`` columns can store.
+MAX_ATTEMPTS_LIMIT = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A complete retry policy; durations in seconds. Build one with :func:`merge`."""
+
+    max_attempts: int = 3
+    strategy: str = "exponential"
+    initial_delay: float = 1.0
+    backoff_coefficient: float = 2.0
+    max_delay: float = 3600.0
+    min_delay: float = 1.0
+    delays: tuple[float, ...] = ()
+    jitter: float = 0.2
+    jitter_window: float = 30.0
+    function: str | None = None
+    non_retryable_errors: tuple[str, ...] = ()
+    on_exhaustion: str = "dead_letter"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the policy in dict form (lists for sequences), e.g. for JSON."""
+        return {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in ((f, getattr(self, f)) for f in FIELDS)
+        }
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RetryPolicy))
+#: The built-in defaults (DESIGN §3), the bottom layer of every policy.
+BUILTIN = RetryPolicy()
+
+#: Policy field -> ``Job`` column. ``min_delay`` and ``jitter_window`` have no column.
+JOB_COLUMNS: dict[str, str] = {
+    "max_attempts": "max_attempts",
+    "strategy": "retry_strategy",
+    "initial_delay": "retry_initial_delay_secs",
+    "backoff_coefficient": "retry_backoff_coefficient",
+    "max_delay": "retry_max_delay_secs",
+    "delays": "retry_delays_secs",
+    "jitter": "retry_jitter",
+    "function": "retry_function",
+    "non_retryable_errors": "non_retryable_errors",
+    "on_exhaustion": "on_exhaustion",
+}
+
+
+def validate_partial(raw: Mapping[str, Any], *, prefix: str = "retry") -> dict[str, Any]:
+    """Return the normalised fields of a partial policy; raise PolicyError on the first bad one."""
+    values, errors = _validate_each(raw, prefix)
+    if errors:
+        raise errors[0]
+    _check_custom_delays(values, prefix)
+    return values
+
+
+def collect_errors(raw: Any, *, prefix: str = "retry") -> list[PolicyError]:
+    """Return every problem of a partial policy (empty when it is valid)."""
+    values, errors = _validate_each(raw, prefix)
+    if errors:
+        return errors
+    try:
+        _check_custom_delays(values, prefix)
+        merge(BUILTIN, values, prefix=prefix)
+    except PolicyError as exc:
+        return [exc]
+    return []
+
+
+def validate_field(key: str, value: Any, *, field: str) -> Any:
+    """Return one policy field's value normalised; raise PolicyError naming ``field``."""
+    if key not in _VALIDATORS:
+        raise PolicyError(
+            field, key, f"one of {', '.join(FIELDS)}", problem=f"unknown field {key!r}"
+        )
+    return _VALIDATORS[key](value, field)
+
+
+def job_partial(job: Any) -> dict[str, Any]:
+    """Return the partial policy a ``Job``'s columns set; empty columns inherit."""
+    values: dict[str, Any] = {}
+    for key, column in JOB_COLUMNS.items():
+        value = getattr(job, column, None)
+        if value is None or value == "" or value == []:
+            continue
+        try:
+            values[key] = validate_field(key, value, field=f"retry.{key}")
+        except PolicyError as exc:
+            raise exc.with_field(exc.field, column=column) from None
+    try:
+        _check_custom_delays(values, "retry")
+    except PolicyError as exc:
+        raise exc.with_field(exc.field, column=JOB_COLUMNS["delays"]) from None
+    return values
+
+
+def merge(
+    base: RetryPolicy, *partials: Mapping[str, Any] | None, prefix: str = "retry"
+) -> RetryPolicy:
+    """Return ``base`` overridden field by field by each partial in turn (later wins)."""
+    values: dict[str, Any] = {}
+    for partial in partials:
+        if partial:
+            values.update(validate_partial(partial, prefix=prefix))
+    policy = dataclasses.replace(base, **values)
+    _check_whole(policy, prefix, touched=values.keys())
+    return policy
+
+
+def resolve(
+    job: Any,
+    run_max_attempts: int | None = None,
+    run_overrides: Mapping[str, Any] | None = None,
+    *,
+    step: Mapping[str, Any] | None = None,
+) -> RetryPolicy:
+    """Return the policy for a run: defaults < settings < job < workflow step < run override."""
+    from django_strait.conf import strait_settings
+
+    attempts = None
+    if run_max_attempts is not None:
+        attempts = {
+            "max_attempts": validate_field("max_attempts", run_max_attempts, field="max_attempts")
+        }
+    job_layer = job_partial(job) if job is not None else None
+    return merge(strait_settings.DEFAULT_RETRY, job_layer, step, run_overrides, attempts)
+
+
+def is_non_retryable(error_type: str, patterns: Sequence[str]) -> bool:
+    """Return whether ``error_type`` matches a pattern: exact, or ``prefix.*`` as a prefix."""
+    for pattern in patterns:
+        if pattern.endswith(".*"):
+            if error_type.startswith(pattern[:-1]):
+                return True
+        elif error_type == pattern:
+            return True
+    return False
+
+
+def _validate_each(raw: Any, prefix: str) -> tuple[dict[str, Any], list[PolicyError]]:
+    if not isinstance(raw, Mapping):
+        allowed = f"an object (dict) of policy fields: {', '.join(FIELDS)}"
+        return {}, [
+            PolicyError(prefix, raw, allowed, problem=f"a {type(raw).__name__} is not an object")
+        ]
+    values: dict[str, Any] = {}
+    errors: list[PolicyError] = []
+    for key, value in raw.items():
+        if value is None and key in _VALIDATORS:
+            continue  # null means "inherit", as an empty Job column does
+        try:
+            values[key] = validate_field(key, value, field=f"{prefix}.{key}")
+        except PolicyError as exc:
+            errors.append(exc)
+    return values, errors
+
+
+def _check_custom_delays(values: Mapping[str, Any], prefix: str) -> None:
+    if values.get("strategy") == "custom" and "delays" in values and not values["delays"]:
+        raise PolicyError(f"{prefix}.delays", [], _DELAYS_FOR_CUSTOM)
+
+
+def _check_whole(policy: RetryPolicy, prefix: str, *, touched: Any) -> None:
+    if policy.min_delay > policy.max_delay:
+        if "max_delay" in touched:
+            raise PolicyError(
+                f"{prefix}.max_delay",
+                policy.max_delay,
+                f"a duration >= min_delay ({policy.min_delay:g} s)",
+            )
+        raise PolicyError(
+            f"{prefix}.min_delay",
+            policy.min_delay,
+            f"a duration <= max_delay ({policy.max_delay:g} s)",
+        )
+    if policy.strategy == "custom" and not policy.delays:
+        raise PolicyError(f"{prefix}.delays", list(policy.delays), _DELAYS_FOR_CUSTOM)
+    if policy.strategy == "function" and not policy.function:
+        raise PolicyError(
+            f"{prefix}.function", policy.function, f"{_FUNCTION_SYNTAX} when strategy is 'function'"
+        )
+
+
+_DELAYS_FOR_CUSTOM = "a non-empty list of delays when strategy is 'custom'"
+_FUNCTION_SYNTAX = "the dotted path of a callable f(retry_number, policy) -> seconds"
+_PATTERN = re.compile(r"[^\s*]+(?:\.\*)?")
+_PATTERN_SYNTAX = (
+    "a list of error types, each exact (http.404) or a prefix ending in '.*' (auth.*); "
+    "no other wildcard"
+)
+
+
+def _finite(value: Any) -> float | None:
+    # bool is an int subclass, but True as a coefficient is always a mistake.
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal | Fraction):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _max_attempts(value: Any, field: str) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 1 <= value <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise PolicyError(field, value, f"an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
+    return int(value)
+
+
+def _strategy(value: Any, field: str) -> str:
+    name = value.strip().lower() if isinstance(value, str) else None
+    if name not in STRATEGIES:
+        raise PolicyError(field, value, f"one of {', '.join(STRATEGIES)}")
+    return name
+
+
+def _duration(value: Any, field: str) -> float:
+    return parse_duration(value, field=field)
+
+
+def _positive_duration(value: Any, field: str) -> float:
+    seconds = parse_duration(value, field=field)
+    if seconds <= 0:
+        raise PolicyError(field, value, "a duration > 0 (e.g. 1s, 500ms); zero would retry at once")
+    return seconds
+
+
+def _coefficient(value: Any, field: str) -> float:
+    number = _finite(value)
+    if number is None or number < 1:
+        raise PolicyError(field, value, "a number >= 1")
+    return number
+
+
+def _jitter(value: Any, field: str) -> float:
+    number = _finite(value)
+    if number is None or not 0 <= number <= 1:
+        raise PolicyError(field, value, "a number from 0 to 1 (0.2 = ±20 %; 0 disables jitter)")
+    return number
+
+
+def _delays(value: Any, field: str) -> tuple[float, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise PolicyError(field, value, f"a list of durations, each {DURATION_SYNTAX}")
+    return tuple(parse_duration(item, field=f"{field}[{i}]") for i, item in enumerate(value))
+
+
+def _function(value: Any, field: str) -> str:
+    if not isinstance(value, str) or "." not in value.strip():
+        raise PolicyError(field, value, _FUNCTION_SYNTAX)
+    path = value.strip()
+    try:
+        load_function(path)
+    except Exception as exc:  # ImportError, AttributeError, TypeError, or the module's own error
+        problem = f"{value!r} cannot be used ({type(exc).__name__}: {exc})"
+        raise PolicyError(field, value, _FUNCTION_SYNTAX, problem=problem) from None
+    return path
+
+
+def _error_patterns(value: Any, field: str) -> tuple[str, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise PolicyError(field, value, _PATTERN_SYNTAX)
+    for i, pattern in enumerate(value):
+        if not isinstance(pattern, str) or not _PATTERN.fullmatch(pattern):
+            raise PolicyError(f"{field}[{i}]", pattern, _PATTERN_SYNTAX)
+    return tuple(value)
+
+
+def _on_exhaustion(value: Any, field: str) -> str:
+    if value not in ON_EXHAUSTION:
+        raise PolicyError(field, value, f"one of {', '.join(ON_EXHAUSTION)}")
+    return str(value)
+
+
+_VALIDATORS: dict[str, Callable[[Any, str], Any]] = {
+    "max_attempts": _max_attempts,
+    "strategy": _strategy,
+    "initial_delay": _duration,
+    "backoff_coefficient": _coefficient,
+    "max_delay": _positive_duration,
+    "min_delay": _positive_duration,
+    "delays": _delays,
+    "jitter": _jitter,
+    "jitter_window": _duration,
+    "function": _function,
+    "non_retryable_errors": _error_patterns,
+    "on_exhaustion": _on_exhaustion,
+}
