@@ -1,0 +1,94 @@
+"""Run the example project as a user would: ``manage.py`` in subprocesses, a fresh SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MANAGE_TIMEOUT_SECS = 120
+
+
+@dataclass(frozen=True)
+class ExampleProject:
+    """The example project pointed at one SQLite file."""
+
+    db_path: Path
+    env: dict[str, str]
+
+    def command(self, *args: str) -> list[str]:
+        """Return the command line of ``manage.py <args>``."""
+        return [sys.executable, str(REPO_ROOT / "manage.py"), *args]
+
+    def manage(self, *args: str, timeout: float = MANAGE_TIMEOUT_SECS) -> str:
+        """Run ``manage.py <args>`` to the end; return its stdout, failing on a non-zero exit."""
+        done = subprocess.run(
+            self.command(*args),
+            cwd=REPO_ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 0, (
+            f"manage.py {' '.join(args)} exited {done.returncode}\n"
+            f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+        )
+        return done.stdout
+
+    def rows(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        """Read rows straight from the SQLite file (what the project wrote, not what it says)."""
+        with sqlite3.connect(self.db_path, timeout=30) as db:
+            db.row_factory = sqlite3.Row
+            return [dict(row) for row in db.execute(sql, params)]
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every run with its job's name, payload and result decoded."""
+        rows = self.rows(
+            "SELECT r.id, j.name AS job, r.status, r.attempt, r.payload, r.result, r.error_type,"
+            " r.last_error FROM django_strait_jobrun r JOIN django_strait_job j ON j.id = r.job_id"
+            " ORDER BY r.id"
+        )
+        for row in rows:
+            row["payload"] = json.loads(row["payload"])
+            row["result"] = None if row["result"] is None else json.loads(row["result"])
+        return rows
+
+
+@pytest.fixture
+def example_project(tmp_path: Path) -> ExampleProject:
+    """The example project on a fresh, empty SQLite file under ``tmp_path``."""
+    db_path = tmp_path / "example.sqlite3"
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=f"sqlite:///{db_path}",
+        # pytest-django exported the test settings; the subprocesses are the example project.
+        DJANGO_SETTINGS_MODULE="example_project.settings",
+        PYTHONUNBUFFERED="1",
+    )
+    return ExampleProject(db_path=db_path, env=env)
+
+
+@pytest.fixture
+def wait_until() -> Callable[..., None]:
+    """Poll ``check()`` until it is true or ``timeout`` seconds pass (then fail with ``why()``)."""
+    import time
+
+    def wait(check: Callable[[], bool], *, timeout: float, why: Callable[[], str]) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                pytest.fail(f"still waiting after {timeout} s: {why()}")
+            time.sleep(0.2)
+
+    return wait

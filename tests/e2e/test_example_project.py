@@ -1,0 +1,195 @@
+"""The example project end to end: ``strait_demo`` and a long-running worker, as subprocesses."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections import Counter, defaultdict
+
+import pytest
+
+from tests.e2e.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+DEMO_JOBS = (
+    "send-welcome-email",
+    "resize-image",
+    "charge-card",
+    "sync-crm",
+    "partner-webhook",
+    "legacy-callback",
+)
+TERMINAL = {"completed", "failed", "dead_letter", "discarded", "canceled"}
+
+
+def summary_table(output: str) -> dict[str, dict[str, int]]:
+    """Parse the demo's per-job table: job -> column -> count."""
+    columns = ("runs", "completed", "retried", "dead-lettered", "failed", "other")
+    table = {}
+    for line in output.splitlines():
+        cells = line.split()
+        if len(cells) == 8 and cells[0] in DEMO_JOBS:
+            table[cells[0]] = dict(zip(columns, map(int, cells[2:]), strict=True))
+    return table
+
+
+def counted(runs: list[dict]) -> dict[str, int]:
+    """Count runs the way the demo's table does."""
+    statuses = Counter(r["status"] for r in runs)
+    return {
+        "runs": len(runs),
+        "completed": statuses["completed"],
+        "retried": sum(r["attempt"] > 1 for r in runs),
+        "dead-lettered": statuses["dead_letter"],
+        "failed": statuses["failed"],
+        "other": len(runs) - statuses["completed"] - statuses["dead_letter"] - statuses["failed"],
+    }
+
+
+def by_job(runs: list[dict]) -> dict[str, list[dict]]:
+    grouped = defaultdict(list)
+    for run in runs:
+        grouped[run["job"]].append(run)
+    return grouped
+
+
+def expected_charge(payload: dict) -> tuple[str, int, str]:
+    """(status, attempts, error type) that charge-card's payload plans for its run."""
+    if payload["expired"]:
+        return "failed", 1, ""
+    if payload["declines"] >= 3:  # charge-card has 3 attempts
+        return "dead_letter", 3, "card.declined"
+    return "completed", payload["declines"] + 1, ""
+
+
+def assert_runs_end_as_designed(jobs: dict[str, list[dict]]) -> None:
+    for run in jobs["send-welcome-email"]:
+        assert (run["status"], run["attempt"]) == ("completed", 1)
+        assert run["result"]["sent_to"] == run["payload"]["to"]
+    for run in jobs["resize-image"]:
+        assert (run["status"], run["attempt"]) == ("completed", 1)
+        assert run["result"]["image"] == run["payload"]["image"]
+    for run in jobs["charge-card"]:
+        status, attempts, error_type = expected_charge(run["payload"])
+        assert (run["status"], run["attempt"]) == (status, attempts), run
+        if error_type:
+            assert run["error_type"] == error_type
+    for run in jobs["sync-crm"]:
+        assert (run["status"], run["attempt"], run["error_type"]) == (
+            "dead_letter",
+            3,
+            "python.CrmUnavailable",
+        )
+    for run in jobs["partner-webhook"]:
+        assert run["status"] in {"completed", "dead_letter"}, run
+        if run["status"] == "dead_letter":
+            assert (run["attempt"], run["error_type"]) == (4, "http.503")
+    for run in jobs["legacy-callback"]:
+        assert (run["status"], run["attempt"], run["error_type"]) == ("dead_letter", 1, "http.404")
+
+
+def test_strait_demo__runs_end_as_designed_and_summary_matches_database(example_project):
+    output = example_project.manage("strait_demo", "--runs", "5", "--seed", "1")
+
+    runs = example_project.runs()
+    jobs = by_job(runs)
+    assert sorted(jobs) == sorted(DEMO_JOBS)
+    assert all(len(jobs[name]) == 5 for name in DEMO_JOBS)
+    assert_runs_end_as_designed(jobs)
+    assert summary_table(output) == {name: counted(jobs[name]) for name in DEMO_JOBS}
+    dead_types = {r["error_type"] for r in runs if r["status"] == "dead_letter"}
+    examples = [line for line in output.splitlines() if line.strip().startswith("run ")]
+    assert len(examples) == 3
+    assert all(line.rsplit(": ", 1)[1] in dead_types for line in examples)
+    assert "admin/django_strait/deadletter/" in output
+
+
+def test_strait_demo__second_run_adds_runs_without_duplicating_jobs(example_project):
+    example_project.manage("strait_demo", "--runs", "2", "--seed", "7")
+    output = example_project.manage("strait_demo", "--runs", "3", "--seed", "7")
+
+    jobs = example_project.rows("SELECT name, endpoint_url FROM django_strait_job")
+    assert sorted(j["name"] for j in jobs) == sorted(DEMO_JOBS)
+    runs = example_project.runs()
+    assert len(runs) == 5 * len(DEMO_JOBS)
+    assert all(r["status"] in TERMINAL for r in runs)
+    # The summary counts this invocation's runs only.
+    assert {row["runs"] for row in summary_table(output).values()} == {3}
+    # After the demo, the HTTP jobs point at runserver, where replays can reach them.
+    http = {j["name"]: j["endpoint_url"] for j in jobs if j["endpoint_url"]}
+    assert http["legacy-callback"] == "http://127.0.0.1:8000/demo/gone/"
+
+
+def test_strait_demo__no_worker_only_queues(example_project):
+    output = example_project.manage("strait_demo", "--runs", "2", "--no-worker")
+
+    runs = example_project.runs()
+    assert Counter(r["status"] for r in runs) == {"queued": 2 * len(DEMO_JOBS)}
+    assert "run_strait_worker" in output
+
+
+def test_strait_demo__bad_runs_is_refused_naming_the_option(example_project):
+    done = subprocess.run(
+        example_project.command("strait_demo", "--runs", "0"),
+        cwd=REPO_ROOT,
+        env=example_project.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "--runs" in done.stderr and "from 1 to" in done.stderr
+
+
+TRIGGER_SCRIPT = """
+from django_strait import trigger_many
+fast = {"initial_delay": "100ms", "max_delay": "500ms", "min_delay": "100ms"}
+trigger_many("send-welcome-email", [{"to": f"u{i}@example.com"} for i in range(5)])
+trigger_many("resize-image", [{"image": f"p{i}.jpg"} for i in range(5)])
+trigger_many("charge-card", [{"amount": 10, "declines": 1, "expired": False}] * 3, retry=fast)
+trigger_many("sync-crm", [{"contact": "c"}] * 2, max_attempts=2, retry=fast)
+"""
+
+
+def test_worker__long_running_process_drains_triggered_runs_and_exits_0_on_sigterm(
+    example_project, wait_until, tmp_path
+):
+    example_project.manage("migrate", "--verbosity", "0")
+    log = (tmp_path / "worker.log").open("w+")
+    worker = subprocess.Popen(
+        example_project.command("run_strait_worker", "--concurrency", "4"),
+        cwd=REPO_ROOT,
+        env=example_project.env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        example_project.manage("shell", "-c", TRIGGER_SCRIPT)
+        wait_until(
+            lambda: all(r["status"] in TERMINAL for r in example_project.runs()),
+            timeout=60,
+            why=lambda: (
+                f"{Counter(r['status'] for r in example_project.runs())}; "
+                f"worker alive: {worker.poll() is None}"
+            ),
+        )
+        assert worker.poll() is None, "the worker must keep running without --burst"
+        worker.send_signal(signal.SIGTERM)
+        exit_code = worker.wait(timeout=40)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        log.seek(0)
+        worker_log = log.read()
+        log.close()
+
+    assert exit_code == 0, worker_log
+    jobs = by_job(example_project.runs())
+    assert len(jobs["send-welcome-email"]) == 5
+    assert all(r["status"] == "completed" for r in jobs["send-welcome-email"])
+    assert all(r["status"] == "completed" for r in jobs["resize-image"])
+    assert [(r["status"], r["attempt"]) for r in jobs["charge-card"]] == [("completed", 2)] * 3
+    assert [(r["status"], r["attempt"]) for r in jobs["sync-crm"]] == [("dead_letter", 2)] * 2
