@@ -1,0 +1,48 @@
+"""Django system checks for Strait's settings (``manage.py check --tag django_strait``).
+
+| id | problem |
+|---|---|
+| ``django_strait.E001`` | ``settings.STRAIT`` is not a dict |
+| ``django_strait.E002`` | ``settings.STRAIT`` has a key Strait does not know |
+| ``django_strait.E003`` | a value in ``settings.STRAIT`` is not allowed |
+| ``django_strait.E004`` | a ``STRAIT_*`` environment variable holds a value that is not allowed |
+| ``django_strait.W001`` | a ``STRAIT_*`` environment variable that Strait does not read (a typo?) |
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core import checks
+
+from django_strait.conf import SettingError, UnknownSettingError, strait_settings
+
+TAG = "django_strait"
+
+
+@checks.register(TAG)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Report every bad ``STRAIT`` setting and ``STRAIT_*`` environment variable."""
+    messages: list[checks.CheckMessage] = [_error(exc) for exc in strait_settings.errors()]
+    messages.extend(_unknown_env_var(name) for name in strait_settings.unknown_env_vars())
+    return messages
+
+
+def _error(exc: SettingError) -> checks.Error:
+    if exc.field == "STRAIT":
+        return checks.Error(str(exc), id="django_strait.E001")
+    if exc.from_environment:
+        hint = "The environment wins over settings.STRAIT; fix or unset the variable."
+        return checks.Error(str(exc), hint=hint, id="django_strait.E004")
+    if isinstance(exc, UnknownSettingError):
+        hint = "Remove the key, or correct its spelling; see docs/settings.md."
+        return checks.Error(str(exc), hint=hint, id="django_strait.E002")
+    return checks.Error(str(exc), hint="Fix the value in settings.STRAIT.", id="django_strait.E003")
+
+
+def _unknown_env_var(name: str) -> checks.Warning:
+    return checks.Warning(
+        f"{name} is set in the environment but Strait reads no such variable.",
+        hint="Check the spelling against docs/settings.md, or unset it.",
+        id="django_strait.W001",
+    )

@@ -1,0 +1,147 @@
+"""The django_strait system checks: every bad STRAIT value reported, none when all is well."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.core import checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from django_strait.checks import check_settings
+from django_strait.conf import strait_settings
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("STRAIT_"):
+            monkeypatch.delenv(name)
+    strait_settings.reload()
+    yield
+    strait_settings.reload()
+
+
+@pytest.fixture
+def setenv(monkeypatch):
+    def set_and_reload(name: str, value: str) -> None:
+        monkeypatch.setenv(name, value)
+        strait_settings.reload()
+
+    return set_and_reload
+
+
+def run() -> list[checks.CheckMessage]:
+    return checks.run_checks(tags=["django_strait"])
+
+
+def ids(messages) -> list[str]:
+    return sorted(m.id for m in messages)
+
+
+def test_check__test_settings_pass():
+    assert run() == []
+
+
+@override_settings(
+    STRAIT={
+        "DEFAULT_RETRY": {"max_attempts": 5, "initial_delay": "2s", "strategy": "linear"},
+        "ALLOWED_PRIVATE_NETWORKS": ["10.0.0.0/8"],
+        "POLL_INTERVAL": "500ms",
+        "STALE_AFTER": "PT10M",
+        "LISTEN_DATABASE": "default",
+        "HTTP_USER_AGENT": "acme/1",
+    }
+)
+def test_check__a_full_valid_configuration_passes():
+    assert run() == []
+
+
+def test_check__is_registered_under_the_django_strait_tag():
+    assert "django_strait" in checks.registry.registry.tags_available()
+    assert check_settings in checks.registry.registry.get_checks()
+
+
+@override_settings(STRAIT="POLL_INTERVAL=1")
+def test_check__strait_not_a_dict_is_e001():
+    (message,) = run()
+    assert message.id == "django_strait.E001"
+    assert message.msg.startswith("STRAIT: ")
+    assert "dict" in message.msg
+
+
+@override_settings(STRAIT={"POLL_INTERVALS": 1, "DEFUALT_RETRY": {}})
+def test_check__unknown_keys_are_e002_listing_allowed_keys():
+    messages = run()
+    assert ids(messages) == ["django_strait.E002", "django_strait.E002"]
+    assert {m.msg.split(":")[0] for m in messages} == {
+        "STRAIT.POLL_INTERVALS",
+        "STRAIT.DEFUALT_RETRY",
+    }
+    assert all("POLL_INTERVAL, " in m.msg and "DEFAULT_RETRY" in m.msg for m in messages)
+
+
+@override_settings(
+    STRAIT={
+        "POLL_INTERVAL": "fast",
+        "WORKER_CONCURRENCY": 0,
+        "ALLOWED_PRIVATE_NETWORKS": ["10.0.0.0/8", "nope"],
+        "DEFAULT_RETRY": {"jitter": 3, "backoff_coefficient": 0.5},
+    }
+)
+def test_check__reports_every_bad_value_as_e003():
+    messages = run()
+    assert ids(messages) == ["django_strait.E003"] * 5
+    fields = sorted(m.msg.split(":")[0] for m in messages)
+    assert fields == [
+        "STRAIT.ALLOWED_PRIVATE_NETWORKS[1]",
+        "STRAIT.DEFAULT_RETRY.backoff_coefficient",
+        "STRAIT.DEFAULT_RETRY.jitter",
+        "STRAIT.POLL_INTERVAL",
+        "STRAIT.WORKER_CONCURRENCY",
+    ]
+    poll = next(m for m in messages if m.msg.startswith("STRAIT.POLL_INTERVAL"))
+    assert "500ms" in poll.msg  # says what is allowed
+
+
+@override_settings(STRAIT={"DEFAULT_RETRY": {"strategy": "custom"}})
+def test_check__reports_a_policy_that_only_fails_as_a_whole():
+    (message,) = run()
+    assert message.id == "django_strait.E003"
+    assert message.msg.startswith("STRAIT.DEFAULT_RETRY.delays: ")
+
+
+def test_check__bad_environment_values_are_e004(setenv):
+    setenv("STRAIT_POLL_INTERVAL", "fast")
+    setenv("STRAIT_DEFAULT_RETRY_MAX_ATTEMPTS", "lots")
+    setenv("STRAIT_DEFAULT_RETRY", "{not json")
+    messages = run()
+    assert ids(messages) == ["django_strait.E004"] * 3
+    assert sorted(m.msg.split(":")[0] for m in messages) == [
+        "STRAIT_DEFAULT_RETRY",
+        "STRAIT_DEFAULT_RETRY_MAX_ATTEMPTS",
+        "STRAIT_POLL_INTERVAL",
+    ]
+    assert all("environment wins" in m.hint for m in messages)
+
+
+def test_check__environment_fixes_a_bad_setting(setenv):
+    with override_settings(STRAIT={"POLL_INTERVAL": "fast"}):
+        setenv("STRAIT_POLL_INTERVAL", "2s")
+        assert run() == []
+
+
+def test_check__unknown_environment_variable_is_w001(setenv):
+    setenv("STRAIT_POLL_INTREVAL", "2s")
+    (message,) = run()
+    assert message.id == "django_strait.W001"
+    assert isinstance(message, checks.Warning)
+    assert "STRAIT_POLL_INTREVAL" in message.msg
+
+
+@override_settings(STRAIT={"WORKER_BATCH_SIZE": -1})
+def test_check__manage_py_check_fails_on_errors():
+    with pytest.raises(SystemCheckError, match="django_strait.E003"):
+        call_command("check", "--tag", "django_strait")
