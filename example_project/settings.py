@@ -91,7 +91,13 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": "WARNING"},
-    # The worker's stats line and run transitions are logged at INFO.
-    "loggers": {"django_strait": {"level": env.str("LOG_LEVEL", default="INFO")}},
+    "loggers": {
+        # The worker's start, stop and stats lines are logged at INFO. Django's own
+        # loggers keep Django's default handlers (not propagated twice).
+        "django_strait": {
+            "handlers": ["console"],
+            "level": env.str("LOG_LEVEL", default="INFO"),
+            "propagate": False,
+        },
+    },
 }
