@@ -164,7 +164,17 @@ def sync_all() -> list:
     return [sync(h) for h in _registry.values()]
 
 
-def ensure_synced(name: str) -> None:
-    """Sync ``name``'s row once per process, on its first trigger."""
-    if name not in _synced and name in _registry:
-        sync(_registry[name])
+def synced_row(name: str):
+    """Return the ``Job`` row for a ``@job`` handler, synced once per process.
+
+    The row is synced again whenever it is missing (deleted in the admin, or a
+    test database flushed), so a registered handler can always be triggered.
+    """
+    from django_strait.models import Job
+
+    handler = _registry.get(name)
+    if handler is None:
+        return None
+    if name not in _synced:
+        return sync(handler)
+    return Job.objects.filter(name=name).first() or sync(handler)

@@ -144,8 +144,7 @@ def resolve_job(name: Any) -> Job:
     """Return the ``Job`` named ``name``, creating it first for a ``@job`` handler."""
     if not isinstance(name, str) or not name:
         raise TriggerError("name", f"must be a job name (a non-empty string), got {name!r}")
-    registry.ensure_synced(name)
-    job = Job.objects.filter(name=name).first()
+    job = registry.synced_row(name) or Job.objects.filter(name=name).first()
     if job is None:
         known = sorted(
             set(Job.objects.values_list("name", flat=True)[:20]) | set(registry.registered())
@@ -158,10 +157,23 @@ def resolve_job(name: Any) -> Job:
 def check_payload(payload: Any, *, field: str = "payload") -> Any:
     """Return ``payload`` if it is JSON-serialisable, else raise naming ``field``."""
     try:
-        json.dumps(payload, allow_nan=False)
+        text = json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TriggerError(field, f"must be JSON-serialisable ({exc})") from None
+    if "\\u0000" in text and _has_nul(payload):
+        # PostgreSQL's jsonb cannot store it; refuse it on every database alike.
+        raise TriggerError(field, "must not contain the NUL character (\\u0000)")
     return {} if payload is None else payload
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def _when(delay: Any, run_at: dt.datetime | None) -> dt.datetime:

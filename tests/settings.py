@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import environ
 
@@ -16,9 +17,10 @@ TIME_ZONE = "UTC"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# An empty DATABASE_URL counts as unset.
 DATABASES = {
-    "default": env.db_url(
-        "DATABASE_URL", default=f"sqlite:///{os.path.join(BASE_DIR, 'test-db.sqlite3')}"
+    "default": env.db_url_config(
+        os.environ.get("DATABASE_URL") or f"sqlite:///{os.path.join(BASE_DIR, 'test-db.sqlite3')}"
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
@@ -27,7 +29,11 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"timeout": 30, "transaction_mode": "IMMEDIATE"}
     )
-    DATABASES["default"]["TEST"] = {"NAME": os.path.join(BASE_DIR, "test-db-run.sqlite3")}
+    # A file (not :memory:) so worker subprocesses can open it; one per test
+    # process so that simultaneous test runs never share it.
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.path.join(tempfile.gettempdir(), f"strait-test-{os.getpid()}.sqlite3")
+    }
 
 INSTALLED_APPS = [
     "django.contrib.admin",

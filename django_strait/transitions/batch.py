@@ -135,6 +135,19 @@ def _load(value: Any) -> Any:
 
 
 def _claim_orm(worker_id, queues, limit, using) -> list[Claimed]:
+    # Another worker may take the rows we picked between our read and our write:
+    # then pick again, so that an empty claim always means nothing is due.
+    for _ in range(_CLAIM_ORM_TRIES):
+        picked, claimed = _claim_orm_once(worker_id, queues, limit, using)
+        if claimed or not picked:
+            return claimed
+    return []
+
+
+_CLAIM_ORM_TRIES = 20
+
+
+def _claim_orm_once(worker_id, queues, limit, using) -> tuple[int, list[Claimed]]:
     now = timezone.now()
     due = JobRun.objects.using(using).filter(
         status=RunStatus.QUEUED, available_at__lte=now, job__enabled=True
@@ -143,7 +156,7 @@ def _claim_orm(worker_id, queues, limit, using) -> list[Claimed]:
         due = due.filter(queue__in=list(queues))
     ids = list(due.order_by("-priority", "available_at", "id").values_list("id", flat=True)[:limit])
     if not ids:
-        return []
+        return 0, []
     # The status guard makes the claim conditional: a row another worker took
     # between our read and this write is simply not updated.
     JobRun.objects.using(using).filter(pk__in=ids, status=RunStatus.QUEUED).update(
@@ -166,7 +179,7 @@ def _claim_orm(worker_id, queues, limit, using) -> list[Claimed]:
             "retry_overrides",
         )
     )
-    return [Claimed(*row) for row in rows]
+    return len(ids), [Claimed(*row) for row in rows]
 
 
 # -- start / unclaim ---------------------------------------------------------------

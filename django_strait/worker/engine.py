@@ -224,6 +224,9 @@ class Worker:
                 continue
             want = min(free, cfg.batch_size)
             runs = await self._claim(want)
+            if runs is None:  # the claim failed: not a sign that the queue is empty
+                await asyncio.sleep(cfg.poll_interval)
+                continue
             for run in runs:
                 self._inflight[run.id] = self._loop.create_task(self._execute(run))
             if len(runs) < want:  # nothing more due right now
@@ -242,13 +245,12 @@ class Worker:
         except TimeoutError:
             pass
 
-    async def _claim(self, limit: int) -> list[Claimed]:
+    async def _claim(self, limit: int) -> list[Claimed] | None:
         try:
             runs = await self._db(self._claim_db, self._claim_and_start, limit)
         except Exception:
             logger.exception("claim failed; retrying in %ss", self.config.poll_interval)
-            await asyncio.sleep(self.config.poll_interval)
-            return []
+            return None
         self.stats.claimed += len(runs)
         return runs
 

@@ -42,3 +42,8 @@ def actions(payload):
     if kind == "error":
         raise Error("typed", type=payload["type"])
     return "ok"
+
+
+@job(name="test-nul")
+def nul(payload):
+    return {"nul": chr(0)}  # a result PostgreSQL's jsonb refuses

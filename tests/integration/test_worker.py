@@ -1,0 +1,320 @@
+"""The worker against the real database: claiming, executing, recording."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_strait import trigger, trigger_many
+from django_strait.models import Job, JobRun, RunAttempt
+from django_strait.transitions import batch
+from tests.conftest import Reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def make_due(*runs: JobRun) -> None:
+    """Skip a retry's backoff: make the runs due now (the test is not about time)."""
+    JobRun.objects.filter(pk__in=[r.pk for r in runs]).update(available_at=timezone.now())
+
+
+def test_worker__completes_sync_python_runs_with_one_attempt_each(burst):
+    runs = trigger_many("test-noop", [{"i": i} for i in range(30)])
+
+    stats = burst()
+
+    assert stats.succeeded == 30
+    assert set(JobRun.objects.values_list("status", flat=True)) == {"completed"}
+    assert RunAttempt.objects.filter(outcome="succeeded").count() == 30
+    done = JobRun.objects.get(pk=runs[0].pk)
+    assert done.attempt == 1 and done.finished_at and done.started_at and done.claimed_by == ""
+
+
+def test_worker__passes_context_and_stores_the_result(burst):
+    run = trigger("test-echo", {"hello": "world"})
+
+    burst()
+
+    run.refresh_from_db()
+    assert run.status == "completed"
+    assert run.result == {"payload": {"hello": "world"}, "attempt": 1, "run_id": run.pk}
+
+
+def test_worker__runs_coroutine_handlers_on_its_loop(burst):
+    run = trigger("test-async-echo", [1, 2])
+
+    burst()
+
+    run.refresh_from_db()
+    assert (run.status, run.result) == ("completed", {"async": True, "payload": [1, 2]})
+
+
+def test_worker__retries_a_failing_handler_then_dead_letters_it_with_every_error(burst):
+    run = trigger("test-boom", {})  # max_attempts=2, initial_delay 1s, no jitter
+
+    before = timezone.now()
+    burst()
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.error_type) == ("queued", 1, "python.ValueError")
+    assert (
+        before + dt.timedelta(seconds=0.9)
+        <= run.available_at
+        <= timezone.now() + dt.timedelta(seconds=1.1)
+    )
+
+    make_due(run)
+    burst()
+
+    run.refresh_from_db()
+    assert (run.status, run.attempt) == ("dead_letter", 2)
+    attempts = list(run.attempts.values_list("number", "outcome", "error_type", "error"))
+    assert attempts == [
+        (1, "failed", "python.ValueError", "ValueError: boom"),
+        (2, "failed", "python.ValueError", "ValueError: boom"),
+    ]
+
+
+def test_worker__burst_leaves_runs_that_are_not_due_yet(burst):
+    later = trigger("test-noop", {}, delay="1h")
+    now = trigger("test-noop", {})
+
+    burst()
+
+    assert JobRun.objects.get(pk=later.pk).status == "queued"
+    assert JobRun.objects.get(pk=now.pk).status == "completed"
+
+
+@pytest.mark.parametrize(
+    ("action", "status"),
+    [("discard", "discarded"), ("dead_letter", "dead_letter"), ("fail", "failed")],
+)
+def test_worker__applies_handler_actions(burst, action, status):
+    run = trigger("test-actions", {"action": action})
+
+    burst()
+
+    run.refresh_from_db()
+    assert run.status == status and run.attempt == 1
+    assert run.attempts.get().outcome == "failed"
+
+
+def test_worker__retry_action_uses_the_handlers_delay(burst):
+    run = trigger("test-actions", {"action": "retry", "delay": "2h"})
+
+    burst()
+
+    run.refresh_from_db()
+    assert run.status == "queued"
+    # The handler asked for 2 h; the default max_delay (1 h) caps it.
+    wait = (run.available_at - timezone.now()).total_seconds()
+    assert 3500 < wait <= 3600
+
+
+def test_worker__non_retryable_error_types_skip_retries(burst):
+    run = trigger(
+        "test-actions",
+        {"action": "error", "type": "billing.declined"},
+        retry={"non_retryable_errors": ["billing.*"]},
+    )
+    other = trigger(
+        "test-actions",
+        {"action": "error", "type": "billingx.declined"},
+        retry={"non_retryable_errors": ["billing.*"]},
+    )
+
+    burst()
+
+    run.refresh_from_db()
+    other.refresh_from_db()
+    assert (run.status, run.error_type) == ("dead_letter", "billing.declined")
+    assert (other.status, other.error_type) == ("queued", "billingx.declined")
+
+
+def test_worker__on_exhaustion_discard_discards_instead_of_dead_lettering(burst):
+    run = trigger("test-boom", {}, max_attempts=1, retry={"on_exhaustion": "discard"})
+
+    burst()
+
+    run.refresh_from_db()
+    assert (run.status, run.last_error) == ("discarded", "ValueError: boom")
+
+
+def test_worker__takes_higher_priority_first(burst):
+    low = trigger("test-noop", {}, priority=-5)
+    high = trigger("test-noop", {}, priority=50)
+    mid = trigger("test-noop", {})
+
+    burst(concurrency=1, batch_size=1)
+
+    started = dict(JobRun.objects.values_list("pk", "started_at"))
+    assert started[high.pk] < started[mid.pk] < started[low.pk]
+
+
+def test_worker__only_takes_its_queues(burst):
+    mine = trigger("test-noop", {}, queue="emails")
+    other = trigger("test-noop", {}, queue="reports")
+
+    burst(queues=["emails"])
+
+    assert JobRun.objects.get(pk=mine.pk).status == "completed"
+    assert JobRun.objects.get(pk=other.pk).status == "queued"
+
+
+def test_worker__skips_runs_of_a_paused_job(burst):
+    run = trigger("test-noop", {})
+    Job.objects.filter(name="test-noop").update(enabled=False)
+
+    burst()
+
+    assert JobRun.objects.get(pk=run.pk).status == "queued"
+
+
+def test_worker__a_handler_that_cannot_be_imported_fails_retryably(burst):
+    Job.objects.create(name="ghost", handler="tests.testapp.jobs.does_not_exist")
+    run = trigger("ghost", {})
+
+    burst()
+
+    run.refresh_from_db()
+    assert (run.status, run.error_type) == ("queued", "python.import_error")
+    assert "does_not_exist" in run.last_error
+
+
+def test_worker__cancel_while_executing_cancels_when_the_attempt_returns(burst):
+    run = trigger("test-noop", {})
+    [claimed] = batch.claim("w1", queues=None, limit=1)
+    batch.start("w1", [claimed])
+    run.cancel()  # executing: only flagged
+
+    assert JobRun.objects.get(pk=run.pk).status == "executing"
+    from django_strait.states import Transition
+    from django_strait.transitions.batch import Record
+
+    now = timezone.now()
+    done = batch.record(
+        "w1",
+        [Record(run.pk, 1, Transition.COMPLETE, now, now, 1, "succeeded", result="x")],
+    )
+    assert done.moved == {run.pk: "canceled"}
+    assert RunAttempt.objects.get(run=run).outcome == "succeeded"
+
+
+def test_record__ignores_a_run_no_longer_held_by_this_worker():
+    run = trigger("test-noop", {})
+    [claimed] = batch.claim("w1", queues=None, limit=1)
+    batch.start("w1", [claimed])
+    from django_strait.states import Transition
+    from django_strait.transitions.batch import Record
+
+    now = timezone.now()
+    done = batch.record("w2", [Record(run.pk, 1, Transition.COMPLETE, now, now, 1, "succeeded")])
+
+    assert done.lost == [run.pk] and not done.moved
+    assert JobRun.objects.get(pk=run.pk).status == "executing"
+    assert not RunAttempt.objects.exists()
+
+
+def test_claim__never_hands_the_same_run_to_two_workers():
+    trigger_many("test-noop", [{}] * 10)
+
+    first = batch.claim("w1", queues=None, limit=6)
+    second = batch.claim("w2", queues=None, limit=6)
+
+    assert len(first) == 6 and len(second) == 4
+    assert not {r.id for r in first} & {r.id for r in second}
+
+
+def test_trigger__refuses_a_payload_with_a_nul_character():
+    from django_strait.triggering import TriggerError
+
+    with pytest.raises(TriggerError, match="payload: must not contain the NUL"):
+        trigger("test-noop", {"x": "a\u0000b"})
+    assert trigger("test-noop", {"x": "a literal \\u0000 is fine"}).pk
+
+
+def test_unclaim__puts_unstarted_runs_back_without_spending_an_attempt():
+    trigger_many("test-noop", [{}] * 3)
+    claimed = batch.claim("w1", queues=None, limit=3)
+
+    assert batch.unclaim("w1", [r.id for r in claimed]) == 3
+
+    assert list(
+        JobRun.objects.order_by().values_list("status", "attempt", "claimed_by").distinct()
+    ) == [("queued", 0, "")]
+
+
+@pytest.mark.postgres
+def test_worker__a_result_the_database_refuses_becomes_a_retried_attempt(burst):
+    if connection.vendor != "postgresql":
+        pytest.skip("only PostgreSQL refuses \\u0000 in jsonb")
+    run = trigger("test-nul", {})
+
+    burst()
+
+    run.refresh_from_db()
+    assert (run.status, run.error_type) == ("queued", "worker.record_failed")
+    assert run.attempts.get().error_type == "worker.record_failed"
+
+
+# -- HTTP jobs ---------------------------------------------------------------------
+
+
+def http_job(server, path: str = "/hook", **fields) -> Job:
+    return Job.objects.create(
+        name=fields.pop("name", "hook"), endpoint_url=server.url(path), **fields
+    )
+
+
+def test_worker__dispatches_http_jobs_and_stores_the_json_answer(burst, http_server):
+    http_server.routes["/hook"] = lambda r: Reply(200, b'{"charged": true}')
+    http_job(http_server, signing_secret="s3cret")
+    run = trigger("hook", {"amount": 5})
+
+    burst()
+
+    run.refresh_from_db()
+    assert (run.status, run.result, run.endpoint_used) == (
+        "completed",
+        {"charged": True},
+        http_server.url("/hook"),
+    )
+    [got] = http_server.requests
+    assert got.json == {"run_id": run.pk, "job": "hook", "attempt": 1, "payload": {"amount": 5}}
+    assert got.headers["Strait-Run-Id"] == str(run.pk)
+    assert got.headers["Idempotency-Key"] == str(run.pk)
+    from django_strait.dispatch.signing import verify
+
+    assert verify("s3cret", got.body, got.headers["Strait-Signature"])
+    attempt = run.attempts.get()
+    assert (attempt.status_code, attempt.endpoint) == (200, http_server.url("/hook"))
+
+
+def test_worker__http_503_retries_and_404_dead_letters_at_once(burst, http_server):
+    http_server.routes["/busy"] = lambda r: Reply(503, b"busy", {"Retry-After": "120"})
+    http_server.routes["/gone"] = lambda r: Reply(404, b"no such thing")
+    http_job(http_server, "/busy", name="busy")
+    http_job(http_server, "/gone", name="gone", max_attempts=5)
+    busy, gone = trigger("busy", {}), trigger("gone", {})
+
+    burst()
+
+    busy.refresh_from_db()
+    gone.refresh_from_db()
+    assert (busy.status, busy.error_type) == ("queued", "http.503")
+    wait = (busy.available_at - timezone.now()).total_seconds()
+    assert 100 < wait <= 120  # Retry-After honoured
+    assert (gone.status, gone.error_type, gone.attempt) == ("dead_letter", "http.404", 1)
+    assert gone.attempts.get().status_code == 404
+
+
+def test_worker__strait_action_header_overrides_the_status(burst, http_server):
+    http_server.routes["/hook"] = lambda r: Reply(500, b"nope", {"Strait-Action": "discard"})
+    http_job(http_server)
+    run = trigger("hook", {})
+
+    burst()
+
+    assert JobRun.objects.get(pk=run.pk).status == "discarded"
