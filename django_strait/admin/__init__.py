@@ -1,0 +1,10 @@
+"""django-strait in the Django admin: jobs, runs with their attempts, dead letters.
+
+Importing this package registers the model admins (Django's admin autodiscovery
+does it for you when ``django.contrib.admin`` is installed).
+"""
+
+from django_strait.admin.jobs import JobAdmin
+from django_strait.admin.runs import DeadLetterAdmin, JobRunAdmin, RunAttemptInline
+
+__all__ = ["DeadLetterAdmin", "JobAdmin", "JobRunAdmin", "RunAttemptInline"]
