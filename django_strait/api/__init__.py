@@ -1,0 +1,1 @@
+"""The REST API (Django REST framework): ``include("django_strait.api.urls")``."""
