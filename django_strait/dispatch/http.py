@@ -57,6 +57,10 @@ _FAILURE_READ_BYTES = EXCERPT_CHARS * 4
 _ERROR_EXCERPT_CHARS = 200
 
 
+# Built once: json.dumps with options builds a new encoder on every call.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
     """One attempt of an HTTP job: where to send it and what to send."""
@@ -85,7 +89,7 @@ def encode_body(req: HttpRequest) -> bytes:
         "attempt": req.attempt,
         "payload": req.payload,
     }
-    return json.dumps(document, separators=(",", ":")).encode("ascii")
+    return _COMPACT_JSON.encode(document).encode("ascii")
 
 
 def build_headers(req: HttpRequest, body: bytes, user_agent: str) -> CIMultiDict[str]:

@@ -41,6 +41,10 @@ _ACTIONS: tuple[tuple[type[StraitAction], Action], ...] = (
 )
 
 
+# Built once: json.dumps with options builds a new encoder on every call (hot path).
+_COMPACT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def _no_heartbeat() -> None:
     """Do nothing: the worker passes a real heartbeat."""
 
@@ -161,7 +165,7 @@ def _returned(value: Any, limit: int, duration_ms: int) -> Outcome:
         return success(None, duration_ms=duration_ms)
     try:
         # ASCII output: its length in characters is its length in bytes.
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+        text = _COMPACT_JSON.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         message = (
             f"The handler returned {type(value).__name__}, which is not JSON-serialisable: {exc}"

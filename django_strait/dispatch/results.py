@@ -65,10 +65,15 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# One decoder for every call: json.loads with options builds a new one each time.
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def parse_json(data: bytes) -> tuple[bool, Any]:
-    """Parse ``data`` as strict JSON; return ``(False, None)`` when it is not JSON."""
+    """Parse UTF-8 ``data`` as strict JSON; return ``(False, None)`` when it is not JSON."""
     try:
-        return True, json.loads(data, parse_constant=_reject_constant)
+        # JSON exchanged between systems is UTF-8 (RFC 8259 §8.1).
+        return True, _STRICT_DECODER.decode(data.decode("utf-8"))
     except (ValueError, RecursionError):
         # RecursionError: a body nested deeper than the parser's stack is not a result.
         return False, None
