@@ -95,7 +95,7 @@ def job(
 
 
 def _columns(queue, priority, max_attempts, retry, timeout, description) -> dict[str, Any]:
-    from django_strait.retry import validate_partial
+    from django_strait.retry import JOB_COLUMNS, PolicyError, validate_partial
 
     columns: dict[str, Any] = {}
     for column, value in (
@@ -107,24 +107,18 @@ def _columns(queue, priority, max_attempts, retry, timeout, description) -> dict
     ):
         if value is not None:
             columns[column] = value
-    policy = validate_partial(retry or {}, prefix="retry")
-    for key, value in policy.items():
-        columns[_RETRY_COLUMNS[key]] = list(value) if isinstance(value, tuple) else value
+    for key, value in validate_partial(retry or {}, prefix="retry").items():
+        if key not in JOB_COLUMNS:
+            # DESIGN §3: these are settings / run-override fields with no Job column.
+            raise PolicyError(
+                f"retry.{key}",
+                value,
+                "set in STRAIT['DEFAULT_RETRY'] or per trigger (retry={...}), "
+                f"since a job has no column for it; job fields: {', '.join(JOB_COLUMNS)}",
+                problem="is not a job-level field",
+            )
+        columns[JOB_COLUMNS[key]] = list(value) if isinstance(value, tuple) else value
     return columns
-
-
-_RETRY_COLUMNS = {
-    "max_attempts": "max_attempts",
-    "strategy": "retry_strategy",
-    "initial_delay": "retry_initial_delay_secs",
-    "backoff_coefficient": "retry_backoff_coefficient",
-    "max_delay": "retry_max_delay_secs",
-    "delays": "retry_delays_secs",
-    "jitter": "retry_jitter",
-    "function": "retry_function",
-    "non_retryable_errors": "non_retryable_errors",
-    "on_exhaustion": "on_exhaustion",
-}
 
 
 def get(name: str) -> Handler | None:

@@ -191,7 +191,7 @@ def _when(delay: Any, run_at: dt.datetime | None) -> dt.datetime:
     try:
         seconds = parse_duration(delay, field="delay")
     except PolicyError as exc:
-        raise TriggerError("delay", str(exc).split(": ", 1)[-1]) from None
+        raise TriggerError("delay", f"{exc.problem}; must be {exc.allowed}") from None
     return now + dt.timedelta(seconds=seconds)
 
 
@@ -245,5 +245,5 @@ def _check_retry(job: Job, max_attempts: Any, retry: Any) -> dict[str, Any] | No
         overrides = validate_partial(retry or {}, prefix="retry")
         resolve(job, max_attempts, overrides)  # the merged whole must hold together too
     except PolicyError as exc:
-        raise TriggerError(exc.field, str(exc).split(": ", 1)[-1]) from None
+        raise TriggerError(exc.field, f"{exc.problem}; must be {exc.allowed}") from None
     return {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()} or None

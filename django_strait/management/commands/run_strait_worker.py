@@ -76,7 +76,6 @@ class Command(BaseCommand):
 
 def build_config(options: dict) -> WorkerConfig:
     """Merge command options over the STRAIT settings."""
-    from django_strait import __version__
     from django_strait.conf import strait_settings as s
 
     return WorkerConfig(
@@ -89,6 +88,6 @@ def build_config(options: dict) -> WorkerConfig:
         shutdown_timeout=s.SHUTDOWN_TIMEOUT,
         heartbeat_interval=max(1.0, s.STALE_AFTER / 5),
         result_max_bytes=s.RESULT_MAX_BYTES,
-        user_agent=getattr(s, "HTTP_USER_AGENT", None) or f"django-strait/{__version__}",
+        user_agent=s.HTTP_USER_AGENT,
         using=s.DATABASE,
     )
