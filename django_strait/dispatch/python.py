@@ -118,18 +118,22 @@ async def run_python(
     started = time.perf_counter()
     plan = _plan(func)
     args = (payload, context) if plan.wants_context else (payload,)
-    if plan.is_async:
-        try:
+    try:
+        if plan.is_async:
             value = await func(*args)
-        except (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit):
-            raise
-        except BaseException as exc:  # SystemExit included: a handler never stops the worker
-            return _raised(exc, _elapsed_ms(started))
-    else:
-        loop = asyncio.get_running_loop()
-        returned, value = await loop.run_in_executor(executor, _call_in_thread, func, args)
-        if not returned:
-            return _raised(value, _elapsed_ms(started))
+        else:
+            loop = asyncio.get_running_loop()
+            returned, value = await loop.run_in_executor(executor, _call_in_thread, func, args)
+            if not returned:
+                return _raised(value, _elapsed_ms(started))
+            if inspect.isawaitable(value):
+                # A plain function that returned a coroutine (a decorator that hid
+                # an async handler): finish that work on the loop.
+                value = await value
+    except (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit):
+        raise
+    except BaseException as exc:  # SystemExit included: a handler never stops the worker
+        return _raised(exc, _elapsed_ms(started))
     return _returned(value, max_result_bytes, _elapsed_ms(started))
 
 

@@ -160,6 +160,15 @@ def test_run_python__async_callable_object_is_awaited(pool):
     assert outcome.result == threading.main_thread().name
 
 
+def test_run_python__sync_wrapper_returning_a_coroutine_is_awaited(pool):
+    def hidden_async(payload):
+        return async_double(payload)  # a decorator that lost the coroutine marker
+
+    outcome = run(hidden_async, {"n": 4}, executor=pool)
+
+    assert outcome.result == {"doubled": 8, "thread": threading.main_thread().name}
+
+
 def test_run_python__context_heartbeat_calls_the_workers_function(pool):
     beats: list[int] = []
 
