@@ -123,6 +123,8 @@ def test_trigger__an_empty_body_queues_an_empty_payload(api, job):
         ({"run_at": "2031-01-01T00:00:00"}, "run_at"),
         ({"run_at": "tomorrow"}, "run_at"),
         ({"payload": {}, "colour": "red"}, "colour"),
+        # Valid JSON that no database column can hold alike (PostgreSQL's jsonb refuses it).
+        ({"payload": {"note": "a\u0000b"}}, "payload"),
         ([1, 2], "body"),
     ],
 )
@@ -146,6 +148,12 @@ def test_trigger__form_data_is_a_415(api, job):
     response = api.post(trigger_url(job.name), {"payload": "x"}, format="multipart")
     assert response.status_code == 415
     assert response.json()["error"]["code"] == "unsupported_media_type"
+
+
+def test_trigger__get_is_a_405_in_the_error_shape(api, job):
+    response = api.get(trigger_url(job.name))
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
 
 
 def test_trigger__unknown_job_is_a_404_naming_it(api, job):
@@ -181,6 +189,16 @@ def test_trigger__without_the_add_jobrun_permission_is_a_403(job):
     error = response.json()["error"]
     assert error["code"] == "permission_denied"
     assert "django_strait.add_jobrun" in error["message"]
+    assert not JobRun.objects.exists()
+
+
+def test_trigger__an_inactive_users_token_is_a_401(job):
+    user = user_with("add_jobrun")
+    token = Token.objects.create(user=user)
+    user.is_active = False
+    user.save()
+    response = post(APIClient(), job.name, {}, Authorization=f"Token {token.key}")
+    assert response.status_code == 401
     assert not JobRun.objects.exists()
 
 
