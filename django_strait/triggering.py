@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -9,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from django_strait import registry
@@ -114,17 +115,86 @@ def trigger_many(
     used for this job returns the existing run in that position.
     """
     opts = _options(name, delay, run_at, priority, queue, max_attempts, retry)
-    checked = [check_payload(p, field=f"payloads[{i}]") for i, p in enumerate(payloads)]
-    if idempotency_keys is None:
-        runs = [opts.new_run(p, None) for p in checked]
-        return JobRun.objects.bulk_create(runs, batch_size=batch_size)
-    keys = _check_keys(idempotency_keys, len(checked))
-    runs = [opts.new_run(p, k) for p, k in zip(checked, keys, strict=True)]
-    JobRun.objects.bulk_create(runs, batch_size=batch_size, ignore_conflicts=True)
+    payloads = [{} if p is None else p for p in payloads]
+    texts = [_payload_text(p, f"payloads[{i}]") for i, p in enumerate(payloads)]
+    keys = None if idempotency_keys is None else _check_keys(idempotency_keys, len(texts))
+    if connections[JobRun.objects.db].vendor == "postgresql":
+        runs = _insert_many_pg(opts, payloads, texts, keys, batch_size)
+    else:
+        runs = [
+            opts.new_run(p, k)
+            for p, k in zip(payloads, keys or [None] * len(payloads), strict=True)
+        ]
+        JobRun.objects.bulk_create(runs, batch_size=batch_size, ignore_conflicts=keys is not None)
+    if keys is None:
+        return runs
+    # Keys already used return the run that holds them, in the caller's order.
     by_key = {
         r.idempotency_key: r for r in JobRun.objects.filter(job=opts.job, idempotency_key__in=keys)
     }
     return [by_key[k] for k in keys]
+
+
+def _insert_many_pg(opts, payloads, texts, keys, batch_size) -> list[JobRun]:
+    """One INSERT per batch: payloads and keys as arrays, every other column a constant.
+
+    The constants come from a template run prepared by its own fields, so model
+    defaults are never copied here by hand. ``bulk_create`` prepares ~20 fields
+    per object and splices them one parameter each; this is several times faster.
+    """
+    template = opts.new_run({}, None)
+    connection = connections[JobRun.objects.db]
+    fields = [f for f in JobRun._meta.concrete_fields if not f.primary_key]
+    constant = {
+        f.column: f.get_db_prep_save(f.pre_save(template, add=True), connection)
+        for f in fields
+        if f.name not in ("payload", "idempotency_key")
+    }
+    columns = ", ".join(["payload", "idempotency_key", *constant])
+    conflict = "ON CONFLICT DO NOTHING" if keys else ""
+    sql = (
+        f"INSERT INTO {JobRun._meta.db_table} ({columns}) "
+        f"SELECT v.payload::jsonb, v.key, {', '.join(['%s'] * len(constant))} "
+        f"FROM unnest(%s::text[], %s::varchar[]) AS v(payload, key) {conflict} RETURNING id"
+    )
+    runs = []
+    with transaction.atomic(), _server_bound_cursor(connection) as cursor:
+        for start in range(0, len(texts), batch_size):
+            chunk = texts[start : start + batch_size]
+            chunk_keys = keys[start : start + batch_size] if keys else [None] * len(chunk)
+            cursor.execute(sql, [*constant.values(), chunk, chunk_keys])
+            ids = [row[0] for row in cursor.fetchall()]
+            if not keys:
+                runs.extend(_built(template, ids, payloads[start : start + len(chunk)]))
+    return runs
+
+
+@contextlib.contextmanager
+def _server_bound_cursor(connection):
+    """A psycopg cursor that sends parameters apart from the query.
+
+    Django's cursors splice parameters into the SQL text on the client, which for
+    two arrays of 5,000 strings costs more than the INSERT itself.
+    """
+    import psycopg
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        yield cursor
+
+
+def _built(template: JobRun, ids: list[int], payloads: list[Any]) -> list[JobRun]:
+    """Runs as the INSERT made them, built the way querysets build rows (positionally)."""
+    fields = JobRun._meta.concrete_fields
+    values = [getattr(template, f.attname) for f in fields]
+    pk_at = next(i for i, f in enumerate(fields) if f.primary_key)
+    payload_at = next(i for i, f in enumerate(fields) if f.name == "payload")
+    db = JobRun.objects.db
+    runs = []
+    for pk, payload in zip(ids, payloads, strict=True):
+        values[pk_at], values[payload_at] = pk, payload
+        runs.append(JobRun.from_db(db, None, values))
+    return runs
 
 
 def _options(name, delay, run_at, priority, queue, max_attempts, retry) -> RunOptions:
@@ -156,6 +226,14 @@ def resolve_job(name: Any) -> Job:
 
 def check_payload(payload: Any, *, field: str = "payload") -> Any:
     """Return ``payload`` if it is JSON-serialisable, else raise naming ``field``."""
+    _payload_text(payload, field)
+    return {} if payload is None else payload
+
+
+def _payload_text(payload: Any, field: str) -> str:
+    """Return ``payload`` as JSON text, or raise a TriggerError naming ``field``."""
+    if payload is None:
+        return "{}"
     try:
         text = json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -163,7 +241,7 @@ def check_payload(payload: Any, *, field: str = "payload") -> Any:
     if "\\u0000" in text and _has_nul(payload):
         # PostgreSQL's jsonb cannot store it; refuse it on every database alike.
         raise TriggerError(field, "must not contain the NUL character (\\u0000)")
-    return {} if payload is None else payload
+    return text
 
 
 def _has_nul(value: Any) -> bool:

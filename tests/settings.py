@@ -35,6 +35,11 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
         "NAME": os.path.join(tempfile.gettempdir(), f"strait-test-{os.getpid()}.sqlite3")
     }
 
+else:
+    # One test database per test process, so that simultaneous runs never drop
+    # each other's (pytest-django destroys it at the end).
+    DATABASES["default"]["TEST"] = {"NAME": f"test_strait_{os.getpid()}"}
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
