@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.core.management import call_command
+from django.db import connection
 from django.db.models import Min, QuerySet
 from django.utils import timezone
 
@@ -89,7 +90,7 @@ class Demo:
         deadline = started + DRAIN_TIME_CAP_SECS
         with _quiet_worker(self.options.verbosity):
             while True:
-                self._burst()
+                self._burst(runs)
                 pending = runs.filter(status__in=UNFINISHED)
                 if not pending.exists():
                     self.write(f"All runs ended in {time.monotonic() - started:.1f} s.")
@@ -98,10 +99,16 @@ class Demo:
                     return False
                 time.sleep(_until_next_due(pending, deadline))
 
-    def _burst(self) -> None:
+    def _burst(self, runs: QuerySet[JobRun]) -> None:
+        started = _database_now()
         out = None if self.options.verbosity >= 2 else io.StringIO()
         worker_id = f"strait-demo-{os.getpid()}"
         call_command("run_strait_worker", "--burst", "--worker-id", worker_id, stdout=out)
+        # A burst claims every run that was due when it started; one still queued
+        # and due since then means the worker was stopped early. The worker takes
+        # Ctrl-C itself (a graceful stop), so this is how the demo learns of it.
+        if runs.filter(status=RunStatus.QUEUED, available_at__lt=started).exists():
+            raise KeyboardInterrupt
 
     def _report(self, runs: QuerySet[JobRun], finished: bool) -> None:
         if not finished:
@@ -113,7 +120,9 @@ class Demo:
         self.write("")
         self.write(summary.render_table(summary.job_lines(runs, seeding.DEMO_JOBS)))
         self.write("")
-        self.write("Some dead letters (replayable from the admin or the API):")
+        self.write(
+            "Some dead letters (replay them from the admin or with manage.py strait_replay):"
+        )
         self.write(summary.render_examples(summary.dead_letter_examples(runs)))
         self.write("")
         self.write(f"Next: {ADMIN_HINT}")
@@ -122,6 +131,16 @@ class Demo:
 def _runs_between(ids: list[int]) -> QuerySet[JobRun]:
     # Only this demo's runs: an earlier demo's runs in the same database do not count.
     return JobRun.objects.filter(pk__range=(min(ids), max(ids)), job__name__in=seeding.DEMO_JOBS)
+
+
+def _database_now() -> dt.datetime:
+    """Return the time by the clock the claim compares ``available_at`` with."""
+    # PostgreSQL claims with its own now(); on other databases the worker uses ours.
+    if connection.vendor != "postgresql":
+        return timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT now()")
+        return cursor.fetchone()[0]
 
 
 def _until_next_due(pending: QuerySet[JobRun], deadline: float) -> float:

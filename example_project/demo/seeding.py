@@ -58,6 +58,9 @@ def seed_jobs(base_url: str, seed: int) -> None:
     """Create or update the demo's ``Job`` rows, HTTP jobs pointing at ``base_url``."""
     registry.sync_all()
     point_http_jobs(base_url, seed)
+    # A worker skips disabled jobs; the demo's runs must all run, even if a job
+    # was paused in the admin since the last demo.
+    Job.objects.filter(name__in=DEMO_JOBS, enabled=False).update(enabled=True)
 
 
 def point_http_jobs(base_url: str, seed: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 from collections import Counter, defaultdict
 
@@ -140,6 +141,41 @@ def test_strait_demo__bad_runs_is_refused_naming_the_option(example_project):
     )
     assert done.returncode != 0
     assert "--runs" in done.stderr and "from 1 to" in done.stderr
+
+
+def some_run_completed(project) -> bool:
+    try:
+        return any(r["status"] == "completed" for r in project.runs())
+    except sqlite3.OperationalError:  # not migrated yet
+        return False
+
+
+def test_strait_demo__ctrl_c_stops_the_worker_gracefully_and_exits_1(example_project, wait_until):
+    demo = subprocess.Popen(
+        example_project.command("strait_demo", "--runs", "300"),
+        cwd=REPO_ROOT,
+        env=example_project.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: some_run_completed(example_project), timeout=60, why=lambda: "none completed"
+        )
+        demo.send_signal(signal.SIGINT)
+        _, stderr = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.communicate()
+
+    assert demo.returncode == 1, stderr
+    assert "interrupted" in stderr
+    statuses = Counter(r["status"] for r in example_project.runs())
+    # The worker let its runs in flight finish and put the claimed ones back.
+    assert statuses["dequeued"] == statuses["executing"] == 0, statuses
+    assert statuses["queued"] > 0, statuses
 
 
 TRIGGER_SCRIPT = """

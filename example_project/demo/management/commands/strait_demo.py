@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from example_project.demo.runner import Demo, DemoOptions
 
@@ -58,4 +58,10 @@ class Command(BaseCommand):
             worker=not options["no_worker"],
             verbosity=options["verbosity"],
         )
-        Demo(demo_options, self.stdout.write).run()
+        try:
+            Demo(demo_options, self.stdout.write).run()
+        except KeyboardInterrupt:
+            raise CommandError(
+                "interrupted; runs left unfinished stay queued "
+                "(python manage.py run_strait_worker finishes them)"
+            ) from None
