@@ -10,6 +10,8 @@ Phases (each a median over ``--reps``):
   drain_http       N HTTP runs against a fast endpoint in its own process on 127.0.0.1
   latency          idle worker, one run at a time: trigger -> started_at, median and p95
   rss              the drain worker's peak RSS (VmHWM) in MB
+  cpu per run      the drain worker's CPU time (user + system, incl. start-up) per run:
+                   steadier than runs/s when other work shares the machine
 
 The database is ``DATABASE_URL`` (default: PostgreSQL database ``strait_bench`` on
 127.0.0.1, created if missing). Traffic goes to 127.0.0.1 only.
@@ -127,6 +129,15 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (robust to a busy machine)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return None
+
+
 def done_count() -> int:
     from django.db import connection
 
@@ -170,9 +181,11 @@ def drain(job: str, n: int, concurrency: int, batch: int) -> dict:
                 return {"error": f"timeout: {d}/{n}"}
             time.sleep(0.02)
         rss = peak_rss_mb(proc.pid)
+        cpu = cpu_seconds(proc.pid)
     finally:
         stop(proc)
     return {
+        "worker_cpu_ms_per_run": cpu * 1000 / n if cpu is not None else None,
         "steady_runs_per_s": (n - first_done) / (t - first) if t > first else None,
         "incl_startup_runs_per_s": n / (t - t0),
         "peak_rss_mb": rss,
@@ -290,6 +303,9 @@ def main() -> None:
                 [r.get("incl_startup_runs_per_s") for r in raw[key]]
             )
             out[f"{key}_worker_peak_rss_mb"] = summarize([r.get("peak_rss_mb") for r in raw[key]])
+            out[f"{key}_worker_cpu_ms_per_run"] = summarize(
+                [r.get("worker_cpu_ms_per_run") for r in raw[key]]
+            )
             errors = [r["error"] for r in raw[key] if "error" in r]
             if errors:
                 out[f"{key}_errors"] = errors

@@ -17,7 +17,7 @@ import json
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,3 +250,42 @@ def _traceback_excerpt(exc: BaseException) -> str:
     if len(text) <= TRACEBACK_CHARS:
         return text
     return "…" + text[1 - TRACEBACK_CHARS :]
+
+
+def is_async(func: Callable[..., Any]) -> bool:
+    """Tell whether ``func`` is a coroutine function (it must run on the event loop)."""
+    return _plan(func).is_async
+
+
+def call_sync(
+    func: Callable[..., Any],
+    payload: Any,
+    context: RunContext,
+    *,
+    max_result_bytes: int = 65536,
+) -> Outcome | Awaitable[Any]:
+    """Call a plain-function handler in the calling thread and describe what it did.
+
+    For the worker's own handler threads: no future or loop hop per call. If the
+    handler returned an awaitable, that is returned for the loop to ``settle()``.
+    """
+    started = time.perf_counter()
+    args = (payload, context) if _plan(func).wants_context else (payload,)
+    returned, value = _call_in_thread(func, args)
+    if not returned:
+        return _raised(value, _elapsed_ms(started))
+    if inspect.isawaitable(value):
+        return value
+    return _returned(value, max_result_bytes, _elapsed_ms(started))
+
+
+async def settle(awaitable: Awaitable[Any], *, max_result_bytes: int = 65536) -> Outcome:
+    """Await what a plain-function handler returned and describe the result."""
+    started = time.perf_counter()
+    try:
+        value = await awaitable
+    except (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit):
+        raise
+    except BaseException as exc:
+        return _raised(exc, _elapsed_ms(started))
+    return _returned(value, max_result_bytes, _elapsed_ms(started))

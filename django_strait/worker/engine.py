@@ -28,13 +28,14 @@ from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
-from django_strait.dispatch.python import RunContext, run_python
+from django_strait.dispatch.python import RunContext, is_async, run_python, settle
 from django_strait.outcome import Outcome, failure
 from django_strait.states import Transition
 from django_strait.transitions import batch
 from django_strait.transitions.batch import Claimed, Record
 from django_strait.worker.catalog import Catalog, JobInfo
 from django_strait.worker.decide import Decision, decide, trim
+from django_strait.worker.sync_runner import Done, SyncRunner
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,8 @@ class Worker:
         self.stats = Stats()
         self.catalog = Catalog(using=config.using)
         self._rng = random.Random()
-        self._inflight: dict[int, asyncio.Task[None]] = {}
+        #: Runs executing: their task, or None for plain-function handlers on the SyncRunner.
+        self._inflight: dict[int, asyncio.Task[None] | None] = {}
         self._pending: list[Record] = []
         self._orphans: list[int] = []  # claimed, never started, not yet put back
         self._stopping = False
@@ -139,7 +141,13 @@ class Worker:
         self._results = asyncio.Event()
         self._claim_db = ThreadPoolExecutor(1, thread_name_prefix="strait-claim")
         self._record_db = ThreadPoolExecutor(1, thread_name_prefix="strait-record")
-        self._handlers = ThreadPoolExecutor(cfg.concurrency, thread_name_prefix="strait-run")
+        self._all_done = asyncio.Event()
+        self._sync = SyncRunner(
+            self._loop,
+            self._sync_done,
+            threads=cfg.concurrency,
+            max_result_bytes=cfg.result_max_bytes,
+        )
         self._install_signal_handlers()
         logger.info(
             "worker %s starting: queues=%s concurrency=%s batch_size=%s%s",
@@ -174,7 +182,7 @@ class Worker:
         for pool in (self._claim_db, self._record_db):
             await self._db(pool, connections.close_all)
             pool.shutdown(wait=True)
-        self._handlers.shutdown(wait=False, cancel_futures=True)
+        self._sync.close()
         logger.info("worker %s stopped: %s", self.config.worker_id, self.stats.line())
 
     def _install_signal_handlers(self) -> None:
@@ -197,13 +205,13 @@ class Worker:
     async def _drain_inflight(self) -> None:
         if not self._inflight:
             return
-        done, pending = await asyncio.wait(
-            list(self._inflight.values()), timeout=self.config.shutdown_timeout
-        )
-        if pending:
+        self._all_done.clear()
+        try:
+            await asyncio.wait_for(self._all_done.wait(), self.config.shutdown_timeout)
+        except TimeoutError:
             logger.warning(
                 "%s runs still executing after %ss; left to the reaper",
-                len(pending),
+                len(self._inflight),
                 self.config.shutdown_timeout,
             )
 
@@ -228,7 +236,7 @@ class Worker:
                 await asyncio.sleep(cfg.poll_interval)
                 continue
             for run in runs:
-                self._inflight[run.id] = self._loop.create_task(self._execute(run))
+                self._spawn(run)
             if len(runs) < want:  # nothing more due right now
                 if cfg.burst and not runs and self._drained():
                     return
@@ -279,6 +287,29 @@ class Worker:
 
     # -- executing -----------------------------------------------------------------
 
+    def _spawn(self, run: Claimed) -> None:
+        info = self.catalog.get(run.job_id)
+        handler = info.handler
+        if handler is not None and not is_async(handler):
+            self._inflight[run.id] = None
+            context = RunContext(
+                run_id=run.id, attempt=run.attempt, job=info.name, payload=run.payload
+            )
+            self._sync.submit((run, time.monotonic()), handler, run.payload, context)
+        else:
+            self._inflight[run.id] = self._loop.create_task(self._execute(run))
+
+    def _sync_done(self, done: list[Done]) -> None:
+        for (run, begun), result in done:
+            if isinstance(result, Outcome):
+                self._finish(run, self.catalog.get(run.job_id), result, begun)
+            else:  # the plain function returned an awaitable: finish it on the loop
+                self._inflight[run.id] = self._loop.create_task(self._settle(run, result, begun))
+
+    async def _settle(self, run: Claimed, awaitable: Any, begun: float) -> None:
+        outcome = await settle(awaitable, max_result_bytes=self.config.result_max_bytes)
+        self._finish(run, self.catalog.get(run.job_id), outcome, begun)
+
     async def _execute(self, run: Claimed) -> None:
         begun = time.monotonic()
         info: JobInfo | None = None
@@ -317,7 +348,7 @@ class Worker:
             info.handler,
             run.payload,
             context,
-            executor=self._handlers,
+            executor=None,
             max_result_bytes=self.config.result_max_bytes,
         )
 
@@ -343,6 +374,8 @@ class Worker:
             )
         )
         del self._inflight[run.id]
+        if not self._inflight:
+            self._all_done.set()
         self._results.set()
         self._wake.set()
 
