@@ -25,7 +25,7 @@ from django_strait.actions import DeadLetter, Discard, Error, Fail, Retry, Strai
 from django_strait.dispatch.results import trim
 from django_strait.outcome import Action, Outcome, action, failure, success
 
-__all__ = ["RunContext", "accepts_context", "run_python"]
+__all__ = ["RunContext", "accepts_context", "call_sync", "is_async", "run_python", "settle"]
 
 logger = logging.getLogger(__name__)
 

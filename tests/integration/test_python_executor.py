@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from django_strait.actions import DeadLetter, Discard, Error, Fail, Retry
-from django_strait.dispatch.python import RunContext, accepts_context, run_python
+from django_strait.dispatch.python import (
+    RunContext,
+    accepts_context,
+    call_sync,
+    is_async,
+    run_python,
+    settle,
+)
 from django_strait.dispatch.results import TRUNCATION_MARKER
 from django_strait.outcome import Action, Kind, Outcome
 
@@ -409,3 +416,50 @@ def test_run_python__keyboard_interrupt_propagates(pool, runner):
 def test_run_python__cancellation_propagates(pool):
     with pytest.raises(asyncio.CancelledError):
         run(async_raise(asyncio.CancelledError()), executor=pool)
+
+
+# call_sync and settle: the worker's own handler threads
+
+
+def test_call_sync__returns_the_outcome_in_the_calling_thread():
+    outcome = call_sync(double, {"n": 3}, context_for())
+
+    assert outcome.kind is Kind.SUCCEEDED
+    assert outcome.result == {"doubled": 6, "thread": threading.current_thread().name}
+
+
+def test_call_sync__passes_the_context():
+    assert call_sync(with_context, None, context_for()).result["run_id"] == 11
+
+
+def test_call_sync__maps_exceptions_and_contains_system_exit():
+    assert call_sync(crash, {"card": "1"}, context_for()).error_type == "python.PaymentDeclined"
+    assert call_sync(raise_(Discard("x")), None, context_for()).action is Action.DISCARD
+    assert call_sync(raise_(SystemExit(1)), None, context_for()).error_type == "python.SystemExit"
+
+
+def test_call_sync__keyboard_interrupt_propagates():
+    with pytest.raises(KeyboardInterrupt):
+        call_sync(raise_(KeyboardInterrupt()), None, context_for())
+
+
+def test_call_sync__hands_back_a_returned_coroutine_for_settle():
+    def hidden_async(payload):
+        return async_double(payload)
+
+    pending = call_sync(hidden_async, {"n": 5}, context_for())
+    assert not isinstance(pending, Outcome)
+
+    outcome = asyncio.run(settle(pending))
+    assert outcome.result == {"doubled": 10, "thread": threading.main_thread().name}
+
+
+def test_settle__maps_an_exception_of_the_awaitable():
+    outcome = asyncio.run(settle(async_raise(Fail("no"))(None)))
+
+    assert outcome.action is Action.FAIL
+
+
+def test_is_async__tells_coroutine_functions_apart():
+    assert is_async(async_double)
+    assert not is_async(double)
