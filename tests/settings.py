@@ -79,6 +79,9 @@ TEMPLATES = [
 
 STATIC_URL = "/static/"
 
+# Tests log users in often; the production hasher's 1M iterations only slow them.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
 STRAIT = {"ALLOWED_PRIVATE_NETWORKS": ["127.0.0.0/8", "::1/128"]}
 
 LOGGING = {

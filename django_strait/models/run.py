@@ -91,6 +91,12 @@ class JobRun(models.Model):
                 name="strait_run_dead_letters",
             ),
             models.Index(fields=["status", "finished_at"], name="strait_run_status_finished"),
+            # Looking a run up by its key alone (admin search, support questions).
+            models.Index(
+                fields=["idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="strait_run_idempotency_key",
+            ),
         ]
 
     def __str__(self) -> str:
