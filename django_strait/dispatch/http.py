@@ -92,12 +92,17 @@ def encode_body(req: HttpRequest) -> bytes:
     return _COMPACT_JSON.encode(document).encode("ascii")
 
 
+def is_reserved_header(name: str) -> bool:
+    """Tell whether a job may not set header ``name`` (django-strait sets it)."""
+    lowered = name.lower()
+    return lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIX)
+
+
 def build_headers(req: HttpRequest, body: bytes, user_agent: str) -> CIMultiDict[str]:
     """Return the request headers: the job's own, then Strait's, which always win."""
     headers: CIMultiDict[str] = CIMultiDict({"User-Agent": user_agent})
     for name, value in req.headers.items():
-        lowered = name.lower()
-        if lowered in _RESERVED_HEADERS or lowered.startswith(_RESERVED_PREFIX):
+        if is_reserved_header(name):
             continue
         headers[name] = str(value)
     headers["Content-Type"] = "application/json"

@@ -102,6 +102,16 @@ class Job(models.Model):
             isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
         ):
             errors.setdefault("headers", []).append("An object of header name -> string value.")
+        else:
+            from django_strait.dispatch.http import is_reserved_header
+
+            reserved = sorted(k for k in self.headers if is_reserved_header(k))
+            if reserved:
+                errors.setdefault("headers", []).append(
+                    f"{', '.join(reserved)}: set by django-strait on every request "
+                    "(Content-Type, Content-Length, Transfer-Encoding, Accept-Encoding, "
+                    "Idempotency-Key and Strait-*); remove them."
+                )
         from django_strait.retry import PolicyError, job_partial, resolve
 
         try:

@@ -35,6 +35,7 @@ from django_strait.transitions import batch
 from django_strait.transitions.batch import Claimed, Record
 from django_strait.worker.catalog import Catalog, JobInfo
 from django_strait.worker.decide import Decision, decide, trim
+from django_strait.worker.heartbeat import Heartbeats
 from django_strait.worker.sync_runner import Done, SyncRunner
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ class Worker:
         self._claim_db = ThreadPoolExecutor(1, thread_name_prefix="strait-claim")
         self._record_db = ThreadPoolExecutor(1, thread_name_prefix="strait-record")
         self._all_done = asyncio.Event()
+        self._beats = Heartbeats(cfg.worker_id, cfg.using)
         self._sync = SyncRunner(
             self._loop,
             self._sync_done,
@@ -292,9 +294,7 @@ class Worker:
         handler = info.handler
         if handler is not None and not is_async(handler):
             self._inflight[run.id] = None
-            context = RunContext(
-                run_id=run.id, attempt=run.attempt, job=info.name, payload=run.payload
-            )
+            context = self._context(run, info)
             self._sync.submit((run, time.monotonic()), handler, run.payload, context)
         else:
             self._inflight[run.id] = self._loop.create_task(self._execute(run))
@@ -343,13 +343,32 @@ class Worker:
             )
         if info.handler is None:
             return failure("python.import_error", f"handler {row.handler!r}: {info.handler_error}")
-        context = RunContext(run_id=run.id, attempt=run.attempt, job=row.name, payload=run.payload)
-        return await run_python(
-            info.handler,
-            run.payload,
-            context,
-            executor=None,
-            max_result_bytes=self.config.result_max_bytes,
+        try:
+            # Only coroutines can be interrupted: plain functions run to their end.
+            return await asyncio.wait_for(
+                run_python(
+                    info.handler,
+                    run.payload,
+                    self._context(run, info),
+                    executor=None,
+                    max_result_bytes=self.config.result_max_bytes,
+                ),
+                row.timeout_secs,
+            )
+        except TimeoutError:
+            return failure(
+                "python.timeout",
+                f"the handler ran past the job's timeout of {row.timeout_secs:g}s and was cancelled",
+                attempt_outcome="timed_out",
+            )
+
+    def _context(self, run: Claimed, info: JobInfo) -> RunContext:
+        return RunContext(
+            run_id=run.id,
+            attempt=run.attempt,
+            job=info.name,
+            payload=run.payload,
+            heartbeat=self._beats.for_run(run.id),
         )
 
     def _finish(self, run: Claimed, info: JobInfo | None, outcome: Outcome, begun: float) -> None:
@@ -374,6 +393,7 @@ class Worker:
             )
         )
         del self._inflight[run.id]
+        self._beats.forget(run.id)
         if not self._inflight:
             self._all_done.set()
         self._results.set()
@@ -465,10 +485,14 @@ class Worker:
 
     async def _periodic(self) -> None:
         cfg = self.config
-        last_stats = time.monotonic()
+        last_stats = last_beat = time.monotonic()
         while True:
-            await asyncio.sleep(cfg.heartbeat_interval)
-            if self._inflight:
+            # Wake often enough to flush heartbeats that async handlers asked for.
+            await asyncio.sleep(min(cfg.heartbeat_interval, 5.0))
+            due = time.monotonic() - last_beat >= cfg.heartbeat_interval
+            if self._inflight and (due or self._beats.marked):
+                last_beat = time.monotonic()
+                self._beats.marked.clear()
                 try:
                     await self._db(
                         self._record_db, batch.heartbeat, cfg.worker_id, list(self._inflight)

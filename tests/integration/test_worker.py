@@ -77,6 +77,25 @@ def test_worker__retries_a_failing_handler_then_dead_letters_it_with_every_error
     ]
 
 
+def test_worker__context_heartbeat_from_a_sync_handler_writes_heartbeat_at(burst):
+    run = trigger("test-heartbeat", {})
+
+    burst()
+
+    run.refresh_from_db()
+    assert (run.status, run.result) == ("completed", {"moved": True})
+
+
+def test_worker__an_async_handler_past_its_timeout_is_cancelled_and_retried(burst):
+    run = trigger("test-slow-async", {})
+
+    burst()
+
+    run.refresh_from_db()
+    assert (run.status, run.error_type) == ("queued", "python.timeout")
+    assert run.attempts.get().outcome == "timed_out"
+
+
 def test_worker__burst_leaves_runs_that_are_not_due_yet(burst):
     later = trigger("test-noop", {}, delay="1h")
     now = trigger("test-noop", {})
@@ -318,3 +337,18 @@ def test_worker__strait_action_header_overrides_the_status(burst, http_server):
     burst()
 
     assert JobRun.objects.get(pk=run.pk).status == "discarded"
+
+
+def test_job_clean__refuses_headers_that_strait_sets():
+    from django.core.exceptions import ValidationError
+
+    job = Job(
+        name="h",
+        endpoint_url="https://example.invalid/x",
+        headers={"Strait-Run-Id": "1", "X-Team": "a"},
+    )
+
+    with pytest.raises(ValidationError) as info:
+        job.full_clean()
+
+    assert "Strait-Run-Id" in str(info.value.message_dict["headers"])

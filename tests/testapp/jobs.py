@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from django_strait import DeadLetter, Discard, Error, Fail, Retry, job
 
@@ -47,3 +48,19 @@ def actions(payload):
 @job(name="test-nul")
 def nul(payload):
     return {"nul": chr(0)}  # a result PostgreSQL's jsonb refuses
+
+
+@job(name="test-heartbeat")
+def beating(payload, context):
+    from django_strait.models import JobRun
+
+    before = JobRun.objects.get(pk=context.run_id).heartbeat_at
+    time.sleep(0.01)
+    context.heartbeat()
+    after = JobRun.objects.get(pk=context.run_id).heartbeat_at
+    return {"moved": after > before}
+
+
+@job(name="test-slow-async", timeout=0.2)
+async def slow_async(payload):
+    await asyncio.sleep(30)

@@ -1,0 +1,56 @@
+"""``context.heartbeat()`` for handlers: the run is alive and making progress.
+
+The worker already heartbeats every run it holds, in one statement per interval,
+while its event loop turns. A handler that calls ``heartbeat()`` adds this: from
+a handler thread the run's ``heartbeat_at`` is written at once (at most once a
+second), so a handler that starves the loop still proves itself alive; from a
+coroutine (on the loop, where the ORM must not block) the run is marked and
+flushed with the next batched heartbeat.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from django.utils import timezone
+
+from django_strait.models import JobRun
+from django_strait.states import RunStatus
+
+#: Least seconds between two direct writes for one run.
+MIN_INTERVAL = 1.0
+
+
+class Heartbeats:
+    """Heartbeats asked for by handlers of one worker."""
+
+    def __init__(self, worker_id: str, using: str) -> None:
+        self.worker_id = worker_id
+        self.using = using
+        self.marked: set[int] = set()
+        self._last: dict[int, float] = {}
+        self._loop_thread = threading.get_ident()
+
+    def for_run(self, run_id: int):
+        """Return the ``heartbeat()`` callable for one run's context."""
+        return lambda: self.beat(run_id)
+
+    def beat(self, run_id: int) -> None:
+        """Record that ``run_id`` is alive (thread-safe)."""
+        if threading.get_ident() == self._loop_thread:
+            self.marked.add(run_id)
+            return
+        now = time.monotonic()
+        if now - self._last.get(run_id, 0.0) < MIN_INTERVAL:
+            return
+        self._last[run_id] = now
+        JobRun.objects.using(self.using).filter(
+            pk=run_id, status=RunStatus.EXECUTING, claimed_by=self.worker_id
+        ).update(heartbeat_at=timezone.now())
+        # The handler thread's connection is closed when the handler returns.
+
+    def forget(self, run_id: int) -> None:
+        """Drop what is kept for a finished run."""
+        self._last.pop(run_id, None)
+        self.marked.discard(run_id)
