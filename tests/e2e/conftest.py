@@ -29,9 +29,9 @@ class ExampleProject:
         """Return the command line of ``manage.py <args>``."""
         return [sys.executable, str(REPO_ROOT / "manage.py"), *args]
 
-    def manage(self, *args: str, timeout: float = MANAGE_TIMEOUT_SECS) -> str:
-        """Run ``manage.py <args>`` to the end; return its stdout, failing on a non-zero exit."""
-        done = subprocess.run(
+    def run(self, *args: str, timeout: float = MANAGE_TIMEOUT_SECS) -> subprocess.CompletedProcess:
+        """Run ``manage.py <args>`` to the end and return what it did, whatever its exit code."""
+        return subprocess.run(
             self.command(*args),
             cwd=REPO_ROOT,
             env=self.env,
@@ -40,6 +40,16 @@ class ExampleProject:
             timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
+
+    def start(self, *args: str, **popen: Any) -> subprocess.Popen:
+        """Start ``manage.py <args>`` in the background (``popen``: more Popen arguments)."""
+        return subprocess.Popen(
+            self.command(*args), cwd=REPO_ROOT, env=self.env, stdin=subprocess.DEVNULL, **popen
+        )
+
+    def manage(self, *args: str, timeout: float = MANAGE_TIMEOUT_SECS) -> str:
+        """Run ``manage.py <args>`` to the end; return its stdout, failing on a non-zero exit."""
+        done = self.run(*args, timeout=timeout)
         assert done.returncode == 0, (
             f"manage.py {' '.join(args)} exited {done.returncode}\n"
             f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"

@@ -9,8 +9,6 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from tests.e2e.conftest import REPO_ROOT
-
 pytestmark = pytest.mark.slow
 
 DEMO_JOBS = (
@@ -131,14 +129,7 @@ def test_strait_demo__no_worker_only_queues(example_project):
 
 
 def test_strait_demo__bad_runs_is_refused_naming_the_option(example_project):
-    done = subprocess.run(
-        example_project.command("strait_demo", "--runs", "0"),
-        cwd=REPO_ROOT,
-        env=example_project.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = example_project.run("strait_demo", "--runs", "0")
     assert done.returncode != 0
     assert "--runs" in done.stderr and "from 1 to" in done.stderr
 
@@ -151,13 +142,8 @@ def some_run_completed(project) -> bool:
 
 
 def test_strait_demo__ctrl_c_stops_the_worker_gracefully_and_exits_1(example_project, wait_until):
-    demo = subprocess.Popen(
-        example_project.command("strait_demo", "--runs", "300"),
-        cwd=REPO_ROOT,
-        env=example_project.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    demo = example_project.start(
+        "strait_demo", "--runs", "300", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         wait_until(
@@ -193,13 +179,8 @@ def test_worker__long_running_process_drains_triggered_runs_and_exits_0_on_sigte
 ):
     example_project.manage("migrate", "--verbosity", "0")
     log = (tmp_path / "worker.log").open("w+")
-    worker = subprocess.Popen(
-        example_project.command("run_strait_worker", "--concurrency", "4"),
-        cwd=REPO_ROOT,
-        env=example_project.env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
+    worker = example_project.start(
+        "run_strait_worker", "--concurrency", "4", stdout=log, stderr=subprocess.STDOUT
     )
     try:
         example_project.manage("shell", "-c", TRIGGER_SCRIPT)
