@@ -3,7 +3,8 @@
 Defaults suit a first run on a laptop: SQLite in ``db.sqlite3`` at the project
 root, DEBUG on, an insecure secret key. Set ``DATABASE_URL``
 (``postgres://user@host:5432/name``), ``DEBUG=false`` and ``SECRET_KEY`` for
-anything else.
+anything else, in the environment or in a ``.env`` file at the project root
+(the environment wins).
 """
 
 from __future__ import annotations
