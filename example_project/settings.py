@@ -81,9 +81,9 @@ STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 STRAIT = {
-    # The demo's HTTP jobs call this project's own endpoints on 127.0.0.1, which
-    # Strait's SSRF guard refuses unless loopback is allowed. A real deployment
-    # calling only public endpoints would leave this out.
+    # The demo's HTTP jobs call this project's own endpoints on 127.0.0.1: loopback
+    # is listed among the private networks HTTP jobs may reach (docs/settings.md).
+    # A deployment that calls only public endpoints leaves this out.
     "ALLOWED_PRIVATE_NETWORKS": ["127.0.0.0/8", "::1/128"],
 }
 
