@@ -216,6 +216,14 @@ KEYS: dict[str, Key] = {
         Key("DATABASE", "default", _alias(optional=False), _alias_text),
         Key("HTTP_USER_AGENT", f"django-strait/{__version__}", _user_agent, _text),
         Key("TRIGGER_MAX_PAYLOAD_BYTES", 1_000_000, _integer(1), _int_text),
+        # Worker operations: periodic duties, each on one host at a time.
+        Key("WAITING_STALE_AFTER", 3600.0, _duration(positive=True), _text),
+        Key("REAPER_INTERVAL", 30.0, _duration(positive=True), _text),
+        Key("SCHEDULER_INTERVAL", 1.0, _duration(positive=True), _text),
+        Key("PRUNE_INTERVAL", 3600.0, _duration(positive=True), _text),
+        Key("PRUNE_BATCH_SIZE", 1000, _integer(1), _int_text),
+        Key("RETENTION_DAYS", 30, _integer(1), _int_text),
+        Key("STATS_INTERVAL", 60.0, _duration(positive=True), _text),
     )
 }
 

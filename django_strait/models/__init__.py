@@ -1,15 +1,19 @@
 """django-strait's models (DESIGN §1)."""
 
 from django_strait.models.attempt import AttemptOutcome, RunAttempt
-from django_strait.models.job import HttpMethod, Job, OnExhaustion
+from django_strait.models.job import HttpMethod, Job, MissedTicks, OnExhaustion, Overlap
 from django_strait.models.run import DeadLetter, JobRun
+from django_strait.models.worker import WorkerProcess
 
 __all__ = [
     "AttemptOutcome",
     "DeadLetter",
     "HttpMethod",
     "Job",
+    "MissedTicks",
     "JobRun",
     "OnExhaustion",
+    "Overlap",
     "RunAttempt",
+    "WorkerProcess",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models import Q
 
 PRIORITY_VALIDATORS = [MinValueValidator(-100), MaxValueValidator(100)]
 
@@ -18,6 +19,16 @@ class HttpMethod(models.TextChoices):
 class OnExhaustion(models.TextChoices):
     DEAD_LETTER = "dead_letter", "Dead-letter queue"
     DISCARD = "discard", "Discard"
+
+
+class MissedTicks(models.TextChoices):
+    RUN_ONCE = "run_once", "Run once on recovery"
+    SKIP = "skip", "Skip"
+
+
+class Overlap(models.TextChoices):
+    ALLOW = "allow", "Allow"
+    SKIP = "skip", "Skip while a run is active"
 
 
 class RetryStrategy(models.TextChoices):
@@ -72,11 +83,31 @@ class Job(models.Model):
         max_length=20, choices=OnExhaustion.choices, null=True, blank=True
     )
 
+    # Cron schedule (DESIGN §6): one run per tick across all workers and hosts.
+    schedule = models.CharField(
+        max_length=100, blank=True, help_text="5-field cron, or @hourly / @daily / ..."
+    )
+    timezone = models.CharField(max_length=64, default="UTC")
+    schedule_missed = models.CharField(
+        max_length=10, choices=MissedTicks.choices, default=MissedTicks.RUN_ONCE
+    )
+    schedule_overlap = models.CharField(
+        max_length=10, choices=Overlap.choices, default=Overlap.ALLOW
+    )
+    #: The last tick the scheduler has acted on (fired or skipped).
+    schedule_last_tick = models.DateTimeField(null=True, blank=True, editable=False)
+
+    #: Finished runs older than this are pruned (never dead letters); empty = STRAIT default.
+    retention_days = models.PositiveIntegerField(null=True, blank=True)
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["name"]
+        indexes = [
+            models.Index(fields=["name"], condition=~Q(schedule=""), name="strait_job_scheduled"),
+        ]
 
     def __str__(self) -> str:
         return self.name
