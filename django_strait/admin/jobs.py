@@ -48,8 +48,10 @@ class JobAdmin(admin.ModelAdmin):
             return False
         return super().has_delete_permission(request, obj)
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        found = super().get_actions(request)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict[str, Any]:
+        # Django 6.1 passes action_location (and warns about overrides without it); 5.2 does not.
+        extra = {} if action_location is None else {"action_location": action_location}
+        found = super().get_actions(request, **extra)
         found.pop("delete_selected", None)  # see has_delete_permission
         return found
 

@@ -57,6 +57,13 @@ DEFAULTS = {
     "DATABASE": "default",
     "HTTP_USER_AGENT": f"django-strait/{__version__}",
     "TRIGGER_MAX_PAYLOAD_BYTES": 1_000_000,
+    "WAITING_STALE_AFTER": 3600.0,
+    "REAPER_INTERVAL": 30.0,
+    "SCHEDULER_INTERVAL": 1.0,
+    "PRUNE_INTERVAL": 3600.0,
+    "PRUNE_BATCH_SIZE": 1000,
+    "RETENTION_DAYS": 30,
+    "STATS_INTERVAL": 60.0,
 }
 
 
