@@ -1,0 +1,231 @@
+"""Django signals for what happens to runs (DESIGN §7), and the helpers that send them.
+
+Every run signal is sent with ``sender=JobRun`` (Django's convention: the model
+class) and these keyword arguments:
+
+``run_id``, ``job`` (the job's name), ``attempt``, ``status`` (the run's status
+after the event), ``duration_ms`` (the attempt's, or None), ``error`` and
+``error_type`` (empty strings when there is none).
+
+Some signals add more: ``run_enqueued`` passes ``run`` (the new ``JobRun``),
+``queue`` and ``available_at``; the signals sent when an attempt ends pass
+``outcome`` (the attempt's: succeeded, failed, timed_out...), ``endpoint``,
+``status_code`` and ``available_at`` (when a retry is due; None otherwise).
+
+Receivers are called with ``send_robust``: one that raises is logged (by Django's
+``django.dispatch`` logger, with the traceback) and never stops the worker or
+the other receivers. When nobody listens, sending costs one attribute check.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.dispatch import Signal
+
+from django_strait.states import RunStatus
+
+if TYPE_CHECKING:
+    from django_strait.models import JobRun
+    from django_strait.transitions.batch import Claimed, Record, Recorded
+
+logger = logging.getLogger(__name__)
+
+#: A run was created and is queued (sent once the creating transaction commits).
+run_enqueued = Signal()
+#: A worker started an attempt of a run.
+run_started = Signal()
+#: An attempt succeeded; the run is completed.
+run_succeeded = Signal()
+#: An attempt failed and the run will be retried (it is queued again until ``available_at``).
+run_failed = Signal()
+#: An attempt failed and the handler declared the failure permanent: the run is ``failed``.
+run_failed_permanently = Signal()
+#: The run went to the dead-letter queue (attempts exhausted, non-retryable, or asked for).
+run_dead_lettered = Signal()
+#: The run was dropped (``on_exhaustion="discard"``, a Discard action, or a person).
+run_discarded = Signal()
+#: The run was canceled (before it started, or when its running attempt returned).
+run_canceled = Signal()
+
+#: An endpoint's circuit opened (sent by the circuit breaker, ``sender=EndpointCircuit``).
+circuit_opened = Signal()
+#: An endpoint's circuit closed again (sent by the circuit breaker).
+circuit_closed = Signal()
+#: A project crossed its budget's soft limit (once per project per day).
+budget_soft_limit = Signal()
+
+#: The signal for each status a run can reach when an attempt ends or a person acts.
+SIGNAL_FOR_STATUS: Mapping[str, Signal] = {
+    RunStatus.COMPLETED: run_succeeded,
+    RunStatus.QUEUED: run_failed,
+    RunStatus.FAILED: run_failed_permanently,
+    RunStatus.DEAD_LETTER: run_dead_lettered,
+    RunStatus.DISCARDED: run_discarded,
+    RunStatus.CANCELED: run_canceled,
+}
+
+
+def _sender():
+    from django_strait.models import JobRun
+
+    return JobRun
+
+
+def listened(signal: Signal) -> bool:
+    """Return whether any receiver is connected to ``signal`` for runs."""
+    # ``receivers`` is a plain list: this is the whole cost when nobody listens.
+    return bool(signal.receivers) and signal.has_listeners(_sender())
+
+
+def _send(signal: Signal, **kwargs: Any) -> None:
+    signal.send_robust(sender=_sender(), **kwargs)
+
+
+# -- enqueued ----------------------------------------------------------------------
+
+
+def send_enqueued(job: str, runs: Sequence[JobRun], *, using: str | None = None) -> None:
+    """Send ``run_enqueued`` for each run once the current transaction commits.
+
+    Pass only the runs this call created; a run flagged ``idempotency_hit`` (an
+    existing run returned for a reused key) is left out.
+    """
+    if not listened(run_enqueued):
+        return
+    new = [run for run in runs if not getattr(run, "idempotency_hit", False)]
+    if new:
+        transaction.on_commit(lambda: _send_enqueued(job, new), using=using)
+
+
+def _send_enqueued(job: str, runs: Sequence[JobRun]) -> None:
+    for run in runs:
+        _send(
+            run_enqueued,
+            run_id=run.pk,
+            job=job,
+            attempt=run.attempt,
+            status=run.status,
+            duration_ms=None,
+            error="",
+            error_type="",
+            run=run,
+            queue=run.queue,
+            available_at=run.available_at,
+        )
+
+
+# -- started -----------------------------------------------------------------------
+
+
+def send_started(
+    runs: Sequence[Claimed],
+    job_names: Mapping[int, str] | None = None,
+    *,
+    using: str | None = None,
+) -> None:
+    """Send ``run_started`` for each run a worker just started.
+
+    ``job_names`` maps run id to job name; runs it lacks are looked up in one
+    query (only when someone listens), so call this off the event loop.
+    """
+    if not runs or not listened(run_started):
+        return
+    names = _names([r.id for r in runs], job_names, using)
+    for run in runs:
+        _send(
+            run_started,
+            run_id=run.id,
+            job=names.get(run.id, ""),
+            attempt=run.attempt,
+            status=RunStatus.EXECUTING,
+            duration_ms=None,
+            error="",
+            error_type="",
+        )
+
+
+# -- an attempt ended --------------------------------------------------------------
+
+
+def send_recorded(
+    records: Sequence[Record],
+    recorded: Recorded,
+    job_names: Mapping[int, str] | None = None,
+    *,
+    using: str | None = None,
+) -> None:
+    """Send the signal for each record whose run moved, by the status it moved to.
+
+    ``recorded`` is what ``transitions.batch.record`` returned: its ``moved`` is
+    the truth (a run whose cancel was asked meanwhile is canceled, whatever its
+    record said); records of lost runs send nothing.
+    """
+    if not recorded.moved or not any(listened(s) for s in SIGNAL_FOR_STATUS.values()):
+        return
+    moved = [rec for rec in records if rec.run_id in recorded.moved]
+    names = _names([rec.run_id for rec in moved], job_names, using)
+    for rec in moved:
+        status = recorded.moved[rec.run_id]
+        signal = SIGNAL_FOR_STATUS.get(status)
+        if signal is not None and listened(signal):
+            _send(signal, **_record_kwargs(rec, status, names.get(rec.run_id, "")))
+
+
+def _record_kwargs(rec: Record, status: str, job: str) -> dict[str, Any]:
+    return {
+        "run_id": rec.run_id,
+        "job": job,
+        "attempt": rec.attempt,
+        "status": status,
+        "duration_ms": rec.duration_ms,
+        "error": rec.error,
+        "error_type": rec.error_type,
+        "outcome": rec.outcome,
+        "endpoint": rec.endpoint,
+        "status_code": rec.status_code,
+        "available_at": rec.available_at if status == RunStatus.QUEUED else None,
+    }
+
+
+# -- a person acted ----------------------------------------------------------------
+
+
+def send_changed(runs: Iterable[JobRun]) -> None:
+    """Send the signal for each run's current status after a person's transition.
+
+    For cancel and discard (admin, API, commands). A queued run (a replay)
+    sends nothing: ``run_failed`` means a failed attempt, not a replay.
+    """
+    for run in runs:
+        signal = SIGNAL_FOR_STATUS.get(run.status)
+        if signal is None or run.status == RunStatus.QUEUED or not listened(signal):
+            continue
+        _send(
+            signal,
+            run_id=run.pk,
+            job=run.job.name,
+            attempt=run.attempt,
+            status=run.status,
+            duration_ms=None,
+            error=run.last_error,
+            error_type=run.error_type,
+        )
+
+
+def _names(
+    run_ids: list[int], given: Mapping[int, str] | None, using: str | None
+) -> Mapping[int, str]:
+    """Return job names for ``run_ids``: ``given``, completed by one query if needed."""
+    given = given or {}
+    missing = [rid for rid in run_ids if rid not in given]
+    if not missing:
+        return given
+    from django_strait.models import JobRun
+
+    runs = JobRun.objects.db_manager(using).filter(pk__in=missing)
+    found = dict(runs.values_list("id", "job__name"))
+    return {**given, **found}
