@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from django_strait import registry
 from django_strait.models import Job, JobRun
+from django_strait.wakeup import notify_queued
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +79,11 @@ def trigger(
     if key is None:
         run.save(force_insert=True)
         run.idempotency_hit = False
-        return run
-    return _insert_once(run)
+    else:
+        run = _insert_once(run)
+    if not run.idempotency_hit:
+        notify_queued([run.queue])
+    return run
 
 
 def _insert_once(run: JobRun) -> JobRun:
@@ -126,6 +130,8 @@ def trigger_many(
             for p, k in zip(payloads, keys or [None] * len(payloads), strict=True)
         ]
         JobRun.objects.bulk_create(runs, batch_size=batch_size, ignore_conflicts=keys is not None)
+    if texts:
+        notify_queued([opts.queue])
     if keys is None:
         return runs
     # Keys already used return the run that holds them, in the caller's order.

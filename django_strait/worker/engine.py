@@ -27,12 +27,14 @@ from typing import Any, TypeVar
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
+from django_strait.conf import strait_settings
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.python import RunContext, is_async, run_python, settle
 from django_strait.outcome import Outcome, failure
 from django_strait.states import Transition
 from django_strait.transitions import batch
 from django_strait.transitions.batch import Claimed, Record
+from django_strait.wakeup import Listener
 from django_strait.worker.catalog import Catalog, JobInfo
 from django_strait.worker.decide import Decision, decide, trim
 from django_strait.worker.heartbeat import Heartbeats
@@ -61,6 +63,10 @@ class WorkerConfig:
     shutdown_timeout: float = 30.0
     heartbeat_interval: float = 30.0
     stats_interval: float = 60.0
+    #: DATABASES alias to LISTEN on for wake-ups (PostgreSQL only); None: poll only.
+    listen_alias: str | None = None
+    #: Run the periodic duties (reaper, scheduler, pruner) in this process.
+    duties: bool = True
     result_max_bytes: int = 65536
     user_agent: str = "django-strait"
     using: str = "default"
@@ -131,14 +137,28 @@ class Worker:
         return self.stats
 
     def stop(self) -> None:
-        """Stop claiming; finish what is in flight (up to the shutdown timeout)."""
+        """Stop claiming; finish what is in flight (up to the shutdown timeout).
+
+        Safe to call from any thread.
+        """
+        loop = getattr(self, "_loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._stop_now)
+        else:
+            self._stopping = True
+
+    def _stop_now(self) -> None:
         self._stopping = True
         self._wake.set()
+        self._work.set()
 
     async def _main(self) -> None:
         cfg = self.config
         self._loop = asyncio.get_running_loop()
+        #: A slot freed or a result was recorded.
         self._wake = asyncio.Event()
+        #: New runs may be due: a NOTIFY arrived (or the worker is stopping).
+        self._work = asyncio.Event()
         self._results = asyncio.Event()
         self._claim_db = ThreadPoolExecutor(1, thread_name_prefix="strait-claim")
         self._record_db = ThreadPoolExecutor(1, thread_name_prefix="strait-record")
@@ -160,14 +180,23 @@ class Worker:
             " burst" if cfg.burst else "",
         )
         self._http = HttpDispatcher(
-            max_result_bytes=cfg.result_max_bytes, user_agent=cfg.user_agent, limit=cfg.concurrency
+            max_result_bytes=cfg.result_max_bytes,
+            user_agent=cfg.user_agent,
+            limit=cfg.concurrency,
+            allowed_networks=strait_settings.ALLOWED_PRIVATE_NETWORKS,
         )
         await self._http.start()
+        self._duty_db = ThreadPoolExecutor(1, thread_name_prefix="strait-duty")
+        self._listener = self._start_listener()
+        await self._db(self._duty_db, self._register)
         recorder = asyncio.create_task(self._record_loop())
         beats = asyncio.create_task(self._periodic())
+        duties = asyncio.create_task(self._run_duties()) if cfg.duties else None
         try:
             await self._claim_loop()
         finally:
+            if duties is not None:
+                duties.cancel()
             await self._shutdown(recorder, beats)
 
     async def _shutdown(self, recorder: asyncio.Task[None], beats: asyncio.Task[None]) -> None:
@@ -181,7 +210,10 @@ class Worker:
         beats.cancel()
         await self._release_orphans()
         await self._http.close()
-        for pool in (self._claim_db, self._record_db):
+        if self._listener is not None:
+            self._listener.stop()
+        await self._db(self._duty_db, self._unregister)
+        for pool in (self._claim_db, self._record_db, self._duty_db):
             await self._db(pool, connections.close_all)
             pool.shutdown(wait=True)
         self._sync.close()
@@ -202,7 +234,7 @@ class Worker:
             )
             raise SystemExit(1)
         logger.info("%s received: no more claims, finishing runs in flight", sig.name)
-        self.stop()
+        self._stop_now()
 
     async def _drain_inflight(self) -> None:
         if not self._inflight:
@@ -216,6 +248,61 @@ class Worker:
                 len(self._inflight),
                 self.config.shutdown_timeout,
             )
+
+    # -- wake-ups, registration, duties ----------------------------------------------
+
+    def _start_listener(self) -> Listener | None:
+        alias = self.config.listen_alias
+        if alias is None or not Listener.available(alias):
+            return None
+        listener = Listener(
+            alias, self.config.queues, lambda: self._loop.call_soon_threadsafe(self._work.set)
+        )
+        listener.start()
+        return listener
+
+    def _register(self) -> None:
+        cfg = self.config
+        try:
+            from django_strait.duties import registry
+        except ImportError:  # registry not installed in this build
+            return
+        registry.register(
+            cfg.worker_id, queues=list(cfg.queues), concurrency=cfg.concurrency, using=cfg.using
+        )
+
+    def _unregister(self) -> None:
+        try:
+            from django_strait.duties import registry
+        except ImportError:
+            return
+        registry.unregister(self.config.worker_id, using=self.config.using)
+
+    def _touch(self, in_flight: int) -> None:
+        try:
+            from django_strait.duties import registry
+        except ImportError:
+            return
+        registry.touch(self.config.worker_id, in_flight=in_flight, using=self.config.using)
+
+    async def _run_duties(self) -> None:
+        """Run each periodic duty every its interval, on the duty thread."""
+        from django_strait.duties import default_duties
+
+        duties = default_duties(using=self.config.using)
+        due = dict.fromkeys((d.name for d in duties), 0.0)
+        while duties:
+            for duty in duties:
+                if time.monotonic() < due[duty.name]:
+                    continue
+                try:
+                    result = await self._db(self._duty_db, duty.run_once, timezone.now())
+                    if result.led and any(result.counts.values()):
+                        logger.info("%s: %s", duty.name, result.counts)
+                except Exception:
+                    logger.exception("duty %s failed; trying again next round", duty.name)
+                due[duty.name] = time.monotonic() + duty.interval
+            await asyncio.sleep(max(0.05, min(due.values()) - time.monotonic()))
 
     # -- database thread helper -----------------------------------------------------
 
@@ -240,20 +327,27 @@ class Worker:
             for run in runs:
                 self._spawn(run)
             if len(runs) < want:  # nothing more due right now
-                if cfg.burst and not runs and self._drained():
-                    return
-                await self._wait(None if cfg.burst else cfg.poll_interval)
+                if cfg.burst:
+                    if not runs and self._drained():
+                        return
+                    await self._wait(None)  # until something in flight ends
+                else:
+                    await self._wait_for_work()
 
     def _drained(self) -> bool:
         return not self._inflight and not self._pending and not self._recording
 
     async def _wait(self, timeout: float | None) -> None:
         """Sleep until a slot frees, the worker stops, or ``timeout`` passes."""
-        self._wake.clear()
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        except TimeoutError:
-            pass
+        await _wait_event(self._wake, timeout)
+
+    async def _wait_for_work(self) -> None:
+        """Sleep until a NOTIFY says runs were queued, or the poll interval passes.
+
+        Runs finishing do not wake this wait: the queue was just found empty, and
+        claiming again for every finished run would only cost empty claims.
+        """
+        await _wait_event(self._work, self.config.poll_interval)
 
     async def _claim(self, limit: int) -> list[Claimed] | None:
         try:
@@ -490,13 +584,14 @@ class Worker:
             # Wake often enough to flush heartbeats that async handlers asked for.
             await asyncio.sleep(min(cfg.heartbeat_interval, 5.0))
             due = time.monotonic() - last_beat >= cfg.heartbeat_interval
-            if self._inflight and (due or self._beats.marked):
+            if due or (self._inflight and self._beats.marked):
                 last_beat = time.monotonic()
                 self._beats.marked.clear()
                 try:
                     await self._db(
                         self._record_db, batch.heartbeat, cfg.worker_id, list(self._inflight)
                     )
+                    await self._db(self._duty_db, self._touch, len(self._inflight))
                 except Exception:
                     logger.exception("heartbeat failed")
             if self._orphans:
@@ -504,6 +599,14 @@ class Worker:
             if time.monotonic() - last_stats >= cfg.stats_interval:
                 logger.info("worker %s: %s", cfg.worker_id, self.stats.line())
                 last_stats = time.monotonic()
+
+
+async def _wait_event(event: asyncio.Event, timeout: float | None) -> None:
+    event.clear()
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except TimeoutError:
+        pass
 
 
 def _guarded(using: str, fn: Callable[..., T], *args: Any) -> T:

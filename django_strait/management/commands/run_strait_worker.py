@@ -87,6 +87,8 @@ def build_config(options: dict) -> WorkerConfig:
         poll_interval=s.POLL_INTERVAL,
         shutdown_timeout=s.SHUTDOWN_TIMEOUT,
         heartbeat_interval=max(1.0, s.STALE_AFTER / 5),
+        stats_interval=s.STATS_INTERVAL,
+        listen_alias=s.LISTEN_DATABASE or s.DATABASE,
         result_max_bytes=s.RESULT_MAX_BYTES,
         user_agent=s.HTTP_USER_AGENT,
         using=s.DATABASE,

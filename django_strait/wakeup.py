@@ -1,0 +1,100 @@
+"""Wake idle workers the moment runs are queued: PostgreSQL LISTEN/NOTIFY.
+
+``trigger()`` NOTIFYs the queue's name on the channel once its transaction
+commits; each worker LISTENs on a dedicated connection in a thread of its own
+and wakes its claim loop for queues it serves. Polling stays the fallback (a
+missed notification costs at most one poll interval) and the only mode on
+SQLite.
+
+The listening connection must be a direct one: behind PgBouncer in transaction
+mode LISTEN does not survive. ``STRAIT["LISTEN_DATABASE"]`` names the
+``DATABASES`` alias to listen on (default: the worker's own database); set it to
+a direct alias when the main one goes through a pooler (DESIGN §6).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+from django.db import connections, transaction
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "django_strait"
+
+
+def notify_queued(queues: Iterable[str], *, using: str = "default") -> None:
+    """Tell listening workers that runs were queued on ``queues`` (after commit)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return
+    names = sorted(set(queues))
+
+    def send() -> None:
+        try:
+            with connections[using].cursor() as cursor:
+                for name in names:
+                    cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, name])
+        except Exception:  # a lost wake-up costs one poll interval, never the run
+            logger.warning("could not NOTIFY workers of new runs", exc_info=True)
+
+    transaction.on_commit(send, using=using)
+
+
+class Listener:
+    """A thread that LISTENs and calls ``wake()`` for notifications of ``queues``."""
+
+    def __init__(
+        self,
+        alias: str,
+        queues: Iterable[str],
+        wake: Callable[[], None],
+        *,
+        retry_after: float = 5.0,
+    ) -> None:
+        self.alias = alias
+        self.queues = frozenset(queues)  # empty: every queue
+        self.wake = wake
+        self.retry_after = retry_after
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="strait-listen", daemon=True)
+
+    @staticmethod
+    def available(alias: str) -> bool:
+        """Tell whether ``alias`` is a PostgreSQL database (the only one with NOTIFY)."""
+        return connections[alias].vendor == "postgresql"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._listen()
+            except Exception:
+                logger.warning(
+                    "LISTEN connection to %r lost; polling until it is back in %ss",
+                    self.alias,
+                    self.retry_after,
+                    exc_info=True,
+                )
+                self._stop.wait(self.retry_after)
+
+    def _listen(self) -> None:
+        import psycopg
+
+        params = connections[self.alias].get_connection_params()
+        with psycopg.connect(**params, autocommit=True) as conn:
+            conn.execute(f"LISTEN {CHANNEL}")
+            logger.info("listening for new runs on %r", self.alias)
+            # Wake once on (re)connect: NOTIFYs sent while we were away are lost.
+            self.wake()
+            while not self._stop.is_set():
+                for note in conn.notifies(timeout=1.0):
+                    if not self.queues or note.payload in self.queues:
+                        self.wake()
