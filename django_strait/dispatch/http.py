@@ -13,7 +13,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -31,6 +31,13 @@ from django_strait.dispatch.results import (
     trim,
 )
 from django_strait.dispatch.signing import SIGNATURE_HEADER, sign
+from django_strait.dispatch.ssrf import (
+    AddressGuard,
+    AddressRefused,
+    GuardedResolver,
+    Network,
+    Refusal,
+)
 from django_strait.outcome import Action, Outcome, action, failure, success
 
 __all__ = ["ACTION_HEADER", "HttpDispatcher", "HttpRequest", "encode_body", "parse_retry_after"]
@@ -138,7 +145,11 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
 
 
 class HttpDispatcher:
-    """Send HTTP job attempts over one pooled aiohttp session and describe the answers."""
+    """Send HTTP job attempts over one pooled aiohttp session and describe the answers.
+
+    Only public addresses are called, and those in ``allowed_networks`` (the
+    worker passes ``STRAIT["ALLOWED_PRIVATE_NETWORKS"]``); see dispatch/ssrf.py.
+    """
 
     def __init__(
         self,
@@ -146,6 +157,7 @@ class HttpDispatcher:
         max_result_bytes: int = 65536,
         user_agent: str = "django-strait",
         limit: int = 100,
+        allowed_networks: Iterable[Network] = (),
     ) -> None:
         if max_result_bytes < 0:
             raise ValueError(f"max_result_bytes must be >= 0, got {max_result_bytes!r}")
@@ -154,6 +166,7 @@ class HttpDispatcher:
         self._max_result_bytes = max_result_bytes
         self._user_agent = user_agent
         self._limit = limit
+        self._guard = AddressGuard(allowed_networks)
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -161,7 +174,13 @@ class HttpDispatcher:
         if self._session is not None:
             return
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self._limit),
+            # Host names resolve through the guard and every socket is checked before it
+            # connects, so a name that later resolves to a private address is refused too.
+            connector=aiohttp.TCPConnector(
+                limit=self._limit,
+                resolver=GuardedResolver(self._guard),
+                socket_factory=self._guard.socket,
+            ),
             # Runs of different jobs must not share cookies through the pool.
             cookie_jar=aiohttp.DummyCookieJar(),
             auto_decompress=False,
@@ -212,6 +231,10 @@ class HttpDispatcher:
         assert self._session is not None
         if not req.url.lower().startswith(("http://", "https://")):
             return _invalid_url(req, _elapsed_ms(started))
+        # An IP address in the URL never reaches the resolver: check it here.
+        refused = self._guard.check_url(req.url)
+        if refused is not None:
+            return _blocked(req, refused, _elapsed_ms(started))
         body = encode_body(req)
         headers = build_headers(req, body, self._user_agent)
         status: int | None = None
@@ -233,6 +256,9 @@ class HttpDispatcher:
         except aiohttp.InvalidURL:
             return _invalid_url(req, _elapsed_ms(started))
         except (aiohttp.ClientError, OSError) as exc:
+            refused = _refusal_in(exc)
+            if refused is not None:
+                return _blocked(req, refused, _elapsed_ms(started))
             return _unreachable(req, exc, status, _elapsed_ms(started))
         return answer.outcome(req.url, self._max_result_bytes, _elapsed_ms(started))
 
@@ -274,6 +300,27 @@ def _invalid_url(req: HttpRequest, duration_ms: int) -> Outcome:
     return failure(
         "http.invalid_url",
         f"Cannot call {req.url!r}: not a valid http:// or https:// URL",
+        retryable=False,
+        endpoint=req.url,
+        duration_ms=duration_ms,
+    )
+
+
+def _refusal_in(exc: BaseException) -> Refusal | None:
+    """Return the guard's refusal behind a connection error (aiohttp wraps it), if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, AddressRefused):
+            return seen.refusal
+        wrapped = getattr(seen, "os_error", None)
+        seen = wrapped if isinstance(wrapped, BaseException) else seen.__cause__
+    return None
+
+
+def _blocked(req: HttpRequest, refused: Refusal, duration_ms: int) -> Outcome:
+    return failure(
+        "ssrf.blocked",
+        refused.message,
         retryable=False,
         endpoint=req.url,
         duration_ms=duration_ms,

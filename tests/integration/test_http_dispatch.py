@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,6 +23,9 @@ from django_strait.dispatch.signing import verify
 from django_strait.outcome import Action, Kind, Outcome
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: The servers here listen on loopback, which the dispatcher refuses unless allowed.
+LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 
 #: Set when the test's server shuts down, so that slow handlers stop waiting.
 STOP = web.AppKey("stop", asyncio.Event)
@@ -92,7 +96,9 @@ def exchange(
 
     async def scenario() -> tuple[Outcome, Server]:
         async with serve(handler) as server:
-            async with HttpDispatcher(max_result_bytes=max_result_bytes) as dispatcher:
+            async with HttpDispatcher(
+                max_result_bytes=max_result_bytes, allowed_networks=LOOPBACK
+            ) as dispatcher:
                 outcome = await dispatcher.dispatch(request_to(server.url + "/hook", **fields))
             return outcome, server
 
@@ -198,7 +204,10 @@ def test_dispatch__reuses_the_connection_and_keeps_no_cookies():
         return response
 
     async def scenario() -> list[Received]:
-        async with serve(handler) as server, HttpDispatcher() as dispatcher:
+        async with (
+            serve(handler) as server,
+            HttpDispatcher(allowed_networks=LOOPBACK) as dispatcher,
+        ):
             for run_id in (1, 2):
                 await dispatcher.dispatch(request_to(server.url + "/hook", run_id=run_id))
             return server.received
@@ -211,7 +220,7 @@ def test_dispatch__reuses_the_connection_and_keeps_no_cookies():
 def test_dispatch__starts_the_session_when_not_started():
     async def scenario() -> Outcome:
         async with serve(answer(200, '{"ok": true}')) as server:
-            dispatcher = HttpDispatcher()
+            dispatcher = HttpDispatcher(allowed_networks=LOOPBACK)
             try:
                 return await dispatcher.dispatch(request_to(server.url))
             finally:
@@ -315,7 +324,9 @@ def test_dispatch__endless_body_is_not_buffered():
             return response
 
         async with serve(endless) as server:
-            async with HttpDispatcher(max_result_bytes=1000) as dispatcher:
+            async with HttpDispatcher(
+                max_result_bytes=1000, allowed_networks=LOOPBACK
+            ) as dispatcher:
                 outcome = await dispatcher.dispatch(request_to(server.url, timeout=30))
             await asyncio.wait_for(finished.wait(), 30)
         return outcome, written
@@ -493,7 +504,7 @@ def test_dispatch__connection_refused__is_retryable_connect_error():
     url = f"http://127.0.0.1:{port}/hook"
 
     async def scenario() -> Outcome:
-        async with HttpDispatcher() as dispatcher:
+        async with HttpDispatcher(allowed_networks=LOOPBACK) as dispatcher:
             return await dispatcher.dispatch(request_to(url, timeout=5))
 
     outcome = asyncio.run(scenario())
@@ -522,7 +533,7 @@ def test_dispatch__server_hangs_up_mid_body__is_connect_error():
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1/file", "http://", "127.0.0.1/hook"])
 def test_dispatch__invalid_url__is_non_retryable(url):
     async def scenario() -> Outcome:
-        async with HttpDispatcher() as dispatcher:
+        async with HttpDispatcher(allowed_networks=LOOPBACK) as dispatcher:
             return await dispatcher.dispatch(request_to(url))
 
     outcome = asyncio.run(scenario())
@@ -533,7 +544,7 @@ def test_dispatch__invalid_url__is_non_retryable(url):
 
 def test_dispatch__unexpected_error__becomes_dispatch_internal(caplog):
     async def scenario(url: str) -> Outcome:
-        async with HttpDispatcher() as dispatcher:
+        async with HttpDispatcher(allowed_networks=LOOPBACK) as dispatcher:
             return await dispatcher.dispatch(request_to(url, payload={"bad": object()}))
 
     async def run() -> tuple[Outcome, Server]:

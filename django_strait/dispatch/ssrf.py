@@ -1,0 +1,304 @@
+"""Refuse HTTP job calls to private, loopback and other non-public addresses (DESIGN §4).
+
+A job definition names a URL; without this guard it could be pointed at the
+worker's own network (a database admin page, a cloud metadata service at
+169.254.169.254). Three places check the same rule, :func:`refusal`:
+
+- before a request, the URL itself: scheme, host, and a host written as an IP
+  address (aiohttp does not pass those through a resolver);
+- :class:`GuardedResolver`, aiohttp's resolver for host names: it drops refused
+  addresses from what it returns, and aiohttp connects only to returned addresses,
+  so a name that resolves to a public address now and a private one later (DNS
+  rebinding) is checked on every resolution;
+- :meth:`AddressGuard.socket`, the connector's socket factory: the last check, on
+  the exact address a socket is about to connect to.
+
+Verdicts are cached per address, so the hot path is a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+from yarl import URL
+
+__all__ = [
+    "AddressGuard",
+    "AddressRefused",
+    "GuardedResolver",
+    "Refusal",
+    "is_forbidden",
+    "refusal",
+    "url_problem",
+]
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+SCHEMES = ("http", "https")
+
+#: Special-purpose blocks (IANA registries) that ``ipaddress`` flags only as "not global",
+#: named so that the refusal says what the address is.
+_NAMED_BLOCKS: tuple[tuple[Network, str], ...] = tuple(
+    (ipaddress.ip_network(net), name)
+    for net, name in (
+        ("0.0.0.0/8", "this-network"),
+        ("100.64.0.0/10", "shared address space (CGNAT)"),
+        ("192.0.0.0/24", "IETF protocol assignment"),
+        ("192.0.2.0/24", "documentation"),
+        ("198.18.0.0/15", "benchmarking"),
+        ("198.51.100.0/24", "documentation"),
+        ("203.0.113.0/24", "documentation"),
+        ("255.255.255.255/32", "broadcast"),
+        ("240.0.0.0/4", "reserved"),
+        ("2001:db8::/32", "documentation"),
+        ("2001::/32", "Teredo"),
+        ("100::/64", "discard-only"),
+    )
+)
+
+#: NAT64's well-known prefix: the last 32 bits are the IPv4 address the gateway calls.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+#: The most addresses whose verdicts an AddressGuard keeps; a guard starts over beyond it.
+_CACHE_SIZE = 4096
+
+
+def _own_reason(address: Address) -> str | None:
+    """Return what makes ``address`` itself non-public, or None."""
+    if address.is_unspecified:
+        return "unspecified"
+    if address.is_loopback:
+        return "loopback"
+    if address.is_link_local:
+        return "link-local"
+    if address.is_multicast:
+        return "multicast"
+    if isinstance(address, ipaddress.IPv6Address) and address.is_site_local:
+        return "site-local"
+    for network, name in _NAMED_BLOCKS:
+        if address.version == network.version and address in network:
+            return name
+    if address.is_private:
+        return "private"
+    if address.is_reserved:
+        return "reserved"
+    if not address.is_global:
+        return "not globally routable"
+    return None
+
+
+def _embedded(address: Address) -> ipaddress.IPv4Address | None:
+    """Return the IPv4 address a connection to ``address`` really reaches, if it carries one."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    return None
+
+
+def _reason(address: Address) -> str | None:
+    """Return why ``address`` is not public (``"private"``), or None for a public address."""
+    inner = _embedded(address)
+    if inner is None:
+        return _own_reason(address)
+    inner_reason = _own_reason(inner)
+    if inner_reason is not None:
+        return f"{inner_reason} {inner} inside"
+    # ::ffff:8.8.8.8 and 64:ff9b::8.8.8.8 reach 8.8.8.8, whatever ::/8 is classed as.
+    if address.ipv4_mapped is not None or address in _NAT64:
+        return None
+    return _own_reason(address)
+
+
+def _admitted(address: Address, allowed: Iterable[Network]) -> bool:
+    inner = _embedded(address)
+    for network in allowed:
+        if address.version == network.version and address in network:
+            return True
+        if inner is not None and network.version == 4 and inner in network:
+            return True
+    return False
+
+
+def refusal(address: Address | str, allowed: Iterable[Network] = ()) -> str | None:
+    """Return why a connection to ``address`` is refused (e.g. ``"private"``), or None if allowed.
+
+    An address is refused when it is not public (private, loopback, link-local,
+    multicast, reserved, unspecified, site-local, CGNAT, benchmarking, ..., or an
+    IPv6 address that carries such an IPv4 address: mapped, NAT64, 6to4, Teredo)
+    and no network in ``allowed`` contains it.
+    """
+    if isinstance(address, str):
+        address = ipaddress.ip_address(address)
+    reason = _reason(address)
+    if reason is None or _admitted(address, tuple(allowed)):
+        return None
+    return reason
+
+
+def is_forbidden(address: Address | str, allowed: Iterable[Network] = ()) -> bool:
+    """Tell whether a connection to ``address`` is refused under the allow-list ``allowed``."""
+    return refusal(address, allowed) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A refused address: which, why, and the host name that led to it."""
+
+    address: str
+    reason: str
+    host: str = ""
+
+    @property
+    def message(self) -> str:
+        """Return the error message recorded on the attempt."""
+        via = f" for host {self.host}" if self.host and self.host != self.address else ""
+        return (
+            f"refused to connect to {self.address} ({self.reason}){via}: "
+            "not in ALLOWED_PRIVATE_NETWORKS"
+        )
+
+
+class AddressRefused(OSError):
+    """A connection the SSRF guard refused; aiohttp reports it as a connection error."""
+
+    def __init__(self, refused: Refusal) -> None:
+        super().__init__(refused.message)
+        self.refusal = refused
+
+
+def _ip_literal(host: str) -> Address | None:
+    """Return ``host`` as an address when it is written as one."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _looks_numeric(host: str) -> bool:
+    # aiohttp's own test for "an IP literal, do not resolve": such a host must parse here.
+    return ":" in host or host.replace(".", "").isdigit()
+
+
+def url_problem(url: str, allowed: Iterable[Network] = ()) -> str | None:
+    """Return what is wrong with ``url`` as an HTTP job endpoint, or None; never resolve DNS.
+
+    Checks the scheme (http or https), that there is a host, and a host written as
+    an IP address against :func:`refusal`. A host name passes: its addresses are
+    checked when the worker resolves it.
+    """
+    try:
+        parsed = URL(url)
+    except (TypeError, ValueError):
+        return "not a valid URL"
+    if parsed.scheme.lower() not in SCHEMES:
+        return f"scheme {parsed.scheme or '(none)'!r} is not allowed; use http:// or https://"
+    host = parsed.raw_host or ""
+    if not host:
+        return "the URL has no host"
+    literal = _literal_refusal(host, allowed)
+    if literal is None:
+        return None
+    return (
+        f"{literal.address} ({literal.reason}) is not a public address; allowed: public "
+        'addresses, and networks listed in STRAIT["ALLOWED_PRIVATE_NETWORKS"]'
+    )
+
+
+def _literal_refusal(host: str, allowed: Iterable[Network]) -> Refusal | None:
+    address = _ip_literal(host)
+    if address is None:
+        if _looks_numeric(host):
+            return Refusal(host, "not a plain IP address")
+        return None
+    reason = refusal(address, allowed)
+    return Refusal(str(address), reason) if reason is not None else None
+
+
+class AddressGuard:
+    """The SSRF rule for one allow-list, with verdicts cached per address and per URL."""
+
+    def __init__(self, allowed: Iterable[Network] = ()) -> None:
+        self.allowed: tuple[Network, ...] = tuple(allowed)
+        self._addresses: dict[str, str | None] = {}
+        self._urls: dict[str, Refusal | None] = {}
+
+    def reason(self, address: str) -> str | None:
+        """Return why ``address`` (text) is refused, or None; unreadable text is refused."""
+        try:
+            return self._addresses[address]
+        except KeyError:
+            pass
+        try:
+            verdict = refusal(address, self.allowed)
+        except ValueError:
+            verdict = "not a plain IP address"
+        _remember(self._addresses, address, verdict)
+        return verdict
+
+    def check_url(self, url: str) -> Refusal | None:
+        """Return the refusal of a URL whose host is an IP address, or None; never resolve DNS."""
+        try:
+            return self._urls[url]
+        except KeyError:
+            pass
+        try:
+            host = URL(url).raw_host or ""
+        except (TypeError, ValueError):
+            host = ""
+        verdict = _literal_refusal(host, self.allowed) if host else None
+        _remember(self._urls, url, verdict)
+        return verdict
+
+    def socket(self, addr_info: tuple[Any, ...]) -> socket.socket:
+        """Create the socket for ``addr_info``, refusing a forbidden address (a socket factory)."""
+        family, type_, proto, _, sockaddr = addr_info
+        host = str(sockaddr[0])
+        reason = self.reason(host)
+        if reason is not None:
+            raise AddressRefused(Refusal(host, reason))
+        return socket.socket(family=family, type=type_, proto=proto)
+
+
+def _remember(cache: dict[str, Any], key: str, value: Any) -> None:
+    # Bounded without an LRU's bookkeeping: endpoints are few, so a full cache is rare.
+    if len(cache) >= _CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
+
+
+class GuardedResolver(AbstractResolver):
+    """aiohttp's default resolver, returning only the addresses the guard allows."""
+
+    def __init__(self, guard: AddressGuard, inner: AbstractResolver | None = None) -> None:
+        self._guard = guard
+        self._inner = inner if inner is not None else DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        """Resolve ``host`` and drop refused addresses; raise AddressRefused if none is left."""
+        results = await self._inner.resolve(host, port, family)
+        allowed = [r for r in results if self._guard.reason(r["host"]) is None]
+        if allowed or not results:
+            return allowed
+        first = results[0]["host"]
+        reason = self._guard.reason(first) or "refused"
+        raise AddressRefused(Refusal(first, reason, host=host.rstrip(".")))
+
+    async def close(self) -> None:
+        """Close the wrapped resolver."""
+        await self._inner.close()
