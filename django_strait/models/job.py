@@ -122,13 +122,26 @@ class Job(models.Model):
             msg = "Set exactly one of endpoint_url (an HTTP job) or handler (a Python job)."
             errors.setdefault("endpoint_url", []).append(msg)
             errors.setdefault("handler", []).append(msg)
+        # SSRF, early: scheme, host, and private IP literals. Host names are not
+        # resolved here; the worker checks their addresses on every dispatch.
+        from django_strait.conf import strait_settings
+        from django_strait.dispatch.ssrf import url_problem
+
+        allowed = strait_settings.ALLOWED_PRIVATE_NETWORKS
+        if self.endpoint_url and (problem := url_problem(self.endpoint_url, allowed)):
+            errors.setdefault("endpoint_url", []).append(f"{self.endpoint_url}: {problem}.")
         if not isinstance(self.fallback_endpoint_urls, list) or not all(
-            isinstance(u, str) and u.startswith(("http://", "https://"))
-            for u in self.fallback_endpoint_urls
+            isinstance(u, str) for u in self.fallback_endpoint_urls
         ):
             errors.setdefault("fallback_endpoint_urls", []).append(
                 "A list of http:// or https:// URLs."
             )
+        else:
+            for i, url in enumerate(self.fallback_endpoint_urls):
+                if problem := url_problem(url, allowed):
+                    errors.setdefault("fallback_endpoint_urls", []).append(
+                        f"Entry {i} ({url}): {problem}."
+                    )
         if not isinstance(self.headers, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
         ):
