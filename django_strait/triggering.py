@@ -14,8 +14,8 @@ from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from django_strait import registry
+from django_strait.conf import strait_settings
 from django_strait.models import Job, JobRun
-from django_strait.wakeup import notify_queued
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +81,6 @@ def trigger(
         run.idempotency_hit = False
     else:
         run = _insert_once(run)
-    if not run.idempotency_hit:
-        notify_queued([run.queue])
     return run
 
 
@@ -130,8 +128,6 @@ def trigger_many(
             for p, k in zip(payloads, keys or [None] * len(payloads), strict=True)
         ]
         JobRun.objects.bulk_create(runs, batch_size=batch_size, ignore_conflicts=keys is not None)
-    if texts:
-        notify_queued([opts.queue])
     if keys is None:
         return runs
     # Keys already used return the run that holds them, in the caller's order.
@@ -244,6 +240,13 @@ def _payload_text(payload: Any, field: str) -> str:
         text = json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TriggerError(field, f"must be JSON-serialisable ({exc})") from None
+    limit = strait_settings.TRIGGER_MAX_PAYLOAD_BYTES
+    if len(text) > limit:  # json.dumps escapes non-ASCII: characters are bytes here
+        raise TriggerError(
+            field,
+            f"is {len(text)} bytes as JSON; at most {limit} are allowed "
+            "(STRAIT['TRIGGER_MAX_PAYLOAD_BYTES'])",
+        )
     if "\\u0000" in text and _has_nul(payload):
         # PostgreSQL's jsonb cannot store it; refuse it on every database alike.
         raise TriggerError(field, "must not contain the NUL character (\\u0000)")

@@ -1,8 +1,10 @@
 """Wake idle workers the moment runs are queued: PostgreSQL LISTEN/NOTIFY.
 
-``trigger()`` NOTIFYs the queue's name on the channel once its transaction
-commits; each worker LISTENs on a dedicated connection in a thread of its own
-and wakes its claim loop for queues it serves. Polling stays the fallback (a
+A database trigger (migration 0003) NOTIFYs a queue's name on the channel from
+every statement that leaves due runs queued on it (trigger, replay, runs put
+back at shutdown, admin actions), delivered when the transaction commits; each
+worker LISTENs on a dedicated connection in a thread of its own and wakes its
+claim loop for queues it serves. Polling stays the fallback (a
 missed notification costs at most one poll interval) and the only mode on
 SQLite.
 
@@ -18,29 +20,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from django.db import connections, transaction
+from django.db import connections
 
 logger = logging.getLogger(__name__)
 
 CHANNEL = "django_strait"
-
-
-def notify_queued(queues: Iterable[str], *, using: str = "default") -> None:
-    """Tell listening workers that runs were queued on ``queues`` (after commit)."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return
-    names = sorted(set(queues))
-
-    def send() -> None:
-        try:
-            with connections[using].cursor() as cursor:
-                for name in names:
-                    cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, name])
-        except Exception:  # a lost wake-up costs one poll interval, never the run
-            logger.warning("could not NOTIFY workers of new runs", exc_info=True)
-
-    transaction.on_commit(send, using=using)
 
 
 class Listener:

@@ -176,3 +176,11 @@ def test_handler_trigger__is_the_same_as_trigger_by_name():
 
     assert JobRun.objects.get(pk=run.pk).job.name == "test-echo" and run.priority == 2
     assert echo({"x": 1}, type("C", (), {"attempt": 1, "run_id": 0})())["payload"] == {"x": 1}
+
+
+def test_trigger__refuses_a_payload_over_the_size_limit(settings):
+    settings.STRAIT = {**settings.STRAIT, "TRIGGER_MAX_PAYLOAD_BYTES": 100}
+
+    with pytest.raises(TriggerError, match=r"payload: is \d+ bytes as JSON; at most 100"):
+        trigger("test-noop", {"text": "x" * 200})
+    assert trigger("test-noop", {"text": "x" * 50}).pk

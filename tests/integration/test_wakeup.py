@@ -58,3 +58,16 @@ def test_trigger_many__wakes_an_idle_worker_too(idle_worker):
 
     for run in runs:
         wait_for(run.pk, "completed")
+
+
+def test_replay__wakes_an_idle_worker(idle_worker):
+    run = trigger("test-actions", {"action": "dead_letter"})
+    wait_for(run.pk, "dead_letter")
+
+    run.replay(by="tester")
+
+    deadline = time.monotonic() + 30
+    while JobRun.objects.get(pk=run.pk).attempt < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    again = JobRun.objects.get(pk=run.pk)
+    assert (again.attempt, again.replayed_by) == (2, "tester")
