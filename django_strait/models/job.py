@@ -163,5 +163,13 @@ class Job(models.Model):
             resolve(self)  # the merged policy must hold together too (custom needs delays)
         except PolicyError as exc:
             errors.setdefault(exc.column or "retry_strategy", []).append(str(exc))
+        from django_strait.duties.scheduler import ScheduleError, check_schedule, check_timezone
+
+        schedule_checks = [(check_schedule, self.schedule)] if self.schedule else []
+        for check, value in [*schedule_checks, (check_timezone, self.timezone)]:
+            try:
+                check(value)
+            except ScheduleError as exc:
+                errors.setdefault(exc.field, []).append(str(exc))
         if errors:
             raise ValidationError(errors)
