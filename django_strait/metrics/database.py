@@ -1,0 +1,216 @@
+"""Gauges read from the database at scrape time, each from a partial index.
+
+A scrape must not cost more as history grows, so nothing here scans finished
+runs: queued runs are counted on the claim indexes (``strait_run_claim_*``),
+runs a worker holds on ``strait_run_in_flight``, dead letters on
+``strait_run_dead_letters``. The table's total is PostgreSQL's planner estimate
+(``pg_class.reltuples``). Finished runs are counted by the workers instead
+(``strait_worker_runs_finished_total``), as they happen.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from django.db import connections
+from django.db.models import Count, Min, Q, Sum
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from django_strait.models import Job, JobRun, WorkerProcess
+from django_strait.states import IN_FLIGHT, RunStatus
+
+#: A worker counts as alive when seen within this many ``STALE_AFTER`` periods.
+ALIVE_STALE_PERIODS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class QueueGauge:
+    """One queue's queued runs: all of them, those due now, and how late the oldest due is."""
+
+    queue: str
+    depth: int
+    due: int
+    lag_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one scrape read from the database."""
+
+    queues: tuple[QueueGauge, ...]
+    #: (job, status) -> runs a worker holds.
+    in_flight: dict[tuple[str, str], int]
+    #: job -> runs in the dead-letter queue.
+    dead_letters: dict[str, int]
+    workers_alive: int
+    workers_in_flight: int
+    #: Rows in the run table (an estimate on PostgreSQL); None when unknown.
+    runs_estimate: int | None
+
+
+def read_snapshot(using: str, now: dt.datetime, stale_after: float) -> Snapshot:
+    """Read every database gauge (a handful of index-backed queries)."""
+    jobs = dict(Job.objects.using(using).values_list("name", "queue"))
+    workers = _workers(using, now - dt.timedelta(seconds=ALIVE_STALE_PERIODS * stale_after))
+    return Snapshot(
+        queues=_queues(using, now, set(jobs.values())),
+        in_flight=_in_flight(using, jobs),
+        dead_letters=_dead_letters(using, jobs),
+        workers_alive=workers["alive"],
+        workers_in_flight=workers["in_flight"] or 0,
+        runs_estimate=estimate_runs(using),
+    )
+
+
+def queued_by_queue(using: str, now: dt.datetime):
+    """The queued runs' per-queue aggregate: one pass over the claim index."""
+    due = Q(available_at__lte=now)
+    return (
+        JobRun.objects.using(using)
+        .filter(status=RunStatus.QUEUED)
+        .values("queue")
+        .annotate(
+            depth=Count("id"), due=Count("id", filter=due), oldest=Min("available_at", filter=due)
+        )
+        .order_by()
+    )
+
+
+def _queues(using: str, now: dt.datetime, known: set[str]) -> tuple[QueueGauge, ...]:
+    # The lag comes from the same pass as the count: with priorities, the oldest
+    # due run is not at the head of the claim order, so a LIMIT 1 would miss it.
+    found = {
+        row["queue"]: QueueGauge(
+            row["queue"],
+            row["depth"],
+            row["due"],
+            max((now - row["oldest"]).total_seconds(), 0.0) if row["oldest"] else 0.0,
+        )
+        for row in queued_by_queue(using, now)
+    }
+    # Queues of known jobs report 0 rather than vanish when they empty.
+    empty = {q: QueueGauge(q, 0, 0, 0.0) for q in known if q not in found}
+    return tuple(sorted({**empty, **found}.values(), key=lambda g: g.queue))
+
+
+def in_flight_by_job(using: str):
+    """Runs a worker holds, counted by job and status on ``strait_run_in_flight``."""
+    return (
+        JobRun.objects.using(using)
+        .filter(status__in=IN_FLIGHT)
+        .values_list("job__name", "status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+
+
+def dead_letters_by_job(using: str):
+    """Dead letters counted by job on ``strait_run_dead_letters``."""
+    return (
+        JobRun.objects.using(using)
+        .filter(status=RunStatus.DEAD_LETTER)
+        .values_list("job__name")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+
+
+def _in_flight(using: str, jobs: dict[str, str]) -> dict[tuple[str, str], int]:
+    counts = {(job, status): 0 for job in jobs for status in sorted(IN_FLIGHT)}
+    counts.update({(job, status): n for job, status, n in in_flight_by_job(using)})
+    return counts
+
+
+def _dead_letters(using: str, jobs: dict[str, str]) -> dict[str, int]:
+    counts = dict.fromkeys(jobs, 0)
+    counts.update(dict(dead_letters_by_job(using)))
+    return counts
+
+
+def _workers(using: str, since: dt.datetime) -> dict[str, int | None]:
+    return (
+        WorkerProcess.objects.using(using)
+        .filter(last_seen_at__gte=since)
+        .aggregate(alive=Count("id"), in_flight=Sum("in_flight"))
+    )
+
+
+def estimate_runs(using: str) -> int | None:
+    """Return the run table's row count: PostgreSQL's estimate, SQLite's exact count."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return JobRun.objects.using(using).count()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [JobRun._meta.db_table]
+        )
+        row = cursor.fetchone()
+    # -1: never vacuumed or analyzed, so PostgreSQL does not know yet.
+    return int(row[0]) if row and row[0] >= 0 else None
+
+
+class DatabaseCollector(Collector):
+    """A Prometheus collector that reads the database gauges on each scrape."""
+
+    def __init__(self, using: str, stale_after: float) -> None:
+        self.using = using
+        self.stale_after = stale_after
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield the gauges of one fresh snapshot."""
+        yield from families(read_snapshot(self.using, timezone.now(), self.stale_after))
+
+
+def families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
+    """Turn a snapshot into Prometheus metric families."""
+    depth = GaugeMetricFamily(
+        "strait_queue_depth", "Queued runs, due or not, by queue.", labels=["queue"]
+    )
+    due = GaugeMetricFamily("strait_queue_due", "Queued runs due now, by queue.", labels=["queue"])
+    lag = GaugeMetricFamily(
+        "strait_queue_lag_seconds",
+        "How long the oldest due queued run has been due, by queue.",
+        labels=["queue"],
+    )
+    for g in snap.queues:
+        depth.add_metric([g.queue], g.depth)
+        due.add_metric([g.queue], g.due)
+        lag.add_metric([g.queue], g.lag_seconds)
+    yield from (depth, due, lag)
+    yield from _job_families(snap)
+    yield GaugeMetricFamily(
+        "strait_workers_alive",
+        "Worker processes seen within twice STALE_AFTER.",
+        value=snap.workers_alive,
+    )
+    yield GaugeMetricFamily(
+        "strait_workers_in_flight",
+        "Runs the alive workers said they held at their last report.",
+        value=snap.workers_in_flight,
+    )
+    if snap.runs_estimate is not None:
+        yield GaugeMetricFamily(
+            "strait_runs_estimate",
+            "Rows in the run table (PostgreSQL's planner estimate; exact on SQLite).",
+            value=snap.runs_estimate,
+        )
+
+
+def _job_families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
+    in_flight = GaugeMetricFamily(
+        "strait_runs_in_flight",
+        "Runs a worker holds (dequeued or executing), by job and status.",
+        labels=["job", "status"],
+    )
+    for (job, status), n in sorted(snap.in_flight.items()):
+        in_flight.add_metric([job, status], n)
+    dead = GaugeMetricFamily(
+        "strait_dead_letters", "Runs in the dead-letter queue, by job.", labels=["job"]
+    )
+    for job, n in sorted(snap.dead_letters.items()):
+        dead.add_metric([job], n)
+    yield from (in_flight, dead)

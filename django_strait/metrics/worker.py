@@ -1,0 +1,97 @@
+"""One worker process's own metrics, served on its own port (``--metrics-port``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from django_strait.transitions.batch import Record, Recorded
+
+logger = logging.getLogger(__name__)
+
+#: Attempt durations in seconds: from a fast handler up to long HTTP calls.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class WorkerMetrics:
+    """Counters and histograms of what this worker did, on a registry of its own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.runs_finished = Counter(
+            "strait_worker_runs_finished",
+            "Attempts recorded, by job and the status the run moved to.",
+            ["job", "status"],
+            registry=self.registry,
+        )
+        self.attempt_duration = Histogram(
+            "strait_worker_attempt_duration_seconds",
+            "How long attempts took, by job and attempt outcome.",
+            ["job", "outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.claimed = Counter(
+            "strait_worker_claimed", "Runs this worker claimed.", registry=self.registry
+        )
+        self.lost = Counter(
+            "strait_worker_results_lost",
+            "Results not recorded: the run was canceled, replayed or reaped meanwhile.",
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "strait_worker_in_flight", "Runs this worker is executing.", registry=self.registry
+        )
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def observe_claimed(self, n: int) -> None:
+        """Count ``n`` runs claimed."""
+        if n:
+            self.claimed.inc(n)
+
+    def observe_recorded(
+        self,
+        records: Sequence[Record],
+        recorded: Recorded,
+        job_names: Mapping[int, str] | None = None,
+    ) -> None:
+        """Count the recorded attempts: each moved run by status, each duration by outcome.
+
+        ``job_names`` maps run id to job name; a run it lacks is labelled ``job=""``.
+        """
+        names = job_names or {}
+        for rec in records:
+            status = recorded.moved.get(rec.run_id)
+            if status is None:
+                continue
+            job = names.get(rec.run_id, "")
+            self.runs_finished.labels(job, status).inc()
+            self.attempt_duration.labels(job, rec.outcome).observe(rec.duration_ms / 1000)
+        if recorded.lost:
+            self.lost.inc(len(recorded.lost))
+
+    def watch_in_flight(self, count: Callable[[], int]) -> None:
+        """Report ``count()`` as the in-flight gauge, called at each scrape."""
+        self.in_flight.set_function(count)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
+        """Serve these metrics over HTTP on a daemon thread; return the bound port."""
+        self._server, self._thread = start_http_server(port, addr, registry=self.registry)
+        bound = self._server.server_address[1]
+        logger.info("worker metrics at http://%s:%s/metrics", addr, bound)
+        return bound
+
+    def close(self) -> None:
+        """Stop serving (a no-op when ``serve`` was never called)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
