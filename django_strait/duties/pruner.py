@@ -1,0 +1,167 @@
+"""Pruning: delete finished runs past their retention, in batches, on one host at a time.
+
+Only ``completed``, ``discarded`` and ``canceled`` runs are pruned. Dead letters
+wait for a person (DESIGN §2: never pruned automatically) and ``failed`` runs are
+a recognised permanent failure someone may still need to read; both stay until
+deleted by hand. Active runs are never touched. Attempts go with their run
+(``on_delete=CASCADE``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import ClassVar
+
+from django.db.models import Count, Q, QuerySet
+
+from django_strait.duties.base import DutyResult
+from django_strait.duties.leader import lead
+from django_strait.states import RunStatus
+
+logger = logging.getLogger(__name__)
+
+#: The only statuses pruning deletes.
+PRUNABLE = (RunStatus.COMPLETED, RunStatus.DISCARDED, RunStatus.CANCELED)
+#: Batches per round unless told otherwise: one round never runs unbounded.
+DEFAULT_MAX_BATCHES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class PruneSelection:
+    """Which finished runs are old enough to go."""
+
+    #: Only this job's runs (None: every job).
+    job: str | None = None
+    #: Seconds since finishing, for every job; None = each job's retention_days,
+    #: else the RETENTION_DAYS setting.
+    older_than: float | None = None
+    #: Days for jobs without their own retention_days.
+    default_days: int = 30
+
+
+@dataclass(frozen=True, slots=True)
+class PruneCount:
+    """How many runs of one job and status a prune would delete."""
+
+    job: str
+    status: str
+    runs: int
+
+
+def prunable(selection: PruneSelection, now: dt.datetime, *, using: str = "default") -> QuerySet:
+    """Return the runs ``selection`` lets go at ``now`` (unordered, unsliced)."""
+    from django_strait.models import Job, JobRun
+
+    runs = JobRun.objects.using(using).filter(status__in=PRUNABLE)
+    if selection.job is not None:
+        runs = runs.filter(job__name=selection.job)
+    if selection.older_than is not None:
+        return runs.filter(finished_at__lt=now - dt.timedelta(seconds=selection.older_than))
+    own = Job.objects.using(using).filter(retention_days__isnull=False)
+    return runs.filter(_cutoffs(own.values_list("pk", "retention_days"), selection, now))
+
+
+def _cutoffs(own_days, selection: PruneSelection, now: dt.datetime) -> Q:
+    """One clause per distinct retention: few clauses however many jobs set their own."""
+    jobs_by_days: dict[int, list[int]] = defaultdict(list)
+    for pk, days in own_days:
+        jobs_by_days[days].append(pk)
+    custom = [pk for pks in jobs_by_days.values() for pk in pks]
+    default_cutoff = now - dt.timedelta(days=selection.default_days)
+    clause = Q(finished_at__lt=default_cutoff) & ~Q(job_id__in=custom)
+    for days, pks in jobs_by_days.items():
+        clause |= Q(job_id__in=pks, finished_at__lt=now - dt.timedelta(days=days))
+    return clause
+
+
+def preview(
+    selection: PruneSelection, now: dt.datetime, *, using: str = "default"
+) -> list[PruneCount]:
+    """Return how many runs per job and status a prune at ``now`` would delete."""
+    rows = (
+        prunable(selection, now, using=using)
+        .order_by()
+        .values("job__name", "status")
+        .annotate(runs=Count("id"))
+        .order_by("job__name", "status")
+    )
+    return [PruneCount(r["job__name"], r["status"], r["runs"]) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Pruner:
+    """The duty that deletes finished runs past retention: ``run_once(now)`` per interval."""
+
+    name: ClassVar[str] = "pruner"
+
+    interval: float = 3600.0
+    batch_size: int = 1000
+    #: Batches per round; None = until nothing is left (the command's choice).
+    max_batches: int | None = DEFAULT_MAX_BATCHES
+    retention_days: int = 30
+    using: str = "default"
+
+    def __post_init__(self) -> None:
+        if not self.interval > 0:
+            raise ValueError(f"interval: must be > 0 seconds, got {self.interval!r}")
+        if not self.batch_size >= 1:
+            raise ValueError(f"batch_size: must be >= 1, got {self.batch_size!r}")
+        if self.max_batches is not None and not self.max_batches >= 1:
+            raise ValueError(f"max_batches: must be >= 1 or None, got {self.max_batches!r}")
+        if not self.retention_days >= 1:
+            raise ValueError(f"retention_days: must be >= 1, got {self.retention_days!r}")
+
+    @classmethod
+    def from_settings(cls, using: str = "default", **options) -> Pruner:
+        """Build the pruner from PRUNE_INTERVAL, PRUNE_BATCH_SIZE and RETENTION_DAYS."""
+        from django_strait.conf import strait_settings
+
+        return cls(
+            interval=strait_settings.PRUNE_INTERVAL,
+            batch_size=strait_settings.PRUNE_BATCH_SIZE,
+            retention_days=strait_settings.RETENTION_DAYS,
+            using=using,
+            **options,
+        )
+
+    def selection(self, *, job: str | None = None, older_than: float | None = None):
+        """Return the selection this pruner applies, narrowed to ``job`` or ``older_than``."""
+        return PruneSelection(job=job, older_than=older_than, default_days=self.retention_days)
+
+    def run_once(self, now: dt.datetime, selection: PruneSelection | None = None) -> DutyResult:
+        """Delete old finished runs batch by batch, each batch in its own led transaction."""
+        selection = selection or self.selection()
+        led = False
+        deleted = batches = 0
+        while self.max_batches is None or batches < self.max_batches:
+            with lead(self.name, using=self.using) as leading:
+                gone = self._delete_batch(selection, now) if leading else None
+            if gone is None:  # another host leads now: it carries on
+                break
+            led = True
+            if not gone:
+                break
+            deleted += gone
+            batches += 1
+        if not led:
+            return DutyResult(self.name, led=False)
+        if deleted:
+            logger.info("pruned %s run(s) in %s batch(es)", deleted, batches)
+        return DutyResult(self.name, led=True, counts={"deleted": deleted, "batches": batches})
+
+    def _delete_batch(self, selection: PruneSelection, now: dt.datetime) -> int:
+        from django_strait.models import JobRun
+
+        ids = list(
+            prunable(selection, now, using=self.using)
+            .order_by()
+            .values_list("pk", flat=True)[: self.batch_size]
+        )
+        if not ids:
+            return 0
+        # The whole filter again: a run replayed since the SELECT is no longer prunable.
+        _, by_model = prunable(selection, now, using=self.using).filter(pk__in=ids).delete()
+        return by_model.get(JobRun._meta.label, 0)

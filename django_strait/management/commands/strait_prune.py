@@ -1,0 +1,81 @@
+"""``manage.py strait_prune``: delete finished runs past their retention now."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from django_strait.duties.pruner import Pruner, preview
+from django_strait.retry import PolicyError, parse_duration
+
+
+def older_than(value: str) -> float:
+    """Parse --older-than: a duration greater than zero."""
+    try:
+        seconds = parse_duration(value, field="--older-than")
+    except PolicyError as exc:
+        # argparse already names the option; say what was wrong and what is allowed.
+        raise argparse.ArgumentTypeError(f"{exc.problem}; allowed: {exc.allowed}") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is zero; allowed: a duration > 0 such as 7d, 12h or P30D"
+        )
+    return seconds
+
+
+def job_name(value: str) -> str:
+    """Parse --job: the name of an existing job."""
+    from django_strait.models import Job
+
+    if not Job.objects.filter(name=value).exists():
+        raise argparse.ArgumentTypeError(f"no job is named {value!r}; allowed: the name of a job")
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete completed, discarded and canceled runs that finished longer ago than "
+        "their job's retention_days (else STRAIT['RETENTION_DAYS']). Dead letters and "
+        "failed runs are never deleted."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--job", type=job_name, metavar="NAME", help="Only this job's runs.")
+        parser.add_argument(
+            "--older-than",
+            type=older_than,
+            metavar="DURATION",
+            help="Delete runs finished longer ago than this (7d, 12h, P30D) instead of "
+            "each job's retention.",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Print how many runs per job and status would go; delete nothing.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        pruner = Pruner.from_settings(max_batches=None)
+        selection = pruner.selection(job=options["job"], older_than=options["older_than"])
+        now = timezone.now()
+        if options["dry_run"]:
+            self._print_preview(preview(selection, now))
+            return
+        result = pruner.run_once(now, selection)
+        if not result.led:
+            raise CommandError("A worker is pruning right now (it holds the pruner lead); retry.")
+        counts = result.counts
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Deleted {counts['deleted']} run(s) in {counts['batches']} batch(es)."
+            )
+        )
+
+    def _print_preview(self, counts) -> None:
+        for row in counts:
+            self.stdout.write(f"{row.job}\t{row.status}\t{row.runs}")
+        total = sum(row.runs for row in counts)
+        self.stdout.write(f"Would delete {total} run(s). Dry run: nothing deleted.")
