@@ -11,7 +11,6 @@ registry rows of workers not seen for ``forget_after``.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -22,8 +21,6 @@ from django_strait.duties.leader import lead
 from django_strait.duties.registry import forget_silent
 from django_strait.retry import PolicyError, parse_duration
 from django_strait.transitions.rescue import rescue_batch
-
-logger = logging.getLogger(__name__)
 
 #: Most runs rescued in one transaction.
 DEFAULT_BATCH_SIZE = 500
@@ -88,10 +85,8 @@ class Reaper:
         led = self._rescue(now, counts, rng or random.Random())
         if led:
             self._forget(now, counts)
-        result = DutyResult(self.name, led, {key: counts[key] for key in COUNTS})
-        if any(result.counts.values()):
-            logger.info("reaper: %s", " ".join(f"{k}={v}" for k, v in result.counts.items()))
-        return result
+        # Each rescued run is logged by the transition; the engine logs the round's counts.
+        return DutyResult(self.name, led, {key: counts[key] for key in COUNTS})
 
     def _rescue(self, now: dt.datetime, counts: Counter[str], rng: random.Random) -> bool:
         # Leadership is taken per batch: each batch is one transaction holding the

@@ -64,3 +64,11 @@ def beating(payload, context):
 @job(name="test-slow-async", timeout=0.2)
 async def slow_async(payload):
     await asyncio.sleep(30)
+
+
+@job(name="test-block-first-attempt", timeout=120, retry={"initial_delay": "1s", "jitter": 0})
+def block_first_attempt(payload, context):
+    # The kill test kills the worker while attempt 1 blocks; attempt 2 answers at once.
+    if context.attempt == 1:
+        time.sleep(payload.get("block_secs", 60))
+    return {"attempt": context.attempt}

@@ -1,0 +1,95 @@
+"""kill -9 a worker mid-run: another worker's reaper rescues the run, which completes once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from django_strait import trigger
+from django_strait.models import JobRun, RunAttempt, WorkerProcess
+from tests.conftest import ROOT, worker_command
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+#: Long enough to start a worker process and see it claim (a cold Django start).
+START_TIMEOUT = 60
+#: Long enough for the reaper's rounds (1 s) to find the run silent (2 s) and the retry.
+RESCUE_TIMEOUT = 60
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen]]:
+    """Worker processes a test starts; any still running at the end are killed."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def start_worker(
+    started: list[subprocess.Popen], env: dict[str, str], worker_id: str
+) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        worker_command("--worker-id", worker_id, "--concurrency", "1"),
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    started.append(proc)
+    return proc
+
+
+def status_of(run_id: int) -> str:
+    return JobRun.objects.values_list("status", flat=True).get(pk=run_id)
+
+
+def test_kill_worker__second_worker_rescues_the_run_and_completes_it_once(
+    worker_env, started, wait_until
+):
+    run = trigger("test-block-first-attempt", {"block_secs": 300})
+    doomed = start_worker(started, worker_env, "doomed")
+    wait_until(
+        lambda: status_of(run.pk) == "executing",
+        timeout=START_TIMEOUT,
+        why=lambda: f"run is {status_of(run.pk)}; worker exit code {doomed.poll()}",
+    )
+    assert WorkerProcess.objects.filter(worker_id="doomed", pid=doomed.pid).exists()
+
+    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.wait(timeout=30)
+    assert status_of(run.pk) == "executing"  # nobody is left to say otherwise
+
+    quick = {**worker_env, "STRAIT_STALE_AFTER": "2s", "STRAIT_REAPER_INTERVAL": "1s"}
+    rescuer = start_worker(started, quick, "rescuer")
+    wait_until(
+        lambda: status_of(run.pk) == "completed",
+        timeout=RESCUE_TIMEOUT,
+        why=lambda: f"run is {status_of(run.pk)}; rescuer exit code {rescuer.poll()}",
+    )
+    rescuer.send_signal(signal.SIGTERM)
+    output = rescuer.communicate(timeout=60)[0]
+
+    assert rescuer.returncode == 0, output
+    run.refresh_from_db()
+    assert (run.status, run.attempt, run.result) == ("completed", 2, {"attempt": 2})
+    attempts = list(
+        RunAttempt.objects.filter(run=run)
+        .order_by("number")
+        .values_list("number", "outcome", "error_type", "worker")
+    )
+    assert attempts == [
+        (1, "system_failed", "worker.lost", "doomed"),
+        (2, "succeeded", "", "rescuer"),
+    ]
+    assert "worker doomed lost" in RunAttempt.objects.get(run=run, number=1).error
+    # A clean exit takes the rescuer's row out of the registry.
+    assert not WorkerProcess.objects.filter(worker_id="rescuer").exists()
