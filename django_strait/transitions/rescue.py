@@ -130,9 +130,12 @@ def rescue_batch(
     counts: Counter[str] = Counter(dict.fromkeys(COUNT_KEYS, 0))
     with transaction.atomic(using=using):
         stale = select_stale(
-            now, stale_after=stale_after, waiting_stale_after=waiting_stale_after, limit=limit,
+            now,
+            stale_after=stale_after,
+            waiting_stale_after=waiting_stale_after,
+            limit=limit,
             using=using,
-        )  # fmt: skip
+        )
         counts["selected"] = len(stale)
         policies = _Policies(using)
         for run in stale:
