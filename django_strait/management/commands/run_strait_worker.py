@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import uuid
@@ -71,7 +72,27 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options) -> None:
+        if options["verbosity"] >= 1:
+            show_worker_logs(verbose=options["verbosity"] >= 2)
         Worker(build_config(options)).run()
+
+
+def show_worker_logs(*, verbose: bool) -> None:
+    """Print the worker's lifecycle and stats lines unless LOGGING already routes them.
+
+    Django's default logging shows only warnings; someone who starts a worker
+    from a shell expects to see it start, report and stop.
+    """
+    logger = logging.getLogger("django_strait")
+    if logger.handlers or logger.level != logging.NOTSET:
+        return  # the project configured it: respect that
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if logging.getLogger().handlers:
+        # Warnings still propagate to the project's root handlers: not twice here.
+        handler.addFilter(lambda record: record.levelno < logging.WARNING)
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
 def build_config(options: dict) -> WorkerConfig:
