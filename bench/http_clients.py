@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import os
 import platform
@@ -65,6 +66,10 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         }
     )
     await send({"type": "http.response.body", "body": RESPONSE})
+
+
+#: The endpoint runs on 127.0.0.1; the dispatcher refuses private addresses by default.
+LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 
 
 def serve() -> None:
@@ -204,7 +209,7 @@ def dispatcher_client(url: str, concurrency: int) -> Opener:
     async def opener() -> Any:
         from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 
-        dispatcher = HttpDispatcher(limit=concurrency)
+        dispatcher = HttpDispatcher(limit=concurrency, allowed_networks=LOOPBACK)
         await dispatcher.start()
         request = HttpRequest(
             run_id=1, job="bench", attempt=1, payload=PAYLOAD, url=url, signing_secret="bench"

@@ -185,6 +185,14 @@ def _list_text(text: str, field: str) -> list[Any]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
+def _secret(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) < 16 or value != value.strip():
+        raise PolicyError(field, "<hidden>", "a string of at least 16 characters, or None")
+    return value
+
+
 def _alias_text(text: str, field: str) -> str:
     return text.strip()
 
@@ -224,6 +232,8 @@ KEYS: dict[str, Key] = {
         Key("PRUNE_BATCH_SIZE", 1000, _integer(1), _int_text),
         Key("RETENTION_DAYS", 30, _integer(1), _int_text),
         Key("STATS_INTERVAL", 60.0, _duration(positive=True), _text),
+        # Bearer token for the metrics view (staff users need none).
+        Key("METRICS_TOKEN", None, _secret, _text),
     )
 }
 
@@ -353,6 +363,14 @@ class StraitSettings:
     DATABASE: str
     HTTP_USER_AGENT: str
     TRIGGER_MAX_PAYLOAD_BYTES: int
+    WAITING_STALE_AFTER: float
+    REAPER_INTERVAL: float
+    SCHEDULER_INTERVAL: float
+    PRUNE_INTERVAL: float
+    PRUNE_BATCH_SIZE: int
+    RETENTION_DAYS: int
+    STATS_INTERVAL: float
+    METRICS_TOKEN: str | None
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}

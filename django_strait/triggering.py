@@ -13,7 +13,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from django_strait import registry
+from django_strait import registry, signals
 from django_strait.conf import strait_settings
 from django_strait.models import Job, JobRun
 
@@ -81,6 +81,7 @@ def trigger(
         run.idempotency_hit = False
     else:
         run = _insert_once(run)
+    signals.send_enqueued(opts.job.name, [run])
     return run
 
 
@@ -121,23 +122,41 @@ def trigger_many(
     texts = [_payload_text(p, f"payloads[{i}]") for i, p in enumerate(payloads)]
     keys = None if idempotency_keys is None else _check_keys(idempotency_keys, len(texts))
     if connections[JobRun.objects.db].vendor == "postgresql":
-        runs = _insert_many_pg(opts, payloads, texts, keys, batch_size)
+        runs, created = _insert_many_pg(opts, payloads, texts, keys, batch_size)
     else:
-        runs = [
-            opts.new_run(p, k)
-            for p, k in zip(payloads, keys or [None] * len(payloads), strict=True)
-        ]
-        JobRun.objects.bulk_create(runs, batch_size=batch_size, ignore_conflicts=keys is not None)
+        runs, created = _insert_many_orm(opts, payloads, keys, batch_size)
     if keys is None:
+        signals.send_enqueued(opts.job.name, runs)
         return runs
     # Keys already used return the run that holds them, in the caller's order.
     by_key = {
         r.idempotency_key: r for r in JobRun.objects.filter(job=opts.job, idempotency_key__in=keys)
     }
+    signals.send_enqueued(opts.job.name, [r for r in by_key.values() if r.pk in created])
     return [by_key[k] for k in keys]
 
 
-def _insert_many_pg(opts, payloads, texts, keys, batch_size) -> list[JobRun]:
+def _insert_many_orm(opts, payloads, keys, batch_size) -> tuple[list[JobRun], set[int]]:
+    """bulk_create; with keys, which runs this call made (exact: SQLite serializes writers)."""
+    runs = [
+        opts.new_run(p, k) for p, k in zip(payloads, keys or [None] * len(payloads), strict=True)
+    ]
+    if keys is None:
+        return JobRun.objects.bulk_create(runs, batch_size=batch_size), set()
+    with transaction.atomic():
+        existing = set(
+            JobRun.objects.filter(job=opts.job, idempotency_key__in=keys).values_list(
+                "pk", flat=True
+            )
+        )
+        JobRun.objects.bulk_create(runs, batch_size=batch_size, ignore_conflicts=True)
+        made = JobRun.objects.filter(job=opts.job, idempotency_key__in=keys).exclude(
+            pk__in=existing
+        )
+        return runs, set(made.values_list("pk", flat=True))
+
+
+def _insert_many_pg(opts, payloads, texts, keys, batch_size) -> tuple[list[JobRun], set[int]]:
     """One INSERT per batch: payloads and keys as arrays, every other column a constant.
 
     The constants come from a template run prepared by its own fields, so model
@@ -159,16 +178,19 @@ def _insert_many_pg(opts, payloads, texts, keys, batch_size) -> list[JobRun]:
         f"SELECT v.payload::jsonb, v.key, {', '.join(['%s'] * len(constant))} "
         f"FROM unnest(%s::text[], %s::varchar[]) AS v(payload, key) {conflict} RETURNING id"
     )
-    runs = []
+    runs: list[JobRun] = []
+    created: set[int] = set()  # with keys: the rows this call inserted (RETURNING skips conflicts)
     with transaction.atomic(), _server_bound_cursor(connection) as cursor:
         for start in range(0, len(texts), batch_size):
             chunk = texts[start : start + batch_size]
             chunk_keys = keys[start : start + batch_size] if keys else [None] * len(chunk)
             cursor.execute(sql, [*constant.values(), chunk, chunk_keys])
             ids = [row[0] for row in cursor.fetchall()]
-            if not keys:
+            if keys:
+                created.update(ids)
+            else:
                 runs.extend(_built(template, ids, payloads[start : start + len(chunk)]))
-    return runs
+    return runs, created
 
 
 @contextlib.contextmanager

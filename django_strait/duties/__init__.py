@@ -8,20 +8,13 @@ host does it per round (DESIGN §6).
 
 from __future__ import annotations
 
-from django.utils.module_loading import import_string
+from django_strait.duties.base import Duty
 
 
-def default_duties(*, using: str = "default") -> list:
+def default_duties(*, using: str = "default") -> list[Duty]:
     """The duties every worker takes part in, configured from ``STRAIT``."""
-    duties = []
-    for path in (
-        "django_strait.duties.reaper.Reaper",
-        "django_strait.duties.scheduler.Scheduler",
-        "django_strait.duties.pruner.Pruner",
-    ):
-        try:
-            cls = import_string(path)
-        except ImportError:  # not built yet in this tree
-            continue
-        duties.append(cls.from_settings(using=using))
-    return duties
+    from django_strait.duties.pruner import Pruner
+    from django_strait.duties.reaper import Reaper
+    from django_strait.duties.scheduler import Scheduler
+
+    return [cls.from_settings(using=using) for cls in (Reaper, Scheduler, Pruner)]

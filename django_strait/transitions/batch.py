@@ -65,6 +65,8 @@ class Record:
     status_code: int | None = None
     response_excerpt: str = ""
     worker: str = ""
+    #: The job's name, for signals, logs and metrics (not written by the record).
+    job: str = ""
 
 
 @dataclass(slots=True)

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from django_strait import signals
 from django_strait.models import JobRun
 from django_strait.states import RunStatus, Transition
 from django_strait.transitions.errors import InvalidTransition
@@ -84,11 +85,15 @@ def cancel(run_id: int) -> JobRun:
     if flagged:
         logger.info("run %s: cancel requested while executing", run_id)
         return JobRun.objects.get(pk=run_id)
-    return apply(run_id, Transition.CANCEL, finished_at=timezone.now(), claimed_by="")
+    run = apply(run_id, Transition.CANCEL, finished_at=timezone.now(), claimed_by="")
+    signals.send_changed([run])
+    return run
 
 
 def discard(run_id: int, *, by: str = "", reason: str = "") -> JobRun:
     """Drop a run that no worker holds (queued, dead-lettered or system-failed)."""
     note = f"discarded by {by or 'unknown'}" + (f": {reason}" if reason else "")
     logger.info("run %s: %s", run_id, note)
-    return apply(run_id, Transition.DROP, finished_at=timezone.now())
+    run = apply(run_id, Transition.DROP, finished_at=timezone.now())
+    signals.send_changed([run])
+    return run

@@ -27,9 +27,12 @@ from typing import Any, TypeVar
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
+from django_strait import signals
 from django_strait.conf import strait_settings
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.python import RunContext, is_async, run_python, settle
+from django_strait.duties import registry
+from django_strait.metrics.worker import WorkerMetrics
 from django_strait.outcome import Outcome, failure
 from django_strait.states import Transition
 from django_strait.transitions import batch
@@ -67,6 +70,8 @@ class WorkerConfig:
     listen_alias: str | None = None
     #: Run the periodic duties (reaper, scheduler, pruner) in this process.
     duties: bool = True
+    #: Serve this worker's Prometheus metrics on 127.0.0.1:<port> (None: off).
+    metrics_port: int | None = None
     result_max_bytes: int = 65536
     user_agent: str = "django-strait"
     using: str = "default"
@@ -187,6 +192,7 @@ class Worker:
         )
         await self._http.start()
         self._duty_db = ThreadPoolExecutor(1, thread_name_prefix="strait-duty")
+        self._metrics = self._serve_metrics()
         self._listener = self._start_listener()
         await self._db(self._duty_db, self._register)
         recorder = asyncio.create_task(self._record_loop())
@@ -212,6 +218,8 @@ class Worker:
         await self._http.close()
         if self._listener is not None:
             self._listener.stop()
+        if self._metrics is not None:
+            self._metrics.close()
         await self._db(self._duty_db, self._unregister)
         for pool in (self._claim_db, self._record_db, self._duty_db):
             await self._db(pool, connections.close_all)
@@ -251,6 +259,14 @@ class Worker:
 
     # -- wake-ups, registration, duties ----------------------------------------------
 
+    def _serve_metrics(self) -> WorkerMetrics | None:
+        if self.config.metrics_port is None:
+            return None
+        metrics = WorkerMetrics()
+        metrics.watch_in_flight(lambda: len(self._inflight))
+        metrics.serve(self.config.metrics_port)
+        return metrics
+
     def _start_listener(self) -> Listener | None:
         alias = self.config.listen_alias
         if alias is None or not Listener.available(alias):
@@ -263,27 +279,18 @@ class Worker:
 
     def _register(self) -> None:
         cfg = self.config
-        try:
-            from django_strait.duties import registry
-        except ImportError:  # registry not installed in this build
-            return
         registry.register(
             cfg.worker_id, queues=list(cfg.queues), concurrency=cfg.concurrency, using=cfg.using
         )
 
     def _unregister(self) -> None:
-        try:
-            from django_strait.duties import registry
-        except ImportError:
-            return
         registry.unregister(self.config.worker_id, using=self.config.using)
 
     def _touch(self, in_flight: int) -> None:
-        try:
-            from django_strait.duties import registry
-        except ImportError:
-            return
-        registry.touch(self.config.worker_id, in_flight=in_flight, using=self.config.using)
+        cfg = self.config
+        if not registry.touch(cfg.worker_id, in_flight=in_flight, using=cfg.using):
+            # The reaper forgot us (we were silent a long time): say who we are again.
+            self._register()
 
     async def _run_duties(self) -> None:
         """Run each periodic duty every its interval, on the duty thread."""
@@ -356,6 +363,8 @@ class Worker:
             logger.exception("claim failed; retrying in %ss", self.config.poll_interval)
             return None
         self.stats.claimed += len(runs)
+        if self._metrics is not None:
+            self._metrics.observe_claimed(len(runs))
         return runs
 
     def _claim_and_start(self, limit: int) -> list[Claimed]:
@@ -365,11 +374,15 @@ class Worker:
             return []
         try:
             self.catalog.ensure({r.job_id for r in claimed})
-            return batch.start(cfg.worker_id, claimed, using=cfg.using)
+            started = batch.start(cfg.worker_id, claimed, using=cfg.using)
         except Exception:
             # Claimed but never started: put them back so no live worker strands them.
             self._orphans.extend(r.id for r in claimed)
             raise
+        if signals.listened(signals.run_started):
+            names = {r.id: self.catalog.get(r.job_id).name for r in started}
+            signals.send_started(started, names, using=cfg.using)
+        return started
 
     async def _release_orphans(self) -> None:
         if not self._orphans:
@@ -484,6 +497,7 @@ class Worker:
                 endpoint=outcome.endpoint,
                 status_code=outcome.status_code,
                 response_excerpt=trim(outcome.response_excerpt, 1000),
+                job=info.name if info is not None else "",
             )
         )
         del self._inflight[run.id]
@@ -526,9 +540,9 @@ class Worker:
             del self._pending[: len(chunk)]
             self._recording = True
             try:
-                done = await self._db(self._record_db, batch.record, self.config.worker_id, chunk)
+                done = await self._db(self._record_db, self._record_and_announce, chunk)
                 failures = 0
-                self._account(done)
+                self._account(done, chunk)
             except Exception as exc:
                 failures += 1
                 if not await self._after_record_error(chunk, exc, failures):
@@ -537,7 +551,17 @@ class Worker:
                 self._recording = False
                 self._wake.set()
 
-    def _account(self, done: batch.Recorded) -> None:
+    def _record_and_announce(self, chunk: list[Record]) -> batch.Recorded:
+        """Record a batch, then send its signals (on the record thread: receivers may use the ORM)."""
+        cfg = self.config
+        done = batch.record(cfg.worker_id, chunk, using=cfg.using)
+        if done.moved:
+            signals.send_recorded(chunk, done, {r.run_id: r.job for r in chunk}, using=cfg.using)
+        return done
+
+    def _account(self, done: batch.Recorded, chunk: list[Record]) -> None:
+        if self._metrics is not None:
+            self._metrics.observe_recorded(chunk, done, {r.run_id: r.job for r in chunk})
         for status in done.moved.values():
             self.stats.count(status)
         if done.lost:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator
 
 import pytest
@@ -10,24 +9,12 @@ from django.db import transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from django_strait import signals, transitions, trigger, trigger_many, triggering
+from django_strait import signals, transitions, trigger, trigger_many
 from django_strait.models import JobRun
 from django_strait.states import Transition
-from django_strait.worker import engine
 from tests.integration.factories import make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-# The senders are called by code the lead owns; these tests run once it does.
-_worker_sends = "send_recorded" in inspect.getsource(engine)
-_trigger_sends = "send_enqueued" in inspect.getsource(triggering)
-needs_worker_wiring = pytest.mark.skipif(
-    not _worker_sends,
-    reason="the worker engine does not call signals.send_started/send_recorded yet",
-)
-needs_trigger_wiring = pytest.mark.skipif(
-    not _trigger_sends, reason="trigger()/trigger_many() do not call signals.send_enqueued yet"
-)
 
 
 class Listener:
@@ -109,11 +96,12 @@ def test_send_recorded__looks_up_job_names_it_was_not_given(listen):
     assert [(c["run_id"], c["job"]) for c in got.calls] == [(run.pk, run.job.name)]
 
 
-def test_send_changed__after_a_cancel_and_a_discard_on_real_rows(listen):
+def test_cancel_and_discard__send_their_signals_on_real_rows(listen):
     canceled, discarded = listen(signals.run_canceled), listen(signals.run_discarded)
     queued, dead = make_run(), make_run(status="dead_letter", error_type="http.404")
 
-    signals.send_changed([transitions.cancel(queued.pk), transitions.discard(dead.pk, by="ops")])
+    transitions.cancel(queued.pk)
+    transitions.discard(dead.pk, by="ops")
 
     assert [(c["run_id"], c["job"], c["status"]) for c in canceled.calls] == [
         (queued.pk, queued.job.name, "canceled")
@@ -124,7 +112,6 @@ def test_send_changed__after_a_cancel_and_a_discard_on_real_rows(listen):
 # -- sent by trigger() and the worker ------------------------------------------------------
 
 
-@needs_trigger_wiring
 def test_trigger__sends_run_enqueued_for_each_new_run(listen):
     got = listen(signals.run_enqueued)
 
@@ -136,7 +123,6 @@ def test_trigger__sends_run_enqueued_for_each_new_run(listen):
     assert {c["status"] for c in got.calls} == {"queued"}
 
 
-@needs_worker_wiring
 def test_worker__sends_started_then_succeeded_with_the_attempt_and_its_duration(burst, listen):
     started, succeeded = listen(signals.run_started), listen(signals.run_succeeded)
     run = trigger("test-echo", {"x": 1})
@@ -156,7 +142,6 @@ def test_worker__sends_started_then_succeeded_with_the_attempt_and_its_duration(
     assert done["sender"] is JobRun
 
 
-@needs_worker_wiring
 @pytest.mark.parametrize(
     ("action", "signal", "status"),
     [
@@ -178,7 +163,6 @@ def test_worker__a_handler_action_sends_its_signal(burst, listen, action, signal
     assert call["error"]  # the handler's message travels with the signal
 
 
-@needs_worker_wiring
 def test_worker__a_failing_run_sends_run_failed_then_run_dead_lettered(burst, listen):
     failed, dead = listen(signals.run_failed), listen(signals.run_dead_lettered)
     run = trigger("test-boom", {})  # max_attempts=2
@@ -202,7 +186,6 @@ def test_worker__a_failing_run_sends_run_failed_then_run_dead_lettered(burst, li
     )
 
 
-@needs_worker_wiring
 def test_worker__a_raising_receiver_does_not_stop_the_worker(burst, listen):
     def broken(sender, **kwargs):
         raise RuntimeError("receiver bug")

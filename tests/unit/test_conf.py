@@ -64,6 +64,7 @@ DEFAULTS = {
     "PRUNE_BATCH_SIZE": 1000,
     "RETENTION_DAYS": 30,
     "STATS_INTERVAL": 60.0,
+    "METRICS_TOKEN": None,
 }
 
 

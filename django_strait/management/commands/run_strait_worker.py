@@ -28,6 +28,17 @@ def positive_int(limit: int):
     return parse
 
 
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is out of range: use 0 to 65535")
+    return value
+
+
 def queue_name(text: str) -> str:
     """An argparse type: a queue name (1-100 characters)."""
     if not text or len(text) > 100:
@@ -66,6 +77,12 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--burst", action="store_true", help="Drain the runs that are due now, then exit 0."
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=port_number,
+            default=None,
+            help="Serve this worker's Prometheus metrics on 127.0.0.1:PORT (0: any free port).",
         )
         parser.add_argument(
             "--worker-id", default=None, help="Name this worker (default host-pid-random)."
@@ -110,6 +127,7 @@ def build_config(options: dict) -> WorkerConfig:
         heartbeat_interval=max(1.0, s.STALE_AFTER / 5),
         stats_interval=s.STATS_INTERVAL,
         listen_alias=s.LISTEN_DATABASE or s.DATABASE,
+        metrics_port=options.get("metrics_port"),
         result_max_bytes=s.RESULT_MAX_BYTES,
         user_agent=s.HTTP_USER_AGENT,
         using=s.DATABASE,
