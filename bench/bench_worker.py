@@ -10,8 +10,9 @@ Phases (each a median over ``--reps``):
   drain_http       N HTTP runs against a fast endpoint in its own process on 127.0.0.1
   latency          idle worker, one run at a time: trigger -> started_at, median and p95
   rss              the drain worker's peak RSS (VmHWM) in MB
-  cpu per run      the drain worker's CPU time (user + system, incl. start-up) per run:
-                   steadier than runs/s when other work shares the machine
+  cpu per run      the drain worker's CPU time (user + system) per run, including its
+                   start-up (~0.8 s), and steady (first completion to last): steadier
+                   than runs/s when other work shares the machine
 
 The database is ``DATABASE_URL`` (default: PostgreSQL database ``strait_bench`` on
 127.0.0.1, created if missing). Traffic goes to 127.0.0.1 only.
@@ -167,12 +168,14 @@ def drain(job: str, n: int, concurrency: int, batch: int) -> dict:
     proc = spawn_worker(concurrency, batch)
     first = None
     first_done = 0
+    cpu_first = None
     try:
         while True:
             d = done_count()
             t = time.perf_counter()
             if d and first is None:
                 first, first_done = t, d
+                cpu_first = cpu_seconds(proc.pid)
             if d >= n:
                 break
             if proc.poll() is not None:
@@ -186,6 +189,12 @@ def drain(job: str, n: int, concurrency: int, batch: int) -> dict:
         stop(proc)
     return {
         "worker_cpu_ms_per_run": cpu * 1000 / n if cpu is not None else None,
+        # From the first completion on: what a run costs once the worker is up.
+        "worker_steady_cpu_ms_per_run": (
+            (cpu - cpu_first) * 1000 / (n - first_done)
+            if cpu is not None and cpu_first is not None and n > first_done
+            else None
+        ),
         "steady_runs_per_s": (n - first_done) / (t - first) if t > first else None,
         "incl_startup_runs_per_s": n / (t - t0),
         "peak_rss_mb": rss,
@@ -305,6 +314,9 @@ def main() -> None:
             out[f"{key}_worker_peak_rss_mb"] = summarize([r.get("peak_rss_mb") for r in raw[key]])
             out[f"{key}_worker_cpu_ms_per_run"] = summarize(
                 [r.get("worker_cpu_ms_per_run") for r in raw[key]]
+            )
+            out[f"{key}_worker_steady_cpu_ms_per_run"] = summarize(
+                [r.get("worker_steady_cpu_ms_per_run") for r in raw[key]]
             )
             errors = [r["error"] for r in raw[key] if "error" in r]
             if errors:

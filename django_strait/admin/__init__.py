@@ -1,4 +1,4 @@
-"""django-strait in the Django admin: jobs, runs with their attempts, dead letters.
+"""django-strait in the Django admin: jobs, runs with their attempts, dead letters, workers.
 
 Importing this package registers the model admins (Django's admin autodiscovery
 does it for you when ``django.contrib.admin`` is installed).
@@ -6,5 +6,6 @@ does it for you when ``django.contrib.admin`` is installed).
 
 from django_strait.admin.jobs import JobAdmin
 from django_strait.admin.runs import DeadLetterAdmin, JobRunAdmin, RunAttemptInline
+from django_strait.admin.workers import WorkerProcessAdmin
 
-__all__ = ["DeadLetterAdmin", "JobAdmin", "JobRunAdmin", "RunAttemptInline"]
+__all__ = ["DeadLetterAdmin", "JobAdmin", "JobRunAdmin", "RunAttemptInline", "WorkerProcessAdmin"]

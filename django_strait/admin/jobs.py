@@ -35,6 +35,9 @@ class JobAdmin(admin.ModelAdmin):
             "retry_backoff_coefficient", "retry_max_delay_secs", "retry_delays_secs",
             "retry_jitter", "retry_function", "non_retryable_errors", "on_exhaustion",
         )}),
+        ("Schedule and retention", {"fields": (
+            "schedule", "timezone", "schedule_missed", "schedule_overlap", "retention_days",
+        )}),
         (None, {"fields": ("created_at", "updated_at")}),
     )  # fmt: skip
 

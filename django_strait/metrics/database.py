@@ -2,7 +2,7 @@
 
 A scrape must not cost more as history grows, so nothing here scans finished
 runs: queued runs are counted on the claim indexes (``strait_run_claim_*``),
-runs a worker holds on ``strait_run_in_flight``, dead letters on
+runs a worker holds on ``strait_run_active``, dead letters on
 ``strait_run_dead_letters``. The table's total is PostgreSQL's planner estimate
 (``pg_class.reltuples``). Finished runs are counted by the workers instead
 (``strait_worker_runs_finished_total``), as they happen.
@@ -98,7 +98,7 @@ def _queues(using: str, now: dt.datetime, known: set[str]) -> tuple[QueueGauge, 
 
 
 def in_flight_by_job(using: str):
-    """Runs a worker holds, counted by job and status on ``strait_run_in_flight``."""
+    """Runs a worker holds, counted by job and status on ``strait_run_active``."""
     return (
         JobRun.objects.using(using)
         .filter(status__in=IN_FLIGHT)

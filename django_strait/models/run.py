@@ -79,11 +79,12 @@ class JobRun(models.Model):
                 condition=Q(status="queued"),
                 name="strait_run_claim_any_queue",
             ),
-            # Runs a worker holds (heartbeats, the reaper, per-job in-flight counts).
+            # Active runs by job: in-flight counts (heartbeats, the reaper, metrics,
+            # concurrency limits) and "is a run of this job still active?" (cron overlap).
             models.Index(
                 fields=["job", "status"],
-                condition=Q(status__in=["dequeued", "executing"]),
-                name="strait_run_in_flight",
+                condition=Q(status__in=["queued", "dequeued", "executing", "waiting"]),
+                name="strait_run_active",
             ),
             models.Index(
                 fields=["job", "error_type"],

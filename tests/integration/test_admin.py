@@ -257,6 +257,8 @@ def job_form(**overrides) -> dict[str, object]:
         "retry_initial_delay_secs": "", "retry_backoff_coefficient": "",
         "retry_max_delay_secs": "", "retry_delays_secs": "null", "retry_jitter": "",
         "retry_function": "", "non_retryable_errors": "[]", "on_exhaustion": "",
+        "schedule": "", "timezone": "UTC", "schedule_missed": "run_once",
+        "schedule_overlap": "allow", "retention_days": "",
     }  # fmt: skip
     data.update(overrides)
     return data
@@ -279,6 +281,14 @@ def test_job_admin__clean_errors_show_on_the_form(admin_client):
     assert not Job.objects.filter(name="sync-crm").exists()
 
 
+def test_job_admin__a_bad_schedule_shows_on_the_form(admin_client):
+    data = job_form(schedule="every tuesday", timezone="Mars/Olympus")
+    response = admin_client.post(reverse("admin:django_strait_job_add"), data)
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert "schedule" in errors and "timezone" in errors
+
+
 def test_job_admin__pause_and_resume_actions(admin_client):
     job = make_job(enabled=True)
     admin_client.post(JOBS, {"action": "pause_selected", ACTION_CHECKBOX_NAME: [job.pk]})
@@ -293,3 +303,25 @@ def test_job_admin__a_job_with_runs_cannot_be_deleted(admin_client):
     delete = reverse("admin:django_strait_job_delete", args=[job.pk])
     assert admin_client.post(delete, {"post": "yes"}).status_code == 403
     assert Job.objects.filter(pk=job.pk).exists()
+
+
+def test_worker_list__shows_registered_workers_and_who_is_alive(admin_client):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from django_strait.duties import registry
+    from django_strait.models import WorkerProcess
+
+    registry.register("w-alive", queues=["emails"], concurrency=8, using="default")
+    registry.register("w-gone", queues=[], concurrency=4, using="default")
+    WorkerProcess.objects.filter(worker_id="w-gone").update(
+        last_seen_at=timezone.now() - dt.timedelta(hours=2)
+    )
+
+    page = admin_client.get("/admin/django_strait/workerprocess/")
+
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "w-alive" in text and "w-gone" in text and "emails" in text and "every queue" in text
+    assert text.count('alt="True"') == 1 and text.count('alt="False"') == 1
