@@ -134,3 +134,37 @@ def worker_env(django_db_blocker) -> dict[str, str]:
 def worker_command(*args: str) -> list[str]:
     """The command line of a worker subprocess (tests.settings)."""
     return [sys.executable, "-m", "django", "run_strait_worker", *args]
+
+
+class SignalListener:
+    """Records every send of one Django signal."""
+
+    def __init__(self, signal) -> None:
+        self.signal = signal
+        self.calls: list[dict] = []
+
+    def __call__(self, sender, **kwargs) -> None:
+        kwargs.pop("signal")
+        self.calls.append({"sender": sender, **kwargs})
+
+    def by_run(self) -> dict[int, list[dict]]:
+        found: dict[int, list[dict]] = {}
+        for call in self.calls:
+            found.setdefault(call["run_id"], []).append(call)
+        return found
+
+
+@pytest.fixture
+def listen() -> Iterator:
+    """``listen(signal)`` connects a SignalListener for the test's length."""
+    connected: list[SignalListener] = []
+
+    def connect(signal) -> SignalListener:
+        listener = SignalListener(signal)
+        signal.connect(listener, weak=False)
+        connected.append(listener)
+        return listener
+
+    yield connect
+    for listener in connected:
+        listener.signal.disconnect(listener)

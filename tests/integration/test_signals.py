@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from django.db import transaction
-from django.dispatch import Signal
 from django.utils import timezone
 
 from django_strait import signals, transitions, trigger, trigger_many
@@ -15,37 +12,6 @@ from django_strait.states import Transition
 from tests.integration.factories import make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Listener:
-    def __init__(self, signal: Signal) -> None:
-        self.signal = signal
-        self.calls: list[dict] = []
-
-    def __call__(self, sender, **kwargs) -> None:
-        kwargs.pop("signal")
-        self.calls.append({"sender": sender, **kwargs})
-
-    def by_run(self) -> dict[int, list[dict]]:
-        found: dict[int, list[dict]] = {}
-        for call in self.calls:
-            found.setdefault(call["run_id"], []).append(call)
-        return found
-
-
-@pytest.fixture
-def listen() -> Iterator:
-    connected: list[Listener] = []
-
-    def connect(signal: Signal) -> Listener:
-        listener = Listener(signal)
-        signal.connect(listener, weak=False)
-        connected.append(listener)
-        return listener
-
-    yield connect
-    for listener in connected:
-        listener.signal.disconnect(listener)
 
 
 def make_due(run: JobRun) -> None:

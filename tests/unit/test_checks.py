@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from django.core import checks
 from django.core.management import call_command
@@ -11,26 +9,9 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_strait.checks import check_settings
-from django_strait.conf import strait_settings
 
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("STRAIT_"):
-            monkeypatch.delenv(name)
-    strait_settings.reload()
-    yield
-    strait_settings.reload()
-
-
-@pytest.fixture
-def setenv(monkeypatch):
-    def set_and_reload(name: str, value: str) -> None:
-        monkeypatch.setenv(name, value)
-        strait_settings.reload()
-
-    return set_and_reload
+# Settings are read from a clean environment (tests/unit/conftest.py).
+pytestmark = pytest.mark.usefixtures("clean_strait_env")
 
 
 def run() -> list[checks.CheckMessage]:

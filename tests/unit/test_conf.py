@@ -22,23 +22,8 @@ from django_strait.retry import BUILTIN, PolicyError, RetryPolicy, merge
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("STRAIT_"):
-            monkeypatch.delenv(name)
-    strait_settings.reload()
-    yield
-    strait_settings.reload()
-
-
-@pytest.fixture
-def setenv(monkeypatch):
-    def set_and_reload(name: str, value: str) -> None:
-        monkeypatch.setenv(name, value)
-        strait_settings.reload()
-
-    return set_and_reload
+# Settings are read from a clean environment (tests/unit/conftest.py).
+pytestmark = pytest.mark.usefixtures("clean_strait_env")
 
 
 DEFAULTS = {

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterator
 
 import pytest
-from django.dispatch import Signal
 
 from django_strait import signals
 from django_strait.models import Job, JobRun
@@ -16,33 +14,6 @@ from django_strait.transitions.batch import Claimed, Record, Recorded
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
 LATER = T0 + dt.timedelta(seconds=30)
-
-
-class Listener:
-    """Every call a signal made, as its keyword arguments."""
-
-    def __init__(self, signal: Signal) -> None:
-        self.signal = signal
-        self.calls: list[dict] = []
-
-    def __call__(self, sender, **kwargs) -> None:
-        kwargs.pop("signal")
-        self.calls.append({"sender": sender, **kwargs})
-
-
-@pytest.fixture
-def listen() -> Iterator:
-    connected: list[Listener] = []
-
-    def connect(signal: Signal) -> Listener:
-        listener = Listener(signal)
-        signal.connect(listener, weak=False)
-        connected.append(listener)
-        return listener
-
-    yield connect
-    for listener in connected:
-        listener.signal.disconnect(listener)
 
 
 def record(run_id: int = 7, transition: Transition = Transition.COMPLETE, **fields) -> Record:
