@@ -427,7 +427,7 @@ class Worker:
             raise
         except Exception as exc:  # executors should not raise; if one does, it is a failed attempt
             logger.exception(
-                "executing run %s failed inside the worker", run.id, extra={"run_id": run.id}
+                "executing run %s failed inside the worker", run.id, extra=_extra(run, info)
             )
             outcome = failure("worker.internal", f"{type(exc).__name__}: {exc}")
         self._finish(run, info, outcome, begun)
@@ -518,7 +518,7 @@ class Worker:
             )
         except Exception:
             logger.exception(
-                "deciding run %s failed; retrying it later", run.id, extra={"run_id": run.id}
+                "deciding run %s failed; retrying it later", run.id, extra=_extra(run, info)
             )
             later = now + dt.timedelta(seconds=FALLBACK_RETRY_SECONDS)
             return Decision(Transition.RETRY, later, FALLBACK_RETRY_SECONDS)
@@ -562,6 +562,9 @@ class Worker:
     def _account(self, done: batch.Recorded, chunk: list[Record]) -> None:
         if self._metrics is not None:
             self._metrics.observe_recorded(chunk, done, {r.run_id: r.job for r in chunk})
+        if logger.isEnabledFor(logging.INFO):
+            for rec in chunk:
+                _log_attempt(rec, done.moved.get(rec.run_id))
         for status in done.moved.values():
             self.stats.count(status)
         if done.lost:
@@ -623,6 +626,46 @@ class Worker:
             if time.monotonic() - last_stats >= cfg.stats_interval:
                 logger.info("worker %s: %s", cfg.worker_id, self.stats.line())
                 last_stats = time.monotonic()
+
+
+def _extra(run: Claimed, info: JobInfo | None) -> dict[str, Any]:
+    """What every log line about one run carries in ``extra``."""
+    return {"run_id": run.id, "job": info.name if info else "", "attempt": run.attempt}
+
+
+#: Where an attempt that did not complete left its run, and how loudly to say so.
+_LOG_LEVEL_FOR_STATUS = {
+    "queued": logging.INFO,
+    "canceled": logging.INFO,
+    "discarded": logging.WARNING,
+    "dead_letter": logging.WARNING,
+    "failed": logging.WARNING,
+}
+
+
+def _log_attempt(rec: Record, status: str | None) -> None:
+    level = _LOG_LEVEL_FOR_STATUS.get(status or "")
+    if level is None or not logger.isEnabledFor(level):
+        return
+    logger.log(
+        level,
+        "run %s (%s) attempt %s: %s %s -> %s%s",
+        rec.run_id,
+        rec.job,
+        rec.attempt,
+        rec.error_type or rec.outcome,
+        rec.error[:200],
+        status,
+        f" until {rec.available_at:%Y-%m-%d %H:%M:%S}Z"
+        if status == "queued" and rec.available_at
+        else "",
+        extra={
+            "run_id": rec.run_id,
+            "job": rec.job,
+            "attempt": rec.attempt,
+            "error_type": rec.error_type,
+        },
+    )
 
 
 async def _wait_event(event: asyncio.Event, timeout: float | None) -> None:

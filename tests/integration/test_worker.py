@@ -352,3 +352,14 @@ def test_job_clean__refuses_headers_that_strait_sets():
         job.full_clean()
 
     assert "Strait-Run-Id" in str(info.value.message_dict["headers"])
+
+
+def test_worker__logs_each_attempt_that_did_not_complete_with_its_run_in_extra(burst, caplog):
+    run = trigger("test-actions", {"action": "dead_letter"})
+
+    with caplog.at_level("INFO", logger="django_strait.worker.engine"):
+        burst()
+
+    [line] = [r for r in caplog.records if getattr(r, "run_id", None) == run.pk]
+    assert line.levelname == "WARNING" and line.job == "test-actions" and line.attempt == 1
+    assert "-> dead_letter" in line.getMessage()
