@@ -1,11 +1,15 @@
 """django-strait's models (DESIGN §1)."""
 
+from django_strait.models.apikey import SCOPES, ApiKey
 from django_strait.models.attempt import AttemptOutcome, RunAttempt
 from django_strait.models.job import HttpMethod, Job, MissedTicks, OnExhaustion, Overlap
+from django_strait.models.rollup import RunRollup
 from django_strait.models.run import DeadLetter, JobRun
 from django_strait.models.worker import WorkerProcess
 
 __all__ = [
+    "SCOPES",
+    "ApiKey",
     "AttemptOutcome",
     "DeadLetter",
     "HttpMethod",
@@ -15,5 +19,6 @@ __all__ = [
     "OnExhaustion",
     "Overlap",
     "RunAttempt",
+    "RunRollup",
     "WorkerProcess",
 ]

@@ -105,6 +105,7 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["name"]
+        permissions = [("trigger_job", "Can trigger jobs")]
         indexes = [
             models.Index(fields=["name"], condition=~Q(schedule=""), name="strait_job_scheduled"),
         ]

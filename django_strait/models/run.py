@@ -60,6 +60,12 @@ class JobRun(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        # Separate from change_jobrun: who may act on runs, not edit them.
+        permissions = [
+            ("replay_jobrun", "Can replay runs"),
+            ("cancel_jobrun", "Can cancel runs"),
+            ("discard_jobrun", "Can discard runs"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["job", "idempotency_key"],
