@@ -19,11 +19,12 @@ from django.db import connections, transaction
 from django.db.models import Case, DateTimeField, F, Value, When
 from django.utils import timezone
 
-from django_strait.models import JobRun, RunAttempt
+from django_strait.models import JobRun, RunAttempt, RunRollup
 from django_strait.states import RunStatus, Transition
 
 RUN_TABLE = JobRun._meta.db_table
 ATTEMPT_TABLE = RunAttempt._meta.db_table
+ROLLUP_TABLE = RunRollup._meta.db_table
 JOB_TABLE = "django_strait_job"
 
 
@@ -67,6 +68,8 @@ class Record:
     worker: str = ""
     #: The job's name, for signals, logs and metrics (not written by the record).
     job: str = ""
+    #: The job's id, for the per-minute rollup.
+    job_id: int = 0
 
 
 @dataclass(slots=True)
@@ -292,9 +295,9 @@ WITH v AS (
     SELECT * FROM unnest(
         %s::bigint[], %s::integer[], %s::varchar[], %s::timestamptz[], %s::text[], %s::text[],
         %s::varchar[], %s::varchar[], %s::timestamptz[], %s::timestamptz[], %s::integer[],
-        %s::varchar[], %s::integer[], %s::text[]
+        %s::varchar[], %s::integer[], %s::text[], %s::bigint[]
     ) AS v(id, attempt, status, available_at, result, last_error, error_type, endpoint,
-           started_at, finished_at, duration_ms, outcome, status_code, response_excerpt)
+           started_at, finished_at, duration_ms, outcome, status_code, response_excerpt, job_id)
 ),
 u AS (
     UPDATE {RUN_TABLE} AS r SET
@@ -314,6 +317,16 @@ a AS (
     SELECT v.id, v.attempt, v.endpoint, v.started_at, v.finished_at, v.duration_ms,
         v.outcome, v.status_code, v.error_type, v.last_error, v.response_excerpt, %s
     FROM v JOIN u ON u.id = v.id
+),
+-- Per-minute counts for dashboards, in the same statement: counted exactly once.
+rollup AS (
+    INSERT INTO {ROLLUP_TABLE} AS t (minute, job_id, status, count, total_duration_ms)
+    SELECT date_trunc('minute', v.finished_at), v.job_id, u.status, count(*), sum(v.duration_ms)
+    FROM v JOIN u ON u.id = v.id
+    GROUP BY 1, 2, 3
+    ON CONFLICT (minute, job_id, status) DO UPDATE
+    SET count = t.count + EXCLUDED.count,
+        total_duration_ms = t.total_duration_ms + EXCLUDED.total_duration_ms
 )
 SELECT id, status FROM u
 """
@@ -336,6 +349,7 @@ def _columns(records: Sequence[Record]) -> list[list[Any]]:
             rec.outcome,
             rec.status_code,
             rec.response_excerpt,
+            rec.job_id,
         )
         for rec in records
     ]
@@ -362,7 +376,29 @@ def _record_orm(worker_id, records, using) -> Recorded:
         RunAttempt.objects.using(using).bulk_create(
             [_attempt(rec, worker_id) for rec in records if rec.run_id in done.moved]
         )
+        _rollup_orm(records, done.moved, using)
     return done
+
+
+_ROLLUP_UPSERT = f"""
+INSERT INTO {ROLLUP_TABLE} (minute, job_id, status, count, total_duration_ms)
+VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (minute, job_id, status) DO UPDATE
+SET count = count + excluded.count, total_duration_ms = total_duration_ms + excluded.total_duration_ms
+"""
+
+
+def _rollup_orm(records: Sequence[Record], moved: dict[int, str], using: str) -> None:
+    groups: dict[tuple[dt.datetime, int, str], list[int]] = {}
+    for rec in records:
+        if rec.run_id in moved:
+            minute = rec.finished_at.replace(second=0, microsecond=0)
+            groups.setdefault((minute, rec.job_id, moved[rec.run_id]), []).append(rec.duration_ms)
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        for (minute, job_id, status), durations in groups.items():
+            stamp = connection.ops.adapt_datetimefield_value(minute)
+            cursor.execute(_ROLLUP_UPSERT, [stamp, job_id, status, len(durations), sum(durations)])
 
 
 def _record_one_orm(worker_id: str, rec: Record, using: str) -> int:

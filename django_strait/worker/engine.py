@@ -498,6 +498,7 @@ class Worker:
                 status_code=outcome.status_code,
                 response_excerpt=trim(outcome.response_excerpt, 1000),
                 job=info.name if info is not None else "",
+                job_id=run.job_id,
             )
         )
         del self._inflight[run.id]

@@ -215,7 +215,19 @@ def test_worker__cancel_while_executing_cancels_when_the_attempt_returns(burst):
     now = timezone.now()
     done = batch.record(
         "w1",
-        [Record(run.pk, 1, Transition.COMPLETE, now, now, 1, "succeeded", result="x")],
+        [
+            Record(
+                run.pk,
+                1,
+                Transition.COMPLETE,
+                now,
+                now,
+                1,
+                "succeeded",
+                result="x",
+                job_id=run.job_id,
+            )
+        ],
     )
     assert done.moved == {run.pk: "canceled"}
     assert RunAttempt.objects.get(run=run).outcome == "succeeded"
@@ -363,3 +375,20 @@ def test_worker__logs_each_attempt_that_did_not_complete_with_its_run_in_extra(b
     [line] = [r for r in caplog.records if getattr(r, "run_id", None) == run.pk]
     assert line.levelname == "WARNING" and line.job == "test-actions" and line.attempt == 1
     assert "-> dead_letter" in line.getMessage()
+
+
+def test_worker__counts_finished_attempts_per_minute_in_the_rollup(burst):
+    from django_strait.models import RunRollup
+
+    trigger_many("test-noop", [{}] * 5)
+    trigger("test-actions", {"action": "dead_letter"})
+    trigger("test-boom", {})
+
+    burst()
+
+    counts = {(r.job.name, r.status): r.count for r in RunRollup.objects.select_related("job")}
+    assert counts == {
+        ("test-noop", "completed"): 5,
+        ("test-actions", "dead_letter"): 1,
+        ("test-boom", "queued"): 1,
+    }
