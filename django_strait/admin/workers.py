@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils import timezone
 
 from django_strait.conf import strait_settings
+from django_strait.duties.registry import alive_since
 from django_strait.models import WorkerProcess
 
 
@@ -26,9 +25,7 @@ class WorkerProcessAdmin(admin.ModelAdmin):
 
     @admin.display(boolean=True, description="alive")
     def alive(self, obj: WorkerProcess) -> bool:
-        # A live worker refreshes its row every STALE_AFTER / 5.
-        limit = dt.timedelta(seconds=2 * strait_settings.STALE_AFTER / 5)
-        return timezone.now() - obj.last_seen_at <= limit
+        return obj.last_seen_at >= alive_since(timezone.now(), strait_settings.STALE_AFTER)
 
     @admin.display(description="queues")
     def queue_list(self, obj: WorkerProcess) -> str:

@@ -20,6 +20,16 @@ from django_strait.models import JobRun, WorkerProcess
 from django_strait.states import IN_FLIGHT
 
 
+def alive_since(now: dt.datetime, stale_after: float) -> dt.datetime:
+    """Workers seen at or after this instant count as alive.
+
+    A live worker refreshes its row every ``stale_after / 5``: two missed rounds
+    make it not alive (it may still be busy: its runs are reaped only after
+    ``stale_after``). The admin and the metrics both use this.
+    """
+    return now - dt.timedelta(seconds=2 * stale_after / 5)
+
+
 def register(
     worker_id: str, *, queues: Sequence[str], concurrency: int, using: str = "default"
 ) -> None:

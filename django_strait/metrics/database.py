@@ -20,11 +20,9 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from django_strait.duties.registry import alive_since
 from django_strait.models import Job, JobRun, WorkerProcess
 from django_strait.states import IN_FLIGHT, RunStatus
-
-#: A worker counts as alive when seen within this many ``STALE_AFTER`` periods.
-ALIVE_STALE_PERIODS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +53,7 @@ class Snapshot:
 def read_snapshot(using: str, now: dt.datetime, stale_after: float) -> Snapshot:
     """Read every database gauge (a handful of index-backed queries)."""
     jobs = dict(Job.objects.using(using).values_list("name", "queue"))
-    workers = _workers(using, now - dt.timedelta(seconds=ALIVE_STALE_PERIODS * stale_after))
+    workers = _workers(using, alive_since(now, stale_after))
     return Snapshot(
         queues=_queues(using, now, set(jobs.values())),
         in_flight=_in_flight(using, jobs),
@@ -184,7 +182,7 @@ def families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
     yield from _job_families(snap)
     yield GaugeMetricFamily(
         "strait_workers_alive",
-        "Worker processes seen within twice STALE_AFTER.",
+        "Worker processes seen within two heartbeat rounds (2 x STALE_AFTER / 5).",
         value=snap.workers_alive,
     )
     yield GaugeMetricFamily(
