@@ -158,6 +158,11 @@ def sync_all() -> list:
     return [sync(h) for h in _registry.values()]
 
 
+def is_synced_or_plain(name: str) -> bool:
+    """Tell whether ``name`` needs no sync before a trigger (synced here, or no @job)."""
+    return name in _synced or name not in _registry
+
+
 def synced_row(name: str):
     """Return the ``Job`` row for a ``@job`` handler, synced once per process.
 

@@ -73,8 +73,20 @@ def trigger(
     With an ``idempotency_key`` already used for this job, return that run instead
     of making a second one (``run.idempotency_hit`` is then True).
     """
-    opts = _options(name, delay, run_at, priority, queue, max_attempts, retry)
     key = _check_key(idempotency_key, "idempotency_key")
+    if max_attempts is None and retry is None and _fast_path(name):
+        # One round trip: the job's defaults are read inside the INSERT.
+        text = _payload_text(payload, "payload")
+        run = _insert_by_name(
+            name, {} if payload is None else payload, text, key,
+            available_at=_when(delay, run_at),
+            priority=None if priority is None else _check_priority(priority),
+            queue=None if queue is None else _check_queue(queue),
+        )  # fmt: skip
+        if run is not None:
+            signals.send_enqueued(name, [run])
+            return run
+    opts = _options(name, delay, run_at, priority, queue, max_attempts, retry)
     run = opts.new_run(check_payload(payload), key)
     if key is None:
         run.save(force_insert=True)
@@ -97,6 +109,67 @@ def _insert_once(run: JobRun) -> JobRun:
             raise
         existing.idempotency_hit = True
         return existing
+
+
+def _fast_path(name: Any) -> bool:
+    # PostgreSQL only, and once a @job handler's row has been synced in this process.
+    return (
+        isinstance(name, str)
+        and connections[JobRun.objects.db].vendor == "postgresql"
+        and registry.is_synced_or_plain(name)
+    )
+
+
+_BY_NAME_KEEP = ("payload", "idempotency_key", "job", "queue", "priority", "available_at")
+
+
+def _insert_by_name(name, payload, text, key, *, available_at, priority, queue) -> JobRun | None:
+    """INSERT one run reading job id, queue and priority from the job row, in one statement.
+
+    Returns None when nothing was inserted (no such job, or the key is taken):
+    the caller then takes the slow path, which says which.
+    """
+    template = JobRun(available_at=available_at, created_at=timezone.now())
+    connection = connections[JobRun.objects.db]
+    fields = [f for f in JobRun._meta.concrete_fields if not f.primary_key]
+    constant = {
+        f.column: f.get_db_prep_save(f.pre_save(template, add=True), connection)
+        for f in fields
+        if f.name not in _BY_NAME_KEEP
+    }
+    returning = ", ".join(f"r.{f.column}" for f in JobRun._meta.concrete_fields)
+    sql = (
+        f"INSERT INTO {JobRun._meta.db_table} AS r "
+        f"(payload, idempotency_key, job_id, queue, priority, available_at, {', '.join(constant)}) "
+        f"SELECT %s::jsonb, %s, j.id, COALESCE(%s, j.queue), COALESCE(%s, j.priority), %s, "
+        f"{', '.join(['%s'] * len(constant))} FROM {Job._meta.db_table} j WHERE j.name = %s "
+        f"{'ON CONFLICT DO NOTHING ' if key else ''}RETURNING {returning}"
+    )
+    params = [text, key, queue, priority, available_at, *constant.values(), name]
+    with _server_bound_cursor(connection) as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    run = JobRun.from_db(JobRun.objects.db, None, _decoded(row))
+    run.payload = payload
+    run.idempotency_hit = False
+    return run
+
+
+def _decoded(row: tuple) -> list:
+    # Server-side binding returns jsonb already decoded; from_db expects JSONField text.
+    import json as _json
+
+    values = list(row)
+    for i, f in enumerate(JobRun._meta.concrete_fields):
+        if (
+            f.get_internal_type() == "JSONField"
+            and values[i] is not None
+            and not isinstance(values[i], str)
+        ):
+            values[i] = _json.dumps(values[i])
+    return values
 
 
 def trigger_many(

@@ -184,3 +184,20 @@ def test_trigger__refuses_a_payload_over_the_size_limit(settings):
     with pytest.raises(TriggerError, match=r"payload: is \d+ bytes as JSON; at most 100"):
         trigger("test-noop", {"text": "x" * 200})
     assert trigger("test-noop", {"text": "x" * 50}).pk
+
+
+def test_trigger__priority_queue_and_delay_without_a_retry_override_land_on_the_run():
+    run = trigger(
+        "test-noop", {"a": [1]}, priority=-7, queue="bulk", delay=60, idempotency_key="k1"
+    )
+
+    stored = JobRun.objects.get(pk=run.pk)
+    assert (stored.priority, stored.queue, stored.payload, stored.idempotency_key) == (
+        -7,
+        "bulk",
+        {"a": [1]},
+        "k1",
+    )
+    assert (run.priority, run.queue, run.payload, run.status) == (-7, "bulk", {"a": [1]}, "queued")
+    assert 50 < (stored.available_at - timezone.now()).total_seconds() <= 60
+    assert trigger("test-noop", {}, idempotency_key="k1").idempotency_hit
