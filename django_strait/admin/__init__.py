@@ -1,11 +1,12 @@
-"""django-strait in the Django admin: jobs, runs with their attempts, dead letters, workers.
+"""django-strait in the Django admin: jobs, runs, dead letters, workers, and an overview.
 
 Importing this package registers the model admins (Django's admin autodiscovery
 does it for you when ``django.contrib.admin`` is installed).
 """
 
+from django_strait.admin.deadletters import DeadLetterAdmin
 from django_strait.admin.jobs import JobAdmin
-from django_strait.admin.runs import DeadLetterAdmin, JobRunAdmin, RunAttemptInline
+from django_strait.admin.runs import JobRunAdmin, RunAttemptInline
 from django_strait.admin.workers import WorkerProcessAdmin
 
 __all__ = ["DeadLetterAdmin", "JobAdmin", "JobRunAdmin", "RunAttemptInline", "WorkerProcessAdmin"]

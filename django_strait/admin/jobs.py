@@ -1,26 +1,94 @@
-"""Job definitions in the admin: edited here, validated by ``Job.clean()``."""
+"""Job definitions in the admin: edited here, validated by ``Job.clean()``; trigger now."""
 
 from __future__ import annotations
 
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db import models
-from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.db import models, transaction
+from django.db.models import Max, QuerySet, Sum
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
+from django.urls import path
 from django.utils import timezone
 
-from django_strait.models import Job
+from django_strait.admin.forms import TriggerForm
+from django_strait.admin.overview import overview_view
+from django_strait.models import Job, JobRun, RunRollup
+from django_strait.states import TERMINAL
+from django_strait.triggering import TriggerError, trigger
+
+#: How far back a job's success rate and last outcome look (rollups, not runs).
+STATS_WINDOW = dt.timedelta(hours=24)
+
+
+@dataclass(frozen=True, slots=True)
+class JobStats:
+    """A job's finished runs over the stats window, from the per-minute rollups."""
+
+    finished: int = 0
+    succeeded: int = 0
+    #: Where the job's most recent attempt left its run ("" when none in the window).
+    last_status: str = ""
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.succeeded / self.finished if self.finished else None
+
+
+def read_job_stats(job_ids: Iterable[int], now: dt.datetime) -> dict[int, JobStats]:
+    """Return the stats of each job over the window: one grouped query on the rollups."""
+    rows = (
+        RunRollup.objects.filter(job_id__in=list(job_ids), minute__gte=now - STATS_WINDOW)
+        .values_list("job_id", "status")
+        .annotate(n=Sum("count"), last=Max("minute"))
+        .order_by()
+    )
+    by_job: dict[int, list[tuple[str, int, dt.datetime]]] = defaultdict(list)
+    for job_id, status, n, last in rows:
+        by_job[job_id].append((status, n, last))
+    return {job_id: _stats(found) for job_id, found in by_job.items()}
+
+
+def _stats(rows: Sequence[tuple[str, int, dt.datetime]]) -> JobStats:
+    # A retry ("queued") is an attempt, not a finished run: it counts only as the last outcome.
+    finished = sum(n for status, n, _ in rows if status in TERMINAL)
+    succeeded = sum(n for status, n, _ in rows if status == "completed")
+    # Minute resolution: on a tie the outcome that is not a success is the one to see.
+    _, _, last_status = max((last, status != "completed", status) for status, _, last in rows)
+    return JobStats(finished=finished, succeeded=succeeded, last_status=last_status)
+
+
+class JobChangeList(ChangeList):
+    """The job list, with each listed job's stats read in one query."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        stats = read_job_stats([job.pk for job in self.result_list], timezone.now())
+        for job in self.result_list:
+            job.strait_stats = stats.get(job.pk, JobStats())
 
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     """Jobs: what runs, where, and how it retries; pause and resume."""
 
-    list_display = ("name", "enabled", "queue", "priority", "target", "max_attempts", "updated_at")
+    list_display = (
+        "name", "enabled", "queue", "priority", "target", "last_outcome", "success_rate",
+        "updated_at",
+    )  # fmt: skip
     list_filter = ("enabled", "queue")
     search_fields = ("name", "endpoint_url", "handler")
-    actions = ("pause_selected", "resume_selected")
+    actions = ("trigger_now", "pause_selected", "resume_selected")
+    change_form_template = "admin/django_strait/job_change_form.html"
     readonly_fields = ("created_at", "updated_at")
     # A URL typed without a scheme means https (Django 6's default; 5.x warns without it).
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
@@ -45,6 +113,25 @@ class JobAdmin(admin.ModelAdmin):
     def target(self, job: Job) -> str:
         return job.endpoint_url or job.handler
 
+    @admin.display(description="last outcome (24 h)")
+    def last_outcome(self, job: Job) -> str:
+        status = _stats_of(job).last_status
+        return {"": "-", "queued": "retrying"}.get(status, status)
+
+    @admin.display(description="success rate (24 h)")
+    def success_rate(self, job: Job) -> str:
+        stats = _stats_of(job)
+        if stats.success_rate is None:
+            return "-"
+        return f"{stats.success_rate:.1%} of {stats.finished}"
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def has_trigger_permission(self, request: HttpRequest) -> bool:
+        """Return whether the user may trigger runs (``django_strait.trigger_job``)."""
+        return request.user.has_perm(f"{self.opts.app_label}.trigger_job")
+
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Runs protect their job; Django's confirmation page would list every one of them.
         if obj is not None and obj.runs.exists():
@@ -67,3 +154,82 @@ class JobAdmin(admin.ModelAdmin):
     def resume_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         changed = queryset.filter(enabled=False).update(enabled=True, updated_at=timezone.now())
         self.message_user(request, f"Resumed {changed} job(s).", messages.SUCCESS)
+
+    @admin.action(description="Trigger now (with a payload)…", permissions=["trigger"])
+    def trigger_now(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        """Ask for a payload on an intermediate page, then queue one run per selected job."""
+        return self._trigger_page(request, list(queryset), selected=True)
+
+    def get_urls(self) -> list:
+        view = self.admin_site.admin_view(self.trigger_view)
+        name = f"{self.opts.app_label}_{self.opts.model_name}_trigger"
+        # The overview lives here for a URL of its own: /admin/django_strait/job/overview/.
+        overview = self.admin_site.admin_view(
+            lambda request: overview_view(request, self.admin_site)
+        )
+        return [
+            path("overview/", overview, name="django_strait_overview"),
+            path("<path:object_id>/trigger/", view, name=name),
+            *super().get_urls(),
+        ]
+
+    def trigger_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The "trigger now" page of one job."""
+        if not self.has_trigger_permission(request):
+            raise PermissionDenied
+        if not object_id.isdigit():
+            raise Http404(f"no job {object_id!r}")
+        job = get_object_or_404(Job, pk=object_id)
+        return self._trigger_page(request, [job], selected=False) or redirect(
+            "admin:django_strait_job_change", job.pk
+        )
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        context = {
+            **(extra_context or {}),
+            "strait_can_trigger": self.has_trigger_permission(request),
+        }
+        return super().change_view(request, object_id, form_url, context)
+
+    def _trigger_page(
+        self, request: HttpRequest, jobs: list[Job], *, selected: bool
+    ) -> HttpResponse | None:
+        # The action's page posts back to the list with "apply"; the job's own page posts to itself.
+        applying = request.method == "POST" and (not selected or "apply" in request.POST)
+        form = TriggerForm(request.POST if applying else None)
+        if applying and form.is_valid():
+            runs = self._trigger(form, jobs)
+            if runs is not None:
+                ids = ", ".join(str(run.pk) for run in runs)
+                self.message_user(request, f"Queued run(s) {ids}.", messages.SUCCESS)
+                return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Trigger now",
+            "opts": self.opts,
+            "jobs": jobs,
+            "form": form,
+            "selected": selected,
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/django_strait/trigger_form.html", context)
+
+    def _trigger(self, form: TriggerForm, jobs: list[Job]) -> list[JobRun] | None:
+        try:
+            # All or none: a bad option refuses every job, not the ones after the first.
+            with transaction.atomic():
+                return [trigger(job.name, **form.trigger_options()) for job in jobs]
+        except TriggerError as exc:
+            form.add_trigger_error(exc)
+            return None
+
+
+def _stats_of(job: Job) -> JobStats:
+    # Set by JobChangeList for the listed jobs; a job shown elsewhere has no stats read.
+    return getattr(job, "strait_stats", JobStats())

@@ -130,7 +130,7 @@ def test_run_page__shows_attempts_read_only_and_the_allowed_buttons(admin_client
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
     assert "<script>alert(1)" not in body
     labels = [b["label"] for b in response.context["strait_run_actions"]]
-    assert labels == ["Replay", "Discard"]
+    assert labels == ["Replay", "Discard", "Replay with edited payload"]
     assert 'name="_save"' not in body
 
 
@@ -157,9 +157,12 @@ def test_run_page__button_refuses_get(admin_client):
     assert fresh(run).status == "dead_letter"
 
 
-def test_run_page__button_needs_the_change_permission(client):
+def test_run_page__button_needs_the_replay_permission(client):
+    # change_jobrun is not enough: acting on runs has permissions of its own.
     viewer = User.objects.create_user("viewer", is_staff=True)
-    viewer.user_permissions.add(Permission.objects.get(codename="view_jobrun"))
+    viewer.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_jobrun", "change_jobrun"])
+    )
     client.force_login(viewer)
     run = make_run(status="dead_letter")
     page = client.get(reverse("admin:django_strait_jobrun_change", args=[run.pk]))

@@ -1,0 +1,148 @@
+"""Charts for the admin overview, drawn server-side as inline SVG (no JavaScript).
+
+Each function takes plain values and returns safe markup: labels are escaped,
+numbers are formatted here, so a job or queue name cannot inject markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+#: Colours by the status an attempt moved its run to (greens good, reds bad).
+STATUS_COLOURS: Mapping[str, str] = {
+    "completed": "#2e7d32",
+    "queued": "#f9a825",  # a retry: the attempt failed, the run will try again
+    "failed": "#c62828",
+    "dead_letter": "#6a1b9a",
+    "discarded": "#757575",
+    "canceled": "#90a4ae",
+    "system_failed": "#ef6c00",
+}
+OTHER_COLOUR = "#455a64"
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One bar of a stacked bar chart: a label and counts by series."""
+
+    label: str
+    counts: Mapping[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def colour(series: str) -> str:
+    """Return the colour a series is drawn in."""
+    return STATUS_COLOURS.get(series, OTHER_COLOUR)
+
+
+def stacked_bars(
+    columns: Sequence[Column], series: Sequence[str], *, width: int = 720, height: int = 160
+) -> SafeString:
+    """Draw one stacked bar per column, series in the given order, bottom up."""
+    top = max((c.total for c in columns), default=0)
+    if not columns or top == 0:
+        return _empty(width, height, "Nothing finished in this window.")
+    step = width / len(columns)
+    bars = [_stack(i * step, step, column, series, top, height) for i, column in enumerate(columns)]
+    return format_html(
+        '<svg class="strait-chart" role="img" width="{}" height="{}" viewBox="0 0 {} {}">'
+        '<title>up to {} per column</title>{}'
+        '<text x="0" y="10" font-size="10">{}</text></svg>',
+        width, height + 2, width, height + 2, top, mark_safe("".join(bars)), top,
+    )  # fmt: skip
+
+
+def _stack(x: float, step: float, column: Column, series: Sequence[str], top: int, height: int):
+    y = float(height)
+    rects = []
+    for name in series:
+        count = column.counts.get(name, 0)
+        if not count:
+            continue
+        h = height * count / top
+        y -= h
+        rects.append(
+            format_html(
+                '<rect x="{}" y="{}" width="{}" height="{}" fill="{}">'
+                "<title>{}: {} {}</title></rect>",
+                _f(x + 1),
+                _f(y),
+                _f(max(step - 2, 1)),
+                _f(h),
+                colour(name),
+                column.label,
+                count,
+                name,
+            )  # fmt: skip
+        )
+    return "".join(rects)
+
+
+def horizontal_bars(
+    rows: Sequence[tuple[str, float]], *, unit: str = "", width: int = 480, bar: int = 18
+) -> SafeString:
+    """Draw one labelled horizontal bar per (label, value) row."""
+    top = max((value for _, value in rows), default=0)
+    if not rows:
+        return _empty(width, bar * 2, "None.")
+    label_width = 180
+    scale = (width - label_width - 60) / top if top else 0
+    lines = format_html_join(
+        "",
+        '<text x="0" y="{}" font-size="12">{}</text>'
+        '<rect x="{}" y="{}" width="{}" height="{}" fill="#447e9b"></rect>'
+        '<text x="{}" y="{}" font-size="12">{}{}</text>',
+        (
+            (
+                i * bar + bar - 5,
+                label[:28],
+                label_width,
+                i * bar + 2,
+                _f(value * scale),
+                bar - 4,
+                _f(label_width + value * scale + 4),
+                i * bar + bar - 5,
+                _number(value),
+                unit,
+            )  # fmt: skip
+            for i, (label, value) in enumerate(rows)
+        ),
+    )
+    height = bar * len(rows)
+    return format_html(
+        '<svg class="strait-chart" role="img" width="{}" height="{}" viewBox="0 0 {} {}">{}</svg>',
+        width, height, width, height, lines,
+    )  # fmt: skip
+
+
+def legend(series: Sequence[str]) -> SafeString:
+    """Return a legend: a coloured square and the name of each series."""
+    return format_html_join(
+        " ",
+        '<span class="strait-legend"><span style="background: {}">&nbsp;&nbsp;</span> {}</span>',
+        ((colour(name), name) for name in series),
+    )
+
+
+def _f(value: float) -> str:
+    # format_html escapes its arguments to text first, so numbers are formatted here.
+    return f"{value:.1f}"
+
+
+def _number(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 or float(value).is_integer() else f"{value:.1f}"
+
+
+def _empty(width: int, height: int, text: str) -> SafeString:
+    return format_html(
+        '<svg class="strait-chart" role="img" width="{}" height="{}">'
+        '<text x="8" y="{}" font-size="12" fill="#777">{}</text></svg>',
+        width, height, height // 2, text,
+    )  # fmt: skip

@@ -1,0 +1,129 @@
+"""The admin overview page: throughput, queues, dead letters and workers at a glance.
+
+Every number comes from a rollup or a partial index, never from a scan of run
+history, so the page costs the same with a thousand runs or a million:
+throughput from ``RunRollup`` (per-minute counts the worker writes), queue depth
+and lag from the claim indexes, dead letters from ``strait_run_dead_letters``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.contrib.admin import AdminSite
+from django.core.exceptions import PermissionDenied
+from django.db.models import Sum
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+
+from django_strait.admin import charts
+from django_strait.admin.charts import STATUS_COLOURS, Column
+from django_strait.conf import strait_settings
+from django_strait.duties.registry import alive_since
+from django_strait.metrics.database import QueueGauge, dead_letters_by_job, queued_by_queue
+from django_strait.models import Job, RunRollup, WorkerProcess
+
+#: How far back the throughput chart looks.
+WINDOW = dt.timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """What the overview page shows, read in a handful of index-backed queries."""
+
+    now: dt.datetime
+    #: One column per minute of the window, oldest first.
+    throughput: tuple[Column, ...]
+    #: Statuses seen in the window, in legend order.
+    outcomes: tuple[str, ...]
+    queues: tuple[QueueGauge, ...]
+    #: (job name, dead letters), most first.
+    dead_letters: tuple[tuple[str, int], ...]
+    workers: tuple[WorkerProcess, ...]
+    workers_alive: int
+
+    @property
+    def finished_in_window(self) -> int:
+        return sum(c.total for c in self.throughput)
+
+
+def read_overview(now: dt.datetime | None = None, using: str = "default") -> Overview:
+    """Read everything the overview page shows."""
+    now = now or timezone.now()
+    throughput, outcomes = _throughput(now, using)
+    since = alive_since(now, strait_settings.STALE_AFTER)
+    workers = tuple(WorkerProcess.objects.using(using).filter(last_seen_at__gte=since)[:50])
+    return Overview(
+        now=now,
+        throughput=throughput,
+        outcomes=outcomes,
+        queues=_queues(now, using),
+        dead_letters=tuple(sorted(dead_letters_by_job(using), key=lambda r: (-r[1], r[0]))),
+        workers=workers,
+        workers_alive=len(workers),
+    )
+
+
+def minutes_of(now: dt.datetime, window: dt.timedelta = WINDOW) -> list[dt.datetime]:
+    """Return the start of every minute in the window ending at ``now``, oldest first."""
+    last = now.replace(second=0, microsecond=0)
+    count = int(window.total_seconds() // 60)
+    return [last - dt.timedelta(minutes=count - 1 - i) for i in range(count)]
+
+
+def _throughput(now: dt.datetime, using: str) -> tuple[tuple[Column, ...], tuple[str, ...]]:
+    minutes = minutes_of(now)
+    rows = (
+        RunRollup.objects.using(using)
+        .filter(minute__gte=minutes[0])
+        .values_list("minute", "status")
+        .annotate(n=Sum("count"))
+        .order_by()
+    )
+    counts: dict[dt.datetime, dict[str, int]] = {m: {} for m in minutes}
+    for minute, status, n in rows:
+        counts.setdefault(minute, {})[status] = n
+    seen = {status for by_status in counts.values() for status in by_status}
+    # Known outcomes in a fixed order (so colours stack the same way), then any others.
+    outcomes = [s for s in STATUS_COLOURS if s in seen] + sorted(seen - set(STATUS_COLOURS))
+    local = timezone.localtime
+    columns = tuple(Column(f"{local(m):%H:%M}", counts.get(m, {})) for m in minutes)
+    return columns, tuple(outcomes)
+
+
+def _queues(now: dt.datetime, using: str) -> tuple[QueueGauge, ...]:
+    found = {
+        row["queue"]: QueueGauge(
+            row["queue"],
+            row["depth"],
+            row["due"],
+            max((now - row["oldest"]).total_seconds(), 0.0) if row["oldest"] else 0.0,
+        )
+        for row in queued_by_queue(using, now)
+    }
+    # Queues of known jobs show as empty rather than vanish when they drain.
+    for queue in Job.objects.using(using).values_list("queue", flat=True).distinct():
+        found.setdefault(queue, QueueGauge(queue, 0, 0, 0.0))
+    return tuple(sorted(found.values(), key=lambda g: g.queue))
+
+
+def overview_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
+    """Render the overview page for a user who may view runs."""
+    if not request.user.has_perm("django_strait.view_jobrun"):
+        raise PermissionDenied
+    data = read_overview()
+    context = {
+        **site.each_context(request),
+        "title": "Strait overview",
+        "overview": data,
+        "throughput_chart": charts.stacked_bars(data.throughput, data.outcomes),
+        "throughput_legend": charts.legend(data.outcomes),
+        "depth_chart": charts.horizontal_bars([(q.queue, q.depth) for q in data.queues]),
+        "lag_chart": charts.horizontal_bars(
+            [(q.queue, q.lag_seconds) for q in data.queues], unit=" s"
+        ),
+        "dead_letter_chart": charts.horizontal_bars(list(data.dead_letters[:20])),
+    }
+    return TemplateResponse(request, "admin/django_strait/overview.html", context)
