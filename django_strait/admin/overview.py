@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from django.apps import apps
 from django.contrib.admin import AdminSite
 from django.core.exceptions import PermissionDenied
 from django.db.models import Sum
@@ -117,6 +118,7 @@ def overview_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
     context = {
         **site.each_context(request),
         "title": "Strait overview",
+        "app_config": apps.get_app_config("django_strait"),
         "overview": data,
         "throughput_chart": charts.stacked_bars(data.throughput, data.outcomes),
         "throughput_legend": charts.legend(data.outcomes),

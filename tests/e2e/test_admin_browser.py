@@ -1,0 +1,157 @@
+"""The admin in a real browser: headless Chromium driven by Selenium against a live server.
+
+Log in, open the dead letters, replay all matching through the confirmation
+page, open the overview. Screenshots go to a temporary directory, or to
+``STRAIT_SCREENSHOT_DIR`` when set (``docs/screenshots`` regenerates the docs').
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import django.contrib.admin
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+
+from django_strait.duties import registry
+from django_strait.models import JobRun, RunRollup
+from tests.integration.factories import make_job, make_run
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+#: The machine's network is closed: these keep Chromium from reaching out at all.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+)
+PASSWORD = "browser-test-password"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+        reason="Chromium is not installed: apt-get install chromium chromium-driver "
+        "(.ci/run does it) for /usr/bin/chromium and /usr/bin/chromedriver",
+    ),
+]
+
+
+@pytest.fixture
+def browser(tmp_path: Path, monkeypatch) -> Iterator:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    # Selenium Manager must not look for drivers or browsers online: both are given.
+    monkeypatch.setenv("SE_OFFLINE", "true")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.implicitly_wait(5)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def admin_static(settings) -> None:
+    # Without django.contrib.staticfiles the live server serves STATIC_ROOT: point it
+    # at the admin's own files so that pages render styled.
+    settings.STATIC_ROOT = str(Path(django.contrib.admin.__file__).parent / "static")
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    target = Path(os.environ.get("STRAIT_SCREENSHOT_DIR") or tmp_path / "screenshots")
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def seed() -> list[JobRun]:
+    """Jobs, a few dead letters in two groups, throughput for the chart, a live worker."""
+    billing = make_job("billing-webhook", queue="money", endpoint_url="http://127.0.0.1:9/hook")
+    mail = make_job("send-welcome-mail", queue="mail")
+    dead = [make_run(billing, status="dead_letter", error_type="http.503") for _ in range(3)]
+    dead.append(make_run(mail, status="dead_letter", error_type="python.KeyError"))
+    make_run(mail, status="queued", available_at=timezone.now() - dt.timedelta(seconds=40))
+    make_run(billing, status="completed", attempts=2)
+    now = timezone.now().replace(second=0, microsecond=0)
+    for minute in range(60):
+        at = now - dt.timedelta(minutes=minute)
+        RunRollup.objects.create(minute=at, job=billing, status="completed", count=20 + minute % 7)
+        if minute % 5 == 0:
+            RunRollup.objects.create(minute=at, job=billing, status="queued", count=3)
+        if minute % 12 == 0:
+            RunRollup.objects.create(minute=at, job=mail, status="dead_letter", count=1)
+    registry.register("worker-a", queues=["money", "mail"], concurrency=8, using="default")
+    return dead
+
+
+def log_in(browser, base: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    User.objects.create_superuser("operator", "operator@example.invalid", PASSWORD)
+    browser.get(f"{base}/admin/login/")
+    browser.find_element(By.NAME, "username").send_keys("operator")
+    browser.find_element(By.NAME, "password").send_keys(PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    assert browser.find_element(By.ID, "user-tools").text.upper().startswith("WELCOME")
+
+
+def test_admin_browser__log_in_bulk_replay_dead_letters_and_open_the_overview(
+    browser, live_server, admin_static, shots
+):
+    from selenium.webdriver.common.by import By
+
+    dead = seed()
+    base = live_server.url
+    log_in(browser, base)
+
+    browser.get(f"{base}/admin/django_strait/deadletter/?error_type=http.503")
+    groups = browser.find_element(By.ID, "strait-dead-letter-groups").text
+    assert "billing-webhook" in groups and "python.KeyError" in groups
+    browser.get(f"{base}/admin/django_strait/deadletter/")
+    browser.save_screenshot(str(shots / "dead-letters.png"))
+
+    browser.get(f"{base}/admin/django_strait/deadletter/?error_type=http.503")
+    browser.find_element(By.ID, "strait-replay-matching").click()
+    assert "Replay 3 dead letters?" in browser.find_element(By.ID, "strait-replay-count").text
+    browser.save_screenshot(str(shots / "replay-confirmation.png"))
+    browser.find_element(By.ID, "strait-confirm-replay").click()
+
+    assert "Replayed 3 runs." in browser.find_element(By.CSS_SELECTOR, "ul.messagelist").text
+    statuses = dict(JobRun.objects.filter(pk__in=[r.pk for r in dead]).values_list("pk", "status"))
+    assert sorted(statuses.values()) == ["dead_letter", "queued", "queued", "queued"]
+    assert set(JobRun.objects.filter(status="queued", replay_count=1).values_list(
+        "replayed_by", flat=True
+    )) == {"operator"}  # fmt: skip
+
+    browser.get(f"{base}/admin/")
+    browser.find_element(
+        By.CSS_SELECTOR, "#content-main a.section[href$='/django_strait/']"
+    ).click()
+    browser.find_element(By.PARTIAL_LINK_TEXT, "Overview").click()
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.strait-chart rect")
+    assert "worker-a" in browser.find_element(By.ID, "strait-workers").text
+    browser.save_screenshot(str(shots / "overview.png"))
+
+    for name, path in [
+        ("jobs", "/admin/django_strait/job/"),
+        ("trigger-now", f"/admin/django_strait/job/{dead[0].job_id}/trigger/"),
+        ("run", f"/admin/django_strait/jobrun/{dead[-1].pk}/change/"),
+    ]:
+        browser.get(base + path)
+        assert "Server Error" not in browser.title
+        browser.save_screenshot(str(shots / f"{name}.png"))
