@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,6 +238,38 @@ def _start_orm(worker_id, ids, using):
             .filter(pk__in=ids, status=RunStatus.EXECUTING, claimed_by=worker_id, started_at=now)
             .values_list("id", "attempt", "started_at")
         )
+
+
+def claim_and_start(
+    worker_id: str,
+    *,
+    queues: Sequence[str] | None,
+    limit: int,
+    prepare: Callable[[list[Claimed]], None] | None = None,
+    using: str = "default",
+) -> list[Claimed]:
+    """Claim up to ``limit`` due runs and start them, in one short transaction.
+
+    ``prepare`` runs between the two (the worker loads job definitions there).
+    If anything fails, both roll back: no run is left claimed but unstarted.
+
+    On PostgreSQL this transaction commits without waiting for its WAL flush
+    (``SET LOCAL synchronous_commit TO OFF``): a claim lost in a server crash
+    only means the run is queued again, which a crash implies anyway (runs are
+    delivered at least once), and the attempt's result is still recorded with a
+    durable commit. It saves one disk flush per batch, which is most of a
+    batch's claim time on a plain disk.
+    """
+    with transaction.atomic(using=using):
+        if _is_postgres(using):
+            with connections[using].cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        claimed = claim(worker_id, queues=queues, limit=limit, using=using)
+        if not claimed:
+            return []
+        if prepare is not None:
+            prepare(claimed)
+        return start(worker_id, claimed, using=using)
 
 
 def unclaim(worker_id: str, run_ids: Sequence[int], *, using: str = "default") -> int:

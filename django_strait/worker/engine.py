@@ -127,7 +127,6 @@ class Worker:
         #: Runs executing: their task, or None for plain-function handlers on the SyncRunner.
         self._inflight: dict[int, asyncio.Task[None] | None] = {}
         self._pending: list[Record] = []
-        self._orphans: list[int] = []  # claimed, never started, not yet put back
         self._stopping = False
         self._closing = False
         self._signals = 0
@@ -214,7 +213,6 @@ class Worker:
         self._results.set()
         await recorder
         beats.cancel()
-        await self._release_orphans()
         await self._http.close()
         if self._listener is not None:
             self._listener.stop()
@@ -369,30 +367,17 @@ class Worker:
 
     def _claim_and_start(self, limit: int) -> list[Claimed]:
         cfg = self.config
-        claimed = batch.claim(cfg.worker_id, queues=cfg.queues, limit=limit, using=cfg.using)
-        if not claimed:
-            return []
-        try:
-            self.catalog.ensure({r.job_id for r in claimed})
-            started = batch.start(cfg.worker_id, claimed, using=cfg.using)
-        except Exception:
-            # Claimed but never started: put them back so no live worker strands them.
-            self._orphans.extend(r.id for r in claimed)
-            raise
+        started = batch.claim_and_start(
+            cfg.worker_id,
+            queues=cfg.queues,
+            limit=limit,
+            prepare=lambda claimed: self.catalog.ensure({r.job_id for r in claimed}),
+            using=cfg.using,
+        )
         if signals.listened(signals.run_started):
             names = {r.id: self.catalog.get(r.job_id).name for r in started}
             signals.send_started(started, names, using=cfg.using)
         return started
-
-    async def _release_orphans(self) -> None:
-        if not self._orphans:
-            return
-        ids, self._orphans = self._orphans, []
-        try:
-            n = await self._db(self._claim_db, batch.unclaim, self.config.worker_id, ids)
-            logger.info("put %s claimed, unstarted runs back to queued", n)
-        except Exception:
-            logger.exception("could not put back runs %s; the reaper will", ids)
 
     # -- executing -----------------------------------------------------------------
 
@@ -622,8 +607,6 @@ class Worker:
                     await self._db(self._duty_db, self._touch, len(self._inflight))
                 except Exception:
                     logger.exception("heartbeat failed")
-            if self._orphans:
-                await self._release_orphans()
             if time.monotonic() - last_stats >= cfg.stats_interval:
                 logger.info("worker %s: %s", cfg.worker_id, self.stats.line())
                 last_stats = time.monotonic()
