@@ -31,7 +31,7 @@ from django_strait import signals
 from django_strait.conf import strait_settings
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.python import RunContext, is_async, run_python, settle
-from django_strait.duties import registry
+from django_strait.duties import default_duties, registry
 from django_strait.metrics.worker import WorkerMetrics
 from django_strait.outcome import Outcome, failure
 from django_strait.states import Transition
@@ -292,8 +292,6 @@ class Worker:
 
     async def _run_duties(self) -> None:
         """Run each periodic duty every its interval, on the duty thread."""
-        from django_strait.duties import default_duties
-
         duties = default_duties(using=self.config.using)
         due = dict.fromkeys((d.name for d in duties), 0.0)
         while duties:
