@@ -193,6 +193,26 @@ def _secret(value: Any, field: str) -> str | None:
     return value
 
 
+_RATE_PERIODS = ("second", "minute", "hour", "day")
+
+
+def _rate(value: Any, field: str) -> str | None:
+    """Check a DRF throttle rate: ``"<requests>/<second|minute|hour|day>"``, or None (off)."""
+    if value is None:
+        return None
+    allowed = "a rate like '600/minute' (requests per second, minute, hour or day), or None"
+    if not isinstance(value, str):
+        raise PolicyError(field, value, allowed)
+    count, _, period = value.strip().partition("/")
+    if not count.isdigit() or int(count) < 1 or period not in _RATE_PERIODS:
+        raise PolicyError(field, value, allowed)
+    return f"{int(count)}/{period}"
+
+
+def _rate_text(text: str, field: str) -> str | None:
+    return None if text.strip().lower() == "none" else text
+
+
 def _alias_text(text: str, field: str) -> str:
     return text.strip()
 
@@ -234,6 +254,11 @@ KEYS: dict[str, Key] = {
         Key("STATS_INTERVAL", 60.0, _duration(positive=True), _text),
         # Bearer token for the metrics view (staff users need none).
         Key("METRICS_TOKEN", None, _secret, _text),
+        # The REST API: throttles per client (None turns one off), bulk and body limits.
+        Key("API_THROTTLE_RATE", "600/minute", _rate, _rate_text),
+        Key("API_TRIGGER_THROTTLE_RATE", "120/minute", _rate, _rate_text),
+        Key("API_BULK_TRIGGER_MAX", 1000, _integer(1), _int_text),
+        Key("API_MAX_PAYLOAD_BYTES", 2_621_440, _integer(1), _int_text),
     )
 }
 
@@ -371,6 +396,10 @@ class StraitSettings:
     RETENTION_DAYS: int
     STATS_INTERVAL: float
     METRICS_TOKEN: str | None
+    API_THROTTLE_RATE: str | None
+    API_TRIGGER_THROTTLE_RATE: str | None
+    API_BULK_TRIGGER_MAX: int
+    API_MAX_PAYLOAD_BYTES: int
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}

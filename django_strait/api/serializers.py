@@ -1,4 +1,4 @@
-"""The wire format of the REST API: the trigger request, and runs as JSON."""
+"""The wire format of the REST API: trigger requests, jobs, runs and dead letters as JSON."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import ValidationError as ModelValidationError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
-from django_strait.models import JobRun, RunAttempt
+from django_strait.models import Job, JobRun, RunAttempt
 from django_strait.triggering import TriggerError
 
 #: Keys a trigger body may hold; each but ``payload`` is a keyword of ``trigger()``.
@@ -121,3 +122,200 @@ class RunSerializer(serializers.ModelSerializer):
             "started_at", "finished_at", "attempts",
         )  # fmt: skip
         read_only_fields = fields
+
+
+class RunSummarySerializer(serializers.ModelSerializer):
+    """A run in a list: everything but its attempts."""
+
+    job = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = JobRun
+        fields = tuple(f for f in RunSerializer.Meta.fields if f != "attempts")
+        read_only_fields = fields
+
+
+class StrictSerializerMixin:
+    """Refuse fields the serializer does not know, naming them (DRF would drop them silently)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            writable = {n for n, f in self.fields.items() if not f.read_only}  # type: ignore[attr-defined]
+            unknown = sorted(set(data) - writable)
+            if unknown:
+                allowed = ", ".join(sorted(writable))
+                raise serializers.ValidationError(
+                    {unknown[0]: [f"unknown field; allowed: {allowed}"]}
+                )
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+#: Job columns the API reads and writes. ``signing_secret`` and header values are
+#: written only: they are credentials, and a ``jobs:read`` key must not see them.
+JOB_FIELDS = (
+    "name", "description", "queue", "priority", "enabled", "endpoint_url",
+    "fallback_endpoint_urls", "http_method", "headers", "signing_secret", "handler",
+    "timeout_secs", "max_attempts", "retry_strategy", "retry_initial_delay_secs",
+    "retry_backoff_coefficient", "retry_max_delay_secs", "retry_delays_secs", "retry_jitter",
+    "retry_function", "non_retryable_errors", "on_exhaustion", "schedule", "timezone",
+    "schedule_missed", "schedule_overlap", "retention_days",
+)  # fmt: skip
+
+
+class JobSerializer(StrictSerializerMixin, serializers.ModelSerializer):
+    """A job definition; checked by ``Job.clean()`` as in the admin."""
+
+    header_names = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = (*JOB_FIELDS, "header_names", "schedule_last_tick", "created_at", "updated_at")
+        read_only_fields = ("schedule_last_tick", "created_at", "updated_at")
+        extra_kwargs = {"headers": {"write_only": True}, "signing_secret": {"write_only": True}}
+
+    def get_header_names(self, job: Job) -> list[str]:
+        """Return the names of the headers sent with every request (not their values)."""
+        return sorted(job.headers) if isinstance(job.headers, dict) else []
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        candidate = (
+            Job(**{f: getattr(self.instance, f) for f in JOB_FIELDS}) if self.instance else Job()
+        )
+        for field, value in attrs.items():
+            setattr(candidate, field, value)
+        try:
+            candidate.clean()
+        except ModelValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
+        return attrs
+
+
+class JobUpdateSerializer(JobSerializer):
+    """A job definition being changed: its name is the URL's and stays."""
+
+    class Meta(JobSerializer.Meta):
+        read_only_fields = ("name", *JobSerializer.Meta.read_only_fields)
+
+
+class BulkTriggerSerializer(serializers.Serializer):
+    """The body of a bulk trigger (for the schema; ``BulkTriggerRequest`` parses it)."""
+
+    payloads = serializers.ListField(child=serializers.JSONField())
+    idempotency_keys = serializers.ListField(child=serializers.CharField(), required=False)
+    delay = serializers.JSONField(required=False)
+    run_at = serializers.DateTimeField(required=False)
+    priority = serializers.IntegerField(required=False, min_value=-100, max_value=100)
+    queue = serializers.CharField(required=False)
+    max_attempts = serializers.IntegerField(required=False, min_value=1)
+    retry = serializers.DictField(required=False)
+
+
+class BulkTriggeredSerializer(serializers.Serializer):
+    """What a bulk trigger answers: one entry per payload, in order."""
+
+    runs = TriggeredRunSerializer(many=True)
+    created = serializers.IntegerField(help_text="Runs this request made (the rest were repeats).")
+
+
+class TriggerSerializer(serializers.Serializer):
+    """The body of a trigger (for the schema; ``TriggerRequest`` parses it)."""
+
+    payload = serializers.JSONField(required=False)
+    delay = serializers.JSONField(required=False, help_text="Seconds, or a duration: 30s, PT5M.")
+    run_at = serializers.DateTimeField(required=False)
+    priority = serializers.IntegerField(required=False, min_value=-100, max_value=100)
+    queue = serializers.CharField(required=False)
+    idempotency_key = serializers.CharField(required=False, max_length=255)
+    max_attempts = serializers.IntegerField(required=False, min_value=1)
+    retry = serializers.DictField(required=False)
+
+
+BULK_TRIGGER_KEYS = (
+    "payloads",
+    "idempotency_keys",
+    *(k for k in TRIGGER_KEYS if k not in ("payload", "idempotency_key")),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BulkTriggerRequest:
+    """A bulk trigger body, parsed into ``trigger_many()`` arguments."""
+
+    payloads: list[Any]
+    options: Mapping[str, Any]
+
+    @classmethod
+    def parse(cls, body: Any, limit: int) -> BulkTriggerRequest:
+        """Read the body; raise ``TriggerError`` naming the field that is unusable."""
+        if not isinstance(body, Mapping):
+            raise TriggerError("body", f"must be a JSON object with {', '.join(BULK_TRIGGER_KEYS)}")
+        unknown = sorted(set(body) - set(BULK_TRIGGER_KEYS))
+        if unknown:
+            raise TriggerError(
+                unknown[0], f"unknown field; allowed: {', '.join(BULK_TRIGGER_KEYS)}"
+            )
+        payloads = body.get("payloads")
+        if not isinstance(payloads, list) or not 1 <= len(payloads) <= limit:
+            raise TriggerError(
+                "payloads",
+                f"must be a list of 1 to {limit} payloads (STRAIT['API_BULK_TRIGGER_MAX'])",
+            )
+        keys = body.get("idempotency_keys")
+        if keys is not None and (
+            not isinstance(keys, list) or not all(isinstance(k, str) for k in keys)
+        ):
+            raise TriggerError("idempotency_keys", "must be a list of strings, one per payload")
+        options = {k: v for k, v in body.items() if k != "payloads" and v is not None}
+        if "run_at" in options:
+            options["run_at"] = parse_run_at(options["run_at"])
+        return cls(payloads=payloads, options=options)
+
+
+class ReplaySerializer(StrictSerializerMixin, serializers.Serializer):
+    """The optional body of a replay: a payload to replace the run's."""
+
+    payload = serializers.JSONField(required=False)
+
+
+class DiscardSerializer(StrictSerializerMixin, serializers.Serializer):
+    """The optional body of a discard: why, for the log."""
+
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=500)
+
+
+class BulkReplaySerializer(StrictSerializerMixin, serializers.Serializer):
+    """Which dead letters to replay: every given filter must hold; ``all`` for no filter."""
+
+    job = serializers.ListField(child=serializers.CharField(), required=False, allow_empty=False)
+    queue = serializers.ListField(child=serializers.CharField(), required=False, allow_empty=False)
+    error_type = serializers.ListField(
+        child=serializers.CharField(), required=False, allow_empty=False,
+        help_text="Exact types (http.503) or prefixes ending in .* (http.*).",
+    )  # fmt: skip
+    created_after = serializers.DateTimeField(required=False)
+    created_before = serializers.DateTimeField(required=False)
+    all = serializers.BooleanField(
+        required=False, default=False, help_text="Replay every dead letter (no filter given)."
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        filters = set(attrs) - {"all"}
+        if not filters and not attrs.get("all"):
+            raise serializers.ValidationError(
+                {"all": ["give a filter (job, queue, error_type, created_after, created_before), "
+                         "or all: true to replay every dead letter"]}
+            )  # fmt: skip
+        return attrs
+
+
+class ReplayedSerializer(serializers.Serializer):
+    """How many runs a bulk replay moved back to the queue."""
+
+    replayed = serializers.IntegerField()
+
+
+class PauseSerializer(serializers.Serializer):
+    """A job's name and whether it is enabled, after pause or resume."""
+
+    name = serializers.CharField()
+    enabled = serializers.BooleanField()

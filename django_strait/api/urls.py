@@ -2,14 +2,43 @@
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 
-from django_strait.api import views
+from django_strait.api import deadletters, errors, jobs, runs, schema
 
 app_name = "django_strait_api"
 
 urlpatterns = [
+    path("jobs/", jobs.JobListView.as_view(), name="jobs"),
     # Any string, not a slug: a name that cannot exist still gets a JSON 404 naming it.
-    path("jobs/<str:name>/trigger/", views.TriggerView.as_view(), name="trigger"),
-    path("runs/<int:pk>/", views.RunView.as_view(), name="run"),
+    path("jobs/<str:name>/", jobs.JobView.as_view(), name="job"),
+    path("jobs/<str:name>/pause/", jobs.PauseView.as_view(), name="job-pause"),
+    path("jobs/<str:name>/resume/", jobs.ResumeView.as_view(), name="job-resume"),
+    path("jobs/<str:name>/trigger/", jobs.TriggerView.as_view(), name="trigger"),
+    path("jobs/<str:name>/bulk-trigger/", jobs.BulkTriggerView.as_view(), name="bulk-trigger"),
+    path("runs/", runs.RunListView.as_view(), name="runs"),
+    path("runs/<int:pk>/", runs.RunView.as_view(), name="run"),
+    path("runs/<int:pk>/cancel/", runs.CancelView.as_view(), name="run-cancel"),
+    path("runs/<int:pk>/replay/", runs.ReplayView.as_view(), name="run-replay"),
+    path("dead-letters/", deadletters.DeadLetterListView.as_view(), name="dead-letters"),
+    path(
+        "dead-letters/replay/",
+        deadletters.DeadLetterBulkReplayView.as_view(),
+        name="dead-letters-replay",
+    ),
+    path(
+        "dead-letters/<int:pk>/replay/",
+        deadletters.DeadLetterReplayView.as_view(),
+        name="dead-letter-replay",
+    ),
+    path(
+        "dead-letters/<int:pk>/discard/",
+        deadletters.DeadLetterDiscardView.as_view(),
+        name="dead-letter-discard",
+    ),
+    path("schema/", schema.SchemaView.as_view(), name="schema"),
 ]
+
+# Last: any other path under the mount answers 404 in the error shape, not Django's HTML page
+# (e.g. runs/-1/, which the <int:pk> patterns do not match).
+urlpatterns.append(re_path(r"^.*$", errors.not_found, name="not-found"))

@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -14,6 +15,12 @@ from django_strait.models import JobRun
 from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fresh_throttles():
+    """Throttle counts live in the cache: start every test from none."""
+    cache.clear()
 
 
 def trigger_url(name: str) -> str:
@@ -35,7 +42,7 @@ def job():
 def api() -> APIClient:
     """A client logged in (session) as a user who may trigger and read runs."""
     client = APIClient()
-    client.force_login(user_with("add_jobrun", "view_jobrun"))
+    client.force_login(user_with("trigger_job", "view_jobrun"))
     return client
 
 
@@ -181,19 +188,19 @@ def test_trigger__a_bad_token_is_a_401(job):
     assert response.json()["error"]["code"] == "authentication_failed"
 
 
-def test_trigger__without_the_add_jobrun_permission_is_a_403(job):
+def test_trigger__without_the_trigger_job_permission_is_a_403(job):
     client = APIClient()
     client.force_login(user_with("view_jobrun"))
     response = post(client, job.name, {})
     assert response.status_code == 403
     error = response.json()["error"]
     assert error["code"] == "permission_denied"
-    assert "django_strait.add_jobrun" in error["message"]
+    assert "django_strait.trigger_job" in error["message"]
     assert not JobRun.objects.exists()
 
 
 def test_trigger__an_inactive_users_token_is_a_401(job):
-    user = user_with("add_jobrun")
+    user = user_with("trigger_job")
     token = Token.objects.create(user=user)
     user.is_active = False
     user.save()
@@ -203,7 +210,7 @@ def test_trigger__an_inactive_users_token_is_a_401(job):
 
 
 def test_trigger__token_auth_works(job):
-    token = Token.objects.create(user=user_with("add_jobrun"))
+    token = Token.objects.create(user=user_with("trigger_job"))
     response = post(APIClient(), job.name, {"payload": 1}, Authorization=f"Token {token.key}")
     assert response.status_code == 202
     assert JobRun.objects.get().payload == 1
@@ -275,7 +282,7 @@ def test_run__unknown_id_is_a_404(api):
 def test_run__needs_the_view_jobrun_permission():
     run = make_run()
     client = APIClient()
-    client.force_login(user_with("add_jobrun"))
+    client.force_login(user_with("trigger_job"))
     response = client.get(f"/api/strait/runs/{run.pk}/")
     assert response.status_code == 403
     assert "django_strait.view_jobrun" in response.json()["error"]["message"]

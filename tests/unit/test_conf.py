@@ -50,6 +50,10 @@ DEFAULTS = {
     "RETENTION_DAYS": 30,
     "STATS_INTERVAL": 60.0,
     "METRICS_TOKEN": None,
+    "API_THROTTLE_RATE": "600/minute",
+    "API_TRIGGER_THROTTLE_RATE": "120/minute",
+    "API_BULK_TRIGGER_MAX": 1000,
+    "API_MAX_PAYLOAD_BYTES": 2_621_440,
 }
 
 
@@ -87,6 +91,11 @@ def test_strait_settings__missing_strait_setting_means_defaults(settings):
         ("LISTEN_DATABASE", None, None),
         ("HTTP_USER_AGENT", "acme-jobs/2", "acme-jobs/2"),
         ("TRIGGER_MAX_PAYLOAD_BYTES", 10, 10),
+        ("API_THROTTLE_RATE", "5/second", "5/second"),
+        ("API_THROTTLE_RATE", None, None),
+        ("API_TRIGGER_THROTTLE_RATE", " 10/hour ", "10/hour"),
+        ("API_BULK_TRIGGER_MAX", 50, 50),
+        ("API_MAX_PAYLOAD_BYTES", 1024, 1024),
     ],
 )
 def test_strait_settings__reads_settings_dict(name, value, expected):
@@ -132,6 +141,10 @@ def test_strait_settings__default_retry_accepts_a_policy_object():
         ("DEFAULT_RETRY", {"jitter": 2}, "from 0 to 1"),
         ("DEFAULT_RETRY", {"strategy": "custom"}, "non-empty list"),
         ("DEFAULT_RETRY", ["max_attempts"], "object"),
+        ("API_THROTTLE_RATE", "600/min", "'600/minute'"),
+        ("API_THROTTLE_RATE", "0/minute", "'600/minute'"),
+        ("API_TRIGGER_THROTTLE_RATE", 60, "'600/minute'"),
+        ("API_BULK_TRIGGER_MAX", 0, "integer >= 1"),
     ],
 )
 def test_strait_settings__bad_settings_value_names_the_key(name, value, fragment):

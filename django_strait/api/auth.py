@@ -1,0 +1,183 @@
+"""API keys (``Authorization: Api-Key <key>``) and the scope-or-permission check.
+
+A key reads ``<prefix>.<secret>``. Only its SHA-256 is stored; the prefix finds
+the row, and the digests are compared in constant time. A request made with a key
+is allowed by the key's scopes; a request made by a user (token or session) by
+the user's Django permissions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import logging
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from django_strait.models import SCOPES, ApiKey
+
+logger = logging.getLogger(__name__)
+
+KEYWORD = "Api-Key"
+PREFIX_LENGTH = 12
+#: ``last_used_at`` is written at most this often per key: not one UPDATE per request.
+LAST_USED_PRECISION = dt.timedelta(minutes=1)
+
+
+class ScopeError(ValueError):
+    """A scope that does not exist."""
+
+
+def hash_key(key: str) -> str:
+    """Return the stored form of ``key``."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def check_scopes(scopes: Iterable[str]) -> list[str]:
+    """Return ``scopes`` without repeats, or raise naming the first unknown one."""
+    checked: list[str] = []
+    for scope in scopes:
+        if scope not in SCOPES:
+            raise ScopeError(f"unknown scope {scope!r}; allowed: {', '.join(SCOPES)}")
+        if scope not in checked:
+            checked.append(scope)
+    if not checked:
+        raise ScopeError(f"give at least one scope; allowed: {', '.join(SCOPES)}")
+    return checked
+
+
+def issue_key(
+    name: str, scopes: Iterable[str], *, expires_at: dt.datetime | None = None, created_by=None
+) -> tuple[ApiKey, str]:
+    """Create a key; return its row and the key itself (shown once, never stored)."""
+    prefix = secrets.token_urlsafe(PREFIX_LENGTH)[:PREFIX_LENGTH]
+    key = f"{prefix}.{secrets.token_urlsafe(32)}"
+    row = ApiKey.objects.create(
+        name=name,
+        prefix=prefix,
+        hashed_key=hash_key(key),
+        scopes=check_scopes(scopes),
+        expires_at=expires_at,
+        created_by=created_by,
+    )
+    logger.info("api key %s (%s) created with scopes %s", name, prefix, ", ".join(row.scopes))
+    return row, key
+
+
+def revoke_key(prefix: str) -> ApiKey:
+    """Revoke the key whose prefix is ``prefix``; raise ``ApiKey.DoesNotExist`` if none."""
+    key = ApiKey.objects.get(prefix=prefix)
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+    return key
+
+
+def key_state(key: ApiKey, now: dt.datetime) -> str:
+    """Return ``active``, ``revoked`` or ``expired``."""
+    if key.revoked_at is not None:
+        return "revoked"
+    if key.expires_at is not None and key.expires_at <= now:
+        return "expired"
+    return "active"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyHolder:
+    """``request.user`` for a request made with an API key: authenticated, no model permissions."""
+
+    key: ApiKey
+    is_authenticated: bool = True
+    is_anonymous: bool = False
+    is_active: bool = True
+
+    @property
+    def pk(self) -> str:
+        return f"api-key:{self.key.pk}"
+
+    def get_username(self) -> str:
+        return f"api-key:{self.key.name}"
+
+    def has_perm(self, perm: str, obj: Any = None) -> bool:
+        return False  # a key is allowed by its scopes, never by model permissions
+
+
+class ApiKeyAuthentication(BaseAuthentication):
+    """``Authorization: Api-Key <prefix>.<secret>``."""
+
+    def authenticate(self, request: Request) -> tuple[KeyHolder, ApiKey] | None:
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != KEYWORD.lower().encode():
+            return None
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed(f"send one key: Authorization: {KEYWORD} <key>")
+        key = _verified(parts[1].decode("latin-1"))
+        _touch(key, timezone.now())
+        return KeyHolder(key), key
+
+    def authenticate_header(self, request: Request) -> str:
+        return KEYWORD
+
+
+def _verified(text: str) -> ApiKey:
+    prefix, dot, _ = text.partition(".")
+    found = ApiKey.objects.filter(prefix=prefix).first() if dot else None
+    # Hash even when no row matched, so that a wrong prefix costs what a wrong secret does.
+    digest = hash_key(text)
+    if found is None or not hmac.compare_digest(digest, found.hashed_key):
+        raise exceptions.AuthenticationFailed("invalid API key")
+    state = key_state(found, timezone.now())
+    if state != "active":
+        raise exceptions.AuthenticationFailed(f"this API key is {state}")
+    return found
+
+
+def _touch(key: ApiKey, now: dt.datetime) -> None:
+    stale = now - LAST_USED_PRECISION
+    if key.last_used_at is not None and key.last_used_at > stale:
+        return
+    # Conditional, so simultaneous requests write it once.
+    ApiKey.objects.filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lte=stale), pk=key.pk
+    ).update(last_used_at=now)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What one method of a view needs: a key scope, or a user's Django permission."""
+
+    scope: str
+    permission: str
+
+
+class ScopeOrPermission(BasePermission):
+    """Allow a key by its scopes (``*`` is all) and a user by Django permissions.
+
+    The view names a :class:`Rule` per HTTP method in ``rules``.
+    """
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        rules: Mapping[str, Rule] = view.rules
+        method = "GET" if request.method == "HEAD" else request.method or ""
+        rule = rules.get(method)
+        if rule is None:  # OPTIONS, or a method not served (the view answers 405)
+            return True
+        if isinstance(request.auth, ApiKey):
+            if rule.scope in request.auth.scopes or "*" in request.auth.scopes:
+                return True
+            self.message = f"this API key lacks the {rule.scope} scope"
+            return False
+        if request.user.has_perm(rule.permission):
+            return True
+        self.message = f"this needs the {rule.permission} permission"
+        return False

@@ -1,0 +1,95 @@
+"""Query-string filters for lists of runs and dead letters, refusing what they cannot use."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from django_strait.api.errors import InvalidField
+from django_strait.models import Job
+from django_strait.replaying import SelectionError, error_type_condition
+from django_strait.states import RunStatus
+
+#: Query parameters a run list understands (besides ``cursor`` and ``limit``).
+RUN_FILTERS = ("status", "job", "queue", "error_type", "created_after", "created_before")
+PAGING = ("cursor", "limit")
+
+
+def run_condition(params: Mapping[str, str], *, allowed: tuple[str, ...] = RUN_FILTERS) -> Q:
+    """Return the filter that ``params`` ask for; every given filter must hold (an AND)."""
+    unknown = sorted(set(params) - set(allowed) - set(PAGING))
+    if unknown:
+        raise InvalidField(unknown[0], f"unknown filter; allowed: {', '.join(allowed + PAGING)}")
+    condition = Q()
+    for name in allowed:
+        value = params.get(name)
+        if value is not None:
+            condition &= _FILTERS[name](value)
+    return condition
+
+
+def _listed(value: str, field: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise InvalidField(field, "must name at least one value (several: comma-separated)")
+    return items
+
+
+def _status(value: str) -> Q:
+    statuses = _listed(value, "status")
+    unknown = [s for s in statuses if s not in RunStatus.values]
+    if unknown:
+        raise InvalidField(
+            "status", f"unknown status {unknown[0]!r}; allowed: {', '.join(RunStatus.values)}"
+        )
+    return Q(status__in=statuses)
+
+
+def _job(value: str) -> Q:
+    names = _listed(value, "job")
+    found = dict(Job.objects.filter(name__in=names).values_list("name", "pk"))
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise InvalidField("job", f"no job named {', '.join(map(repr, missing))}")
+    return Q(job__in=found.values())
+
+
+def _queue(value: str) -> Q:
+    return Q(queue__in=_listed(value, "queue"))
+
+
+def _error_type(value: str) -> Q:
+    try:
+        return error_type_condition(_listed(value, "error_type"))
+    except SelectionError as exc:
+        raise InvalidField("error_type", exc.message) from None
+
+
+def instant(value: str, field: str) -> dt.datetime:
+    """Parse an ISO 8601 datetime with an offset, naming ``field`` if it is not one."""
+    try:
+        parsed = parse_datetime(value.strip())
+        # Well formed but impossible (month 13), or out of range once in UTC (year 9999+).
+        parsed = parsed.astimezone(dt.UTC) if parsed and timezone.is_aware(parsed) else None
+    except (ValueError, OverflowError):
+        parsed = None
+    if parsed is None:
+        raise InvalidField(
+            field,
+            f"must be an ISO 8601 datetime with a UTC offset, e.g. 2030-01-31T09:00:00Z; got {value!r}",
+        )
+    return parsed
+
+
+_FILTERS = {
+    "status": _status,
+    "job": _job,
+    "queue": _queue,
+    "error_type": _error_type,
+    "created_after": lambda v: Q(created_at__gte=instant(v, "created_after")),
+    "created_before": lambda v: Q(created_at__lt=instant(v, "created_before")),
+}

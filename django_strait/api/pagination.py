@@ -1,0 +1,104 @@
+"""Keyset pagination: ``?limit=`` and an opaque ``?cursor=``; no COUNT(*), fast at any depth.
+
+A page is ``WHERE key after <last key seen> ORDER BY key LIMIT limit + 1``: the
+extra row only says whether there is a next page.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Model, QuerySet
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.utils.urls import replace_query_param
+
+from django_strait.api.errors import InvalidField
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Keyset:
+    """The unique column a list is ordered by, and its direction."""
+
+    field: str
+    kind: type = int
+    descending: bool = False
+
+    def after(self, rows: QuerySet, last: Any) -> QuerySet:
+        """Return the rows that come after ``last`` in this order."""
+        lookup = "lt" if self.descending else "gt"
+        return rows.filter(**{f"{self.field}__{lookup}": last})
+
+    def order(self, rows: QuerySet) -> QuerySet:
+        return rows.order_by(f"-{self.field}" if self.descending else self.field)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of rows and the URL of the next one (None on the last page)."""
+
+    rows: Sequence[Model]
+    next_url: str | None
+
+
+def paginate(rows: QuerySet, keyset: Keyset, request: Request) -> Page:
+    """Return the page of ``rows`` that the request's ``cursor`` and ``limit`` ask for."""
+    limit = _limit(request.query_params.get("limit"))
+    cursor = request.query_params.get("cursor")
+    if cursor:
+        rows = keyset.after(rows, _decode(cursor, keyset.kind))
+    fetched = list(keyset.order(rows)[: limit + 1])
+    if len(fetched) <= limit:
+        return Page(fetched, None)
+    last = getattr(fetched[limit - 1], keyset.field)
+    url = replace_query_param(request.build_absolute_uri(), "cursor", _encode(last))
+    return Page(fetched[:limit], url)
+
+
+def _limit(text: str | None) -> int:
+    if text is None:
+        return DEFAULT_LIMIT
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise InvalidField("limit", f"must be an integer from 1 to {MAX_LIMIT}, got {text!r}")
+    return int(text)
+
+
+def _encode(value: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+def _decode(cursor: str, kind: type) -> Any:
+    try:
+        value = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        value = None
+    if not isinstance(value, kind) or isinstance(value, bool) or not _storable(value):
+        raise InvalidField("cursor", "is not a cursor this API gave out; use the next link as is")
+    return value
+
+
+def _storable(value: Any) -> bool:
+    if isinstance(value, int):
+        return abs(value) <= MAX_ID
+    return len(value) <= 200 and "\x00" not in value  # PostgreSQL cannot compare NUL
+
+
+#: The largest id a 64-bit column holds; a larger cursor or path id matches nothing.
+MAX_ID = 2**63 - 1
+
+
+def page_serializer(name: str, item: type[serializers.Serializer]) -> type[serializers.Serializer]:
+    """Return the schema of a page of ``item`` (``results`` and ``next``)."""
+    fields = {
+        "results": item(many=True),
+        "next": serializers.URLField(allow_null=True, help_text="The next page; null on the last."),
+    }
+    return type(name, (serializers.Serializer,), fields)
