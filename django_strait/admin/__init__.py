@@ -4,6 +4,7 @@ Importing this package registers the model admins (Django's admin autodiscovery
 does it for you when ``django.contrib.admin`` is installed).
 """
 
+from django_strait.admin.apikeys import ApiKeyAdmin as ApiKeyAdmin  # registers the model admin
 from django_strait.admin.deadletters import DeadLetterAdmin
 from django_strait.admin.jobs import JobAdmin
 from django_strait.admin.runs import JobRunAdmin, RunAttemptInline
