@@ -5,6 +5,7 @@ does it for you when ``django.contrib.admin`` is installed).
 """
 
 from django_strait.admin.apikeys import ApiKeyAdmin as ApiKeyAdmin  # registers the model admin
+from django_strait.admin.circuits import EndpointCircuitAdmin as EndpointCircuitAdmin
 from django_strait.admin.deadletters import DeadLetterAdmin
 from django_strait.admin.jobs import JobAdmin
 from django_strait.admin.runs import JobRunAdmin, RunAttemptInline

@@ -2,6 +2,7 @@
 
 from django_strait.models.apikey import SCOPES, ApiKey
 from django_strait.models.attempt import AttemptOutcome, RunAttempt
+from django_strait.models.circuit import CircuitState, EndpointCircuit
 from django_strait.models.job import HttpMethod, Job, MissedTicks, OnExhaustion, Overlap
 from django_strait.models.rollup import RunRollup
 from django_strait.models.run import DeadLetter, JobRun
@@ -11,7 +12,9 @@ __all__ = [
     "SCOPES",
     "ApiKey",
     "AttemptOutcome",
+    "CircuitState",
     "DeadLetter",
+    "EndpointCircuit",
     "HttpMethod",
     "Job",
     "MissedTicks",

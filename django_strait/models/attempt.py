@@ -34,7 +34,13 @@ class RunAttempt(models.Model):
     class Meta:
         ordering = ["run_id", "number"]
         constraints = [
-            models.UniqueConstraint(fields=["run", "number"], name="strait_attempt_unique_number"),
+            # Short-circuit rows repeat the number of the run's last real attempt
+            # (they spend none), so only real attempts are unique per number.
+            models.UniqueConstraint(
+                fields=["run", "number"],
+                condition=~models.Q(outcome="short_circuited"),
+                name="strait_attempt_unique_number",
+            ),
         ]
 
     def __str__(self) -> str:

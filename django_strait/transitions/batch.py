@@ -1,4 +1,4 @@
-"""The worker's transitions, a batch per statement: claim, start, unclaim, record.
+"""The worker's transitions, a batch per statement: claim, hold, start, unclaim, record.
 
 PostgreSQL gets one round trip per batch for each step (``FOR UPDATE SKIP
 LOCKED`` for the claim, a data-modifying CTE that updates the runs and appends
@@ -19,7 +19,7 @@ from django.db import connections, transaction
 from django.db.models import Case, DateTimeField, F, Value, When
 from django.utils import timezone
 
-from django_strait.models import JobRun, RunAttempt, RunRollup
+from django_strait.models import AttemptOutcome, JobRun, RunAttempt, RunRollup
 from django_strait.states import RunStatus, Transition
 
 RUN_TABLE = JobRun._meta.db_table
@@ -70,6 +70,18 @@ class Record:
     job: str = ""
     #: The job's id, for the per-minute rollup.
     job_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A claimed run a gate sends back unstarted: when it may be tried again, and why."""
+
+    run_id: int
+    available_at: dt.datetime
+    #: The short-circuited attempt row's error type (``circuit.open``) and message.
+    error_type: str
+    error: str
+    endpoint: str = ""
 
 
 @dataclass(slots=True)
@@ -245,13 +257,17 @@ def claim_and_start(
     *,
     queues: Sequence[str] | None,
     limit: int,
-    prepare: Callable[[list[Claimed]], None] | None = None,
+    gate: Callable[[list[Claimed]], Sequence[Hold]] | None = None,
     using: str = "default",
 ) -> list[Claimed]:
-    """Claim up to ``limit`` due runs and start them, in one short transaction.
+    """Claim up to ``limit`` due runs and start those the gate lets through, in one transaction.
 
-    ``prepare`` runs between the two (the worker loads job definitions there).
-    If anything fails, both roll back: no run is left claimed but unstarted.
+    ``gate`` runs between claim and start (the worker loads job definitions and
+    checks circuits there, so its decisions see the same transaction) and
+    returns the runs that may not start yet: they are put back to queued with
+    their ``available_at`` and a short-circuited attempt row, spending no
+    attempt. If anything fails, all of it rolls back: no run is left claimed
+    but unstarted.
 
     On PostgreSQL this transaction commits without waiting for its WAL flush
     (``SET LOCAL synchronous_commit TO OFF``): a claim lost in a server crash
@@ -267,9 +283,90 @@ def claim_and_start(
         claimed = claim(worker_id, queues=queues, limit=limit, using=using)
         if not claimed:
             return []
-        if prepare is not None:
-            prepare(claimed)
+        holds = gate(claimed) if gate is not None else ()
+        if holds:
+            hold(worker_id, holds, using=using)
+            held = {h.run_id for h in holds}
+            claimed = [run for run in claimed if run.id not in held]
         return start(worker_id, claimed, using=using)
+
+
+_HOLD_PG = f"""
+WITH v AS (
+    SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::varchar[], %s::text[],
+                         %s::varchar[]) AS v(id, available_at, error_type, error, endpoint)
+),
+u AS (
+    UPDATE {RUN_TABLE} AS r
+    SET status = '{Transition.UNCLAIM.target.value}', available_at = v.available_at, claimed_by = '',
+        dequeued_at = NULL, heartbeat_at = NULL, updated_at = now()
+    FROM v
+    WHERE r.id = v.id AND r.status = '{RunStatus.DEQUEUED.value}' AND r.claimed_by = %s
+    RETURNING r.id, r.attempt
+)
+INSERT INTO {ATTEMPT_TABLE} (run_id, number, endpoint, started_at, finished_at, duration_ms,
+    outcome, status_code, error_type, error, response_excerpt, worker)
+SELECT u.id, u.attempt, v.endpoint, now(), now(), 0, '{AttemptOutcome.SHORT_CIRCUITED.value}', NULL,
+    v.error_type, v.error, '', %s
+FROM v JOIN u ON u.id = v.id
+"""
+
+
+def hold(worker_id: str, holds: Sequence[Hold], *, using: str = "default") -> None:
+    """Put claimed runs back to queued until their ``available_at``; no attempt is spent.
+
+    Each gets a short-circuited attempt row numbered as the run's last real
+    attempt (the unique constraint on numbers leaves those rows out).
+    """
+    if not holds:
+        return
+    if _is_postgres(using):
+        columns = [
+            [h.run_id for h in holds],
+            [h.available_at for h in holds],
+            [h.error_type for h in holds],
+            [h.error for h in holds],
+            [h.endpoint for h in holds],
+        ]
+        with connections[using].cursor() as cursor:
+            cursor.execute(_HOLD_PG, [*columns, worker_id, worker_id])
+        return
+    _hold_orm(worker_id, holds, using)
+
+
+def _hold_orm(worker_id: str, holds: Sequence[Hold], using: str) -> None:
+    now = timezone.now()
+    by_id = {h.run_id: h for h in holds}
+    runs = JobRun.objects.using(using).filter(
+        pk__in=list(by_id), status__in=Transition.UNCLAIM.sources, claimed_by=worker_id
+    )
+    attempts = dict(runs.values_list("id", "attempt"))
+    for rid in attempts:
+        JobRun.objects.using(using).filter(pk=rid).update(
+            status=Transition.UNCLAIM.target,
+            available_at=by_id[rid].available_at,
+            claimed_by="",
+            dequeued_at=None,
+            heartbeat_at=None,
+            updated_at=now,
+        )
+    RunAttempt.objects.using(using).bulk_create(
+        [_short_circuited(by_id[rid], number, now, worker_id) for rid, number in attempts.items()]
+    )
+
+
+def _short_circuited(h: Hold, number: int, now: dt.datetime, worker_id: str) -> RunAttempt:
+    return RunAttempt(
+        run_id=h.run_id,
+        number=number,
+        endpoint=h.endpoint,
+        started_at=now,
+        finished_at=now,
+        outcome=AttemptOutcome.SHORT_CIRCUITED,
+        error_type=h.error_type,
+        error=h.error,
+        worker=worker_id,
+    )
 
 
 def unclaim(worker_id: str, run_ids: Sequence[int], *, using: str = "default") -> int:

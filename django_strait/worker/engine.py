@@ -34,9 +34,10 @@ from django_strait.dispatch.python import RunContext, is_async, run_python, sett
 from django_strait.duties import default_duties, registry
 from django_strait.metrics.worker import WorkerMetrics
 from django_strait.outcome import Outcome, failure
+from django_strait.resilience.breaker import Attempted, Candidate, CircuitBreaker
 from django_strait.states import Transition
 from django_strait.transitions import batch
-from django_strait.transitions.batch import Claimed, Record
+from django_strait.transitions.batch import Claimed, Hold, Record
 from django_strait.wakeup import Listener
 from django_strait.worker.catalog import Catalog, JobInfo
 from django_strait.worker.decide import Decision, decide, trim
@@ -123,6 +124,7 @@ class Worker:
         self.config = config
         self.stats = Stats()
         self.catalog = Catalog(using=config.using)
+        self.circuits = CircuitBreaker(using=config.using)
         self._rng = random.Random()
         #: Runs executing: their task, or None for plain-function handlers on the SyncRunner.
         self._inflight: dict[int, asyncio.Task[None] | None] = {}
@@ -369,13 +371,36 @@ class Worker:
             cfg.worker_id,
             queues=cfg.queues,
             limit=limit,
-            prepare=lambda claimed: self.catalog.ensure({r.job_id for r in claimed}),
+            gate=self._gate,
             using=cfg.using,
         )
         if signals.listened(signals.run_started):
             names = {r.id: self.catalog.get(r.job_id).name for r in started}
             signals.send_started(started, names, using=cfg.using)
         return started
+
+    def _gate(self, claimed: list[Claimed]) -> list[Hold]:
+        """Load the claimed runs' jobs; return the runs their endpoint's circuit holds back.
+
+        Runs inside the claim transaction, on the claim thread. Python jobs are
+        never held by circuits.
+        """
+        self.catalog.ensure({r.job_id for r in claimed})
+        candidates = []
+        for run in claimed:
+            row = self.catalog.get(run.job_id).row
+            if row.endpoint_url:
+                candidates.append(Candidate(run.id, row.endpoint_url, row.timeout_secs))
+        if not candidates:
+            return []
+        cooldown = dt.timedelta(seconds=strait_settings.CIRCUIT_COOLDOWN)
+        now = timezone.now()
+        held = self.circuits.gate(candidates, now=now, cooldown=cooldown)
+        urls = {c.run_id: c.endpoint_url for c in candidates}
+        return [
+            Hold(rid, admission.until or now, "circuit.open", admission.reason, urls[rid])
+            for rid, admission in held.items()
+        ]
 
     # -- executing -----------------------------------------------------------------
 
@@ -541,7 +566,20 @@ class Worker:
         done = batch.record(cfg.worker_id, chunk, using=cfg.using)
         if done.moved:
             signals.send_recorded(chunk, done, {r.run_id: r.job for r in chunk}, using=cfg.using)
+        self._account_circuits(chunk)
         return done
+
+    def _account_circuits(self, chunk: list[Record]) -> None:
+        """Count the batch's HTTP outcomes against their endpoints' circuits."""
+        try:
+            self.circuits.account(
+                (Attempted(r.endpoint, r.error_type, r.status_code) for r in chunk if r.endpoint),
+                now=timezone.now(),
+                threshold=strait_settings.CIRCUIT_FAILURE_THRESHOLD,
+            )
+        except Exception:
+            # The results are recorded: a missed count only delays a circuit's opening.
+            logger.exception("counting %s results against circuits failed", len(chunk))
 
     def _account(self, done: batch.Recorded, chunk: list[Record]) -> None:
         if self._metrics is not None:
