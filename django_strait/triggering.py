@@ -199,12 +199,16 @@ def trigger_many(
     else:
         runs, created = _insert_many_orm(opts, payloads, keys, batch_size)
     if keys is None:
+        for run in runs:
+            run.idempotency_hit = False
         signals.send_enqueued(opts.job.name, runs)
         return runs
     # Keys already used return the run that holds them, in the caller's order.
     by_key = {
         r.idempotency_key: r for r in JobRun.objects.filter(job=opts.job, idempotency_key__in=keys)
     }
+    for run in by_key.values():
+        run.idempotency_hit = run.pk not in created
     signals.send_enqueued(opts.job.name, [r for r in by_key.values() if r.pk in created])
     return [by_key[k] for k in keys]
 
@@ -384,9 +388,10 @@ def _check_priority(priority: Any) -> int:
 
 
 def _check_queue(queue: Any) -> str:
-    if not isinstance(queue, str) or not queue or len(queue) > 100:
+    if not isinstance(queue, str) or not queue or len(queue) > 100 or "\x00" in queue:
         raise TriggerError(
-            "queue", f"must be a non-empty string of at most 100 characters, got {queue!r}"
+            "queue",
+            f"must be a non-empty string of at most 100 characters without NUL, got {queue!r}",
         )
     return queue
 
@@ -394,9 +399,9 @@ def _check_queue(queue: Any) -> str:
 def _check_key(key: Any, field: str) -> str | None:
     if key is None:
         return None
-    if not isinstance(key, str) or not key or len(key) > 255:
+    if not isinstance(key, str) or not key or len(key) > 255 or "\x00" in key:
         raise TriggerError(
-            field, f"must be a non-empty string of at most 255 characters, got {key!r}"
+            field, f"must be a non-empty string of at most 255 characters without NUL, got {key!r}"
         )
     return key
 

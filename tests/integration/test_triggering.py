@@ -201,3 +201,22 @@ def test_trigger__priority_queue_and_delay_without_a_retry_override_land_on_the_
     assert (run.priority, run.queue, run.payload, run.status) == (-7, "bulk", {"a": [1]}, "queued")
     assert 50 < (stored.available_at - timezone.now()).total_seconds() <= 60
     assert trigger("test-noop", {}, idempotency_key="k1").idempotency_hit
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"queue": "a\x00b"}, "queue"), ({"idempotency_key": "k\x00"}, "idempotency_key")],
+)
+def test_trigger__refuses_a_nul_in_queue_or_key(kwargs, field):
+    with pytest.raises(TriggerError) as info:
+        trigger("test-noop", {}, **kwargs)
+    assert info.value.field == field and "NUL" in str(info.value)
+
+
+def test_trigger_many__says_which_runs_were_already_there():
+    trigger("test-noop", {}, idempotency_key="old")
+
+    runs = trigger_many("test-noop", [{}, {}], idempotency_keys=["old", "new"])
+
+    assert [r.idempotency_hit for r in runs] == [True, False]
+    assert not any(r.idempotency_hit for r in trigger_many("test-noop", [{}, {}]))
