@@ -33,6 +33,8 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     )
 
 INSTALLED_APPS = [
+    # First, so its admin home-page template (the Overview link) wins over the admin's.
+    "django_strait",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -41,7 +43,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
-    "django_strait",
     "example_project.demo",
 ]
 

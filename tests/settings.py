@@ -41,6 +41,8 @@ else:
     DATABASES["default"]["TEST"] = {"NAME": f"test_strait_{os.getpid()}"}
 
 INSTALLED_APPS = [
+    # First, so its admin home-page template (the Overview link) wins over the admin's.
+    "django_strait",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -48,7 +50,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "rest_framework",
     "rest_framework.authtoken",
-    "django_strait",
     "tests.testapp",
 ]
 
