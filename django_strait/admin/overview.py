@@ -23,7 +23,7 @@ from django_strait.admin import charts
 from django_strait.admin.charts import STATUS_COLOURS, Column
 from django_strait.conf import strait_settings
 from django_strait.duties.registry import alive_since
-from django_strait.metrics.database import QueueGauge, dead_letters_by_job, queued_by_queue
+from django_strait.metrics.database import QueueGauge, dead_letters_by_job, queue_gauges
 from django_strait.models import Job, RunRollup, WorkerProcess
 
 #: How far back the throughput chart looks.
@@ -95,19 +95,8 @@ def _throughput(now: dt.datetime, using: str) -> tuple[tuple[Column, ...], tuple
 
 
 def _queues(now: dt.datetime, using: str) -> tuple[QueueGauge, ...]:
-    found = {
-        row["queue"]: QueueGauge(
-            row["queue"],
-            row["depth"],
-            row["due"],
-            max((now - row["oldest"]).total_seconds(), 0.0) if row["oldest"] else 0.0,
-        )
-        for row in queued_by_queue(using, now)
-    }
-    # Queues of known jobs show as empty rather than vanish when they drain.
-    for queue in Job.objects.using(using).values_list("queue", flat=True).distinct():
-        found.setdefault(queue, QueueGauge(queue, 0, 0, 0.0))
-    return tuple(sorted(found.values(), key=lambda g: g.queue))
+    known = set(Job.objects.using(using).values_list("queue", flat=True).distinct())
+    return queue_gauges(using, now, known)
 
 
 def overview_view(request: HttpRequest, site: AdminSite) -> HttpResponse:

@@ -55,7 +55,7 @@ def read_snapshot(using: str, now: dt.datetime, stale_after: float) -> Snapshot:
     jobs = dict(Job.objects.using(using).values_list("name", "queue"))
     workers = _workers(using, alive_since(now, stale_after))
     return Snapshot(
-        queues=_queues(using, now, set(jobs.values())),
+        queues=queue_gauges(using, now, set(jobs.values())),
         in_flight=_in_flight(using, jobs),
         dead_letters=_dead_letters(using, jobs),
         workers_alive=workers["alive"],
@@ -78,7 +78,8 @@ def queued_by_queue(using: str, now: dt.datetime):
     )
 
 
-def _queues(using: str, now: dt.datetime, known: set[str]) -> tuple[QueueGauge, ...]:
+def queue_gauges(using: str, now: dt.datetime, known: set[str]) -> tuple[QueueGauge, ...]:
+    """Depth, due count and lag per queue; ``known`` queues show as empty, not absent."""
     # The lag comes from the same pass as the count: with priorities, the oldest
     # due run is not at the head of the claim order, so a LIMIT 1 would miss it.
     found = {
