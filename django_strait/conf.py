@@ -92,11 +92,21 @@ def _integer(minimum: int) -> Callable[[Any, str], int]:
     return check
 
 
+_POSITIVE = "a duration > 0 (e.g. 1s, 500ms, PT5M)"
+
+
 def _duration(*, positive: bool) -> Callable[[Any, str], float]:
     def check(value: Any, field: str) -> float:
-        seconds = parse_duration(value, field=field)
+        try:
+            seconds = parse_duration(value, field=field)
+        except PolicyError as exc:
+            if not positive:
+                raise
+            # Say what this key allows (> 0), not what durations in general allow (>= 0).
+            allowed = exc.allowed.replace(">= 0", "> 0", 1)
+            raise PolicyError(field, value, allowed, problem=exc.problem) from None
         if positive and seconds <= 0:
-            raise PolicyError(field, value, "a duration > 0 (e.g. 1s, 500ms, PT5M)")
+            raise PolicyError(field, value, _POSITIVE)
         return seconds
 
     return check
