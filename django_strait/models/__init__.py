@@ -4,6 +4,7 @@ from django_strait.models.apikey import SCOPES, ApiKey
 from django_strait.models.attempt import AttemptOutcome, RunAttempt
 from django_strait.models.circuit import CircuitState, EndpointCircuit
 from django_strait.models.job import HttpMethod, Job, MissedTicks, OnExhaustion, Overlap
+from django_strait.models.limits import JobRateWindow
 from django_strait.models.rollup import RunRollup
 from django_strait.models.run import DeadLetter, JobRun
 from django_strait.models.worker import WorkerProcess
@@ -17,6 +18,7 @@ __all__ = [
     "EndpointCircuit",
     "HttpMethod",
     "Job",
+    "JobRateWindow",
     "MissedTicks",
     "JobRun",
     "OnExhaustion",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -97,6 +99,23 @@ class Job(models.Model):
     #: The last tick the scheduler has acted on (fired or skipped).
     schedule_last_tick = models.DateTimeField(null=True, blank=True, editable=False)
 
+    # Limits across all workers and hosts (DESIGN §5), decided inside the claim transaction.
+    max_concurrency = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Most runs dequeued or executing at once, across all workers; empty = no limit.",
+    )
+    rate_limit_max = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Most runs started per rate_limit_window_secs, across all workers.",
+    )
+    rate_limit_window_secs = models.FloatField(
+        null=True, blank=True, help_text="The rate limit's window in seconds (with rate_limit_max)."
+    )
+
     #: Finished runs older than this are pruned (never dead letters); empty = STRAIT default.
     retention_days = models.PositiveIntegerField(null=True, blank=True)
 
@@ -157,6 +176,8 @@ class Job(models.Model):
                     "(Content-Type, Content-Length, Transfer-Encoding, Accept-Encoding, "
                     "Idempotency-Key and Strait-*); remove them."
                 )
+        for name, problem in limit_problems(self):
+            errors.setdefault(name, []).append(problem)
         from django_strait.retry import PolicyError, job_partial, resolve
 
         try:
@@ -174,3 +195,23 @@ class Job(models.Model):
                 errors.setdefault(exc.field, []).append(str(exc))
         if errors:
             raise ValidationError(errors)
+
+
+def limit_problems(job: Job) -> list[tuple[str, str]]:
+    """Return (field, message) for each limit column that does not hold together."""
+    problems = []
+    if job.max_concurrency is not None and job.max_concurrency < 1:
+        problems.append(("max_concurrency", "A whole number >= 1, or empty for no limit."))
+    rate_max, window = job.rate_limit_max, job.rate_limit_window_secs
+    if (rate_max is None) != (window is None):
+        missing = "rate_limit_window_secs" if window is None else "rate_limit_max"
+        problems.append(
+            (missing, "Set both rate_limit_max and rate_limit_window_secs, or neither.")
+        )
+    if rate_max is not None and rate_max < 1:
+        problems.append(("rate_limit_max", "A whole number >= 1, or empty for no rate limit."))
+    if window is not None and not (window > 0 and math.isfinite(window)):
+        problems.append(
+            ("rate_limit_window_secs", "A number of seconds > 0, or empty for no rate limit.")
+        )
+    return problems

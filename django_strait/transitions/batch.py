@@ -82,6 +82,9 @@ class Hold:
     error_type: str
     error: str
     endpoint: str = ""
+    #: Write the short-circuited attempt row. Limit holds do not: a run waiting
+    #: for a slot is held again every second, and history would grow with it.
+    attempt_row: bool = True
 
 
 @dataclass(slots=True)
@@ -294,7 +297,8 @@ def claim_and_start(
 _HOLD_PG = f"""
 WITH v AS (
     SELECT * FROM unnest(%s::bigint[], %s::timestamptz[], %s::varchar[], %s::text[],
-                         %s::varchar[]) AS v(id, available_at, error_type, error, endpoint)
+                         %s::varchar[], %s::boolean[])
+        AS v(id, available_at, error_type, error, endpoint, attempt_row)
 ),
 u AS (
     UPDATE {RUN_TABLE} AS r
@@ -309,14 +313,16 @@ INSERT INTO {ATTEMPT_TABLE} (run_id, number, endpoint, started_at, finished_at, 
 SELECT u.id, u.attempt, v.endpoint, now(), now(), 0, '{AttemptOutcome.SHORT_CIRCUITED.value}', NULL,
     v.error_type, v.error, '', %s
 FROM v JOIN u ON u.id = v.id
+WHERE v.attempt_row
 """
 
 
 def hold(worker_id: str, holds: Sequence[Hold], *, using: str = "default") -> None:
     """Put claimed runs back to queued until their ``available_at``; no attempt is spent.
 
-    Each gets a short-circuited attempt row numbered as the run's last real
-    attempt (the unique constraint on numbers leaves those rows out).
+    Each (unless ``attempt_row`` is off) gets a short-circuited attempt row
+    numbered as the run's last real attempt (the unique constraint on numbers
+    leaves those rows out).
     """
     if not holds:
         return
@@ -327,6 +333,7 @@ def hold(worker_id: str, holds: Sequence[Hold], *, using: str = "default") -> No
             [h.error_type for h in holds],
             [h.error for h in holds],
             [h.endpoint for h in holds],
+            [h.attempt_row for h in holds],
         ]
         with connections[using].cursor() as cursor:
             cursor.execute(_HOLD_PG, [*columns, worker_id, worker_id])
@@ -351,7 +358,11 @@ def _hold_orm(worker_id: str, holds: Sequence[Hold], using: str) -> None:
             updated_at=now,
         )
     RunAttempt.objects.using(using).bulk_create(
-        [_short_circuited(by_id[rid], number, now, worker_id) for rid, number in attempts.items()]
+        [
+            _short_circuited(by_id[rid], number, now, worker_id)
+            for rid, number in attempts.items()
+            if by_id[rid].attempt_row
+        ]
     )
 
 

@@ -34,6 +34,7 @@ from django_strait.dispatch.python import RunContext, is_async, run_python, sett
 from django_strait.duties import default_duties, registry
 from django_strait.metrics.worker import WorkerMetrics
 from django_strait.outcome import Outcome, failure
+from django_strait.resilience import limits
 from django_strait.resilience.breaker import Attempted, Candidate, CircuitBreaker
 from django_strait.states import Transition
 from django_strait.transitions import batch
@@ -380,12 +381,35 @@ class Worker:
         return started
 
     def _gate(self, claimed: list[Claimed]) -> list[Hold]:
-        """Load the claimed runs' jobs; return the runs their endpoint's circuit holds back.
+        """Load the claimed runs' jobs; return the runs their limits or circuits hold back.
 
-        Runs inside the claim transaction, on the claim thread. Python jobs are
-        never held by circuits.
+        Runs inside the claim transaction, on the claim thread. Limits come
+        first: a run they hold does not reach its circuit, so it cannot take a
+        half-open probe it would not send. Python jobs are never held by circuits.
         """
         self.catalog.ensure({r.job_id for r in claimed})
+        holds = self._limit_holds(claimed)
+        if holds:
+            held = {h.run_id for h in holds}
+            claimed = [run for run in claimed if run.id not in held]
+        return holds + self._circuit_holds(claimed)
+
+    def _limit_holds(self, claimed: list[Claimed]) -> list[Hold]:
+        """Return the runs their job's concurrency or rate limit holds back (no attempt row)."""
+        pending = [
+            limits.Pending(run.id, run.job_id)
+            for run in claimed
+            if limits.is_limited(self.catalog.get(run.job_id).row)
+        ]
+        if not pending:
+            return []  # the fast path: no limited job in the batch, no statement
+        return [
+            Hold(h.run_id, h.until, h.error_type, h.reason, attempt_row=False)
+            for h in limits.enforce(pending, using=self.config.using)
+        ]
+
+    def _circuit_holds(self, claimed: list[Claimed]) -> list[Hold]:
+        """Return the runs their endpoint's circuit holds back."""
         candidates = []
         for run in claimed:
             row = self.catalog.get(run.job_id).row

@@ -1,0 +1,320 @@
+"""Per-job max_concurrency and rate limits, decided inside the claim transaction."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+
+import pytest
+from django.core.cache import cache
+from django.core.exceptions import ValidationError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from django_strait import trigger_many
+from django_strait.api.auth import issue_key
+from django_strait.models import Job, JobRateWindow, JobRun, RunAttempt
+from django_strait.resilience.limits import window_bounds
+from django_strait.worker.engine import Worker, WorkerConfig
+from tests.conftest import ROOT, Reply, worker_command
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Long enough that no test run crosses a window boundary between two claims.
+LONG_WINDOW = 10_000_000.0
+
+
+def http_job(server, name: str, **limits) -> Job:
+    return Job.objects.create(name=name, endpoint_url=server.url(f"/{name}"), **limits)
+
+
+def claim_once(worker_id: str, limit: int = 50) -> list[int]:
+    """Claim and start one batch as a worker would; return the started run ids."""
+    worker = Worker(WorkerConfig(worker_id=worker_id))
+    return [run.id for run in worker._claim_and_start(limit)]
+
+
+def statuses() -> Counter:
+    return Counter(JobRun.objects.values_list("status", flat=True))
+
+
+# -- validation --------------------------------------------------------------------
+
+
+def job_errors(**fields) -> dict[str, list[str]]:
+    job = Job(name="limited", handler="tests.testapp.jobs.noop", **fields)
+    with pytest.raises(ValidationError) as info:
+        job.full_clean()
+    return info.value.message_dict
+
+
+def test_job_clean__rate_limit_max_without_window_names_the_window():
+    errors = job_errors(rate_limit_max=5)
+
+    assert "rate_limit_window_secs" in errors
+    assert "or neither" in errors["rate_limit_window_secs"][0]
+
+
+def test_job_clean__window_without_rate_limit_max_names_the_max():
+    assert "rate_limit_max" in job_errors(rate_limit_window_secs=2.0)
+
+
+@pytest.mark.parametrize("window", [0.0, -1.0, float("inf")])
+def test_job_clean__window_not_positive_is_refused(window):
+    errors = job_errors(rate_limit_max=5, rate_limit_window_secs=window)
+
+    assert errors["rate_limit_window_secs"] == [
+        "A number of seconds > 0, or empty for no rate limit."
+    ]
+
+
+@pytest.mark.parametrize("field", ["max_concurrency", "rate_limit_max"])
+def test_job_clean__zero_limit_is_refused(field):
+    fields = {field: 0}
+    if field == "rate_limit_max":
+        fields["rate_limit_window_secs"] = 1.0
+
+    assert field in job_errors(**fields)
+
+
+def test_job_clean__both_limits_set__valid():
+    Job(
+        name="limited",
+        handler="tests.testapp.jobs.noop",
+        max_concurrency=3,
+        rate_limit_max=5,
+        rate_limit_window_secs=2.0,
+    ).full_clean()
+
+
+def api_client() -> APIClient:
+    cache.clear()  # fresh throttles
+    _, key = issue_key("all", ["*"])
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+    return client
+
+
+def test_api_create__accepts_the_limits():
+    body = {
+        "name": "hook",
+        "handler": "tests.testapp.jobs.noop",
+        "max_concurrency": 3,
+        "rate_limit_max": 5,
+        "rate_limit_window_secs": 2.0,
+    }
+
+    response = api_client().post("/api/strait/jobs/", body, format="json")
+
+    assert response.status_code == 201, response.json()
+    job = Job.objects.get()
+    assert (job.max_concurrency, job.rate_limit_max, job.rate_limit_window_secs) == (3, 5, 2.0)
+
+
+def test_api_create__half_a_rate_limit_is_a_400_naming_the_field():
+    body = {"name": "hook", "handler": "tests.testapp.jobs.noop", "rate_limit_window_secs": 2.0}
+
+    response = api_client().post("/api/strait/jobs/", body, format="json")
+
+    assert response.status_code == 400
+    assert list(response.json()["error"]["details"]) == ["rate_limit_max"]
+
+
+# -- one claim at a time -------------------------------------------------------------
+
+
+def test_max_concurrency__claim_starts_only_the_free_slots(http_server):
+    job = http_job(http_server, "capped", max_concurrency=2)
+    trigger_many("capped", [{"i": i} for i in range(5)])
+    before = timezone.now()
+
+    started = claim_once("w1")
+
+    assert len(started) == 2
+    assert statuses() == {"executing": 2, "queued": 3}
+    held = JobRun.objects.filter(job=job, status="queued")
+    assert all(run.attempt == 0 and run.available_at > before for run in held)
+    assert not RunAttempt.objects.exists()  # a limit hold writes no attempt row
+
+
+def test_max_concurrency__second_worker_finds_no_slot(http_server):
+    http_job(http_server, "capped", max_concurrency=2)
+    trigger_many("capped", [{"i": i} for i in range(5)])
+    claim_once("w1")
+    JobRun.objects.filter(status="queued").update(available_at=timezone.now())
+
+    assert claim_once("w2") == []
+    assert statuses() == {"executing": 2, "queued": 3}
+
+
+def test_max_concurrency__raised_limit_applies_to_the_next_claim(http_server):
+    job = http_job(http_server, "capped", max_concurrency=1)
+    trigger_many("capped", [{"i": i} for i in range(5)])
+    claim_once("w1")
+    Job.objects.filter(pk=job.pk).update(max_concurrency=3)
+    JobRun.objects.filter(status="queued").update(available_at=timezone.now())
+
+    # The worker's cached job still says 1: the limit is read again under the lock.
+    assert len(claim_once("w1")) == 2
+
+
+def test_max_concurrency__other_jobs_in_the_batch_are_not_held(http_server):
+    http_job(http_server, "capped", max_concurrency=1)
+    http_job(http_server, "free")
+    trigger_many("capped", [{"i": i} for i in range(3)])
+    trigger_many("free", [{"i": i} for i in range(3)])
+
+    started = claim_once("w1")
+
+    assert len(started) == 4
+    assert Counter(JobRun.objects.filter(pk__in=started).values_list("job__name", flat=True)) == {
+        "capped": 1,
+        "free": 3,
+    }
+
+
+def test_rate_limit__claim_starts_up_to_the_max_and_holds_the_rest_to_the_window_end(
+    http_server,
+):
+    http_job(http_server, "rated", rate_limit_max=3, rate_limit_window_secs=LONG_WINDOW)
+    trigger_many("rated", [{"i": i} for i in range(5)])
+
+    started = claim_once("w1")
+
+    assert len(started) == 3
+    _, window_end = window_bounds(timezone.now(), LONG_WINDOW)
+    held = list(JobRun.objects.filter(status="queued"))
+    assert len(held) == 2
+    assert {run.available_at for run in held} == {window_end}
+    assert {run.attempt for run in held} == {0}
+    assert JobRateWindow.objects.get().count == 3
+
+
+def test_rate_limit__window_full__next_claim_starts_nothing(http_server):
+    http_job(http_server, "rated", rate_limit_max=3, rate_limit_window_secs=LONG_WINDOW)
+    trigger_many("rated", [{"i": i} for i in range(5)])
+    claim_once("w1")
+    JobRun.objects.filter(status="queued").update(available_at=timezone.now())
+
+    assert claim_once("w2") == []
+    assert JobRateWindow.objects.get().count == 3
+
+
+def test_rate_limit__old_windows_are_dropped(http_server):
+    job = http_job(http_server, "rated", rate_limit_max=3, rate_limit_window_secs=LONG_WINDOW)
+    old = timezone.now() - dt.timedelta(seconds=3 * LONG_WINDOW)
+    JobRateWindow.objects.create(job=job, window_start=old, count=3)
+    trigger_many("rated", [{"i": 0}])
+
+    assert len(claim_once("w1")) == 1
+    assert list(JobRateWindow.objects.values_list("count", flat=True)) == [1]
+
+
+def test_limits__unlimited_jobs__claim_runs_no_limit_statement(http_server):
+    http_job(http_server, "free")
+    trigger_many("free", [{"i": i} for i in range(3)])
+    worker = Worker(WorkerConfig(worker_id="w1"))
+    worker.catalog.ensure(Job.objects.values_list("pk", flat=True))
+
+    with CaptureQueriesContext(connection) as queries:
+        assert len(worker._claim_and_start(10)) == 3
+
+    sql = " ".join(q["sql"] for q in queries.captured_queries).lower()
+    assert "jobratewindow" not in sql
+    assert "for no key update" not in sql
+    assert "count(" not in sql
+
+
+# -- worker processes racing (PostgreSQL) -------------------------------------------
+
+
+class InFlight:
+    """An endpoint route that sleeps a little and remembers the most requests it held at once."""
+
+    def __init__(self, sleep: float) -> None:
+        self.sleep = sleep
+        self.now = 0
+        self.most = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, _request) -> Reply:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(self.sleep)
+        with self._lock:
+            self.now -= 1
+        return Reply()
+
+
+def race_workers(worker_env, runs: int, deadline: float = 120.0) -> list[str]:
+    """Run 4 worker processes until ``runs`` runs are completed; return their outputs."""
+    workers = [
+        subprocess.Popen(
+            worker_command("--concurrency", "10", "--batch-size", "10", "--worker-id", f"w{n}"),
+            cwd=ROOT,
+            env=worker_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for n in range(4)
+    ]
+    # Not --burst: a worker whose whole batch is held has nothing due and would exit early.
+    stop_at = time.monotonic() + deadline
+    while time.monotonic() < stop_at:
+        if JobRun.objects.filter(status="completed").count() == runs:
+            break
+        time.sleep(0.2)
+    for w in workers:
+        w.send_signal(signal.SIGTERM)
+    outputs = [w.communicate(timeout=60)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0, 0, 0], outputs
+    return outputs
+
+
+def needs_postgres() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: SQLite serializes the workers' claims, so they cannot race")
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_max_concurrency__four_workers_racing__never_more_than_the_limit(http_server, worker_env):
+    needs_postgres()
+    route = http_server.routes["/capped"] = InFlight(sleep=0.05)
+    http_job(http_server, "capped", max_concurrency=3)
+    runs = trigger_many("capped", [{"i": i} for i in range(60)])
+
+    outputs = race_workers(worker_env, len(runs))
+
+    assert statuses() == {"completed": 60}, outputs
+    hits = http_server.run_ids()
+    assert set(hits) == {r.pk for r in runs} and set(hits.values()) == {1}
+    assert 1 <= route.most <= 3
+    assert RunAttempt.objects.count() == 60  # held runs spent no attempt
+    assert set(JobRun.objects.values_list("attempt", flat=True)) == {1}
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_rate_limit__four_workers_racing__never_more_per_window(http_server, worker_env):
+    needs_postgres()
+    window = 2.0
+    http_job(http_server, "rated", rate_limit_max=5, rate_limit_window_secs=window)
+    runs = trigger_many("rated", [{"i": i} for i in range(20)])
+
+    outputs = race_workers(worker_env, len(runs))
+
+    assert statuses() == {"completed": 20}, outputs
+    assert set(http_server.run_ids().values()) == {1}
+    started = RunAttempt.objects.values_list("started_at", flat=True)
+    per_window = Counter(window_bounds(at, window)[0] for at in started)
+    assert len(started) == 20 and max(per_window.values()) <= 5, per_window
+    assert set(JobRun.objects.values_list("attempt", flat=True)) == {1}
