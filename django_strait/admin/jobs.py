@@ -103,6 +103,9 @@ class JobAdmin(admin.ModelAdmin):
             "retry_backoff_coefficient", "retry_max_delay_secs", "retry_delays_secs",
             "retry_jitter", "retry_function", "non_retryable_errors", "on_exhaustion",
         )}),
+        ("Limits (across all workers; empty = none)", {"fields": (
+            "max_concurrency", "rate_limit_max", "rate_limit_window_secs",
+        )}),
         ("Schedule and retention", {"fields": (
             "schedule", "timezone", "schedule_missed", "schedule_overlap", "retention_days",
         )}),

@@ -261,7 +261,8 @@ def job_form(**overrides) -> dict[str, object]:
         "retry_max_delay_secs": "", "retry_delays_secs": "null", "retry_jitter": "",
         "retry_function": "", "non_retryable_errors": "[]", "on_exhaustion": "",
         "schedule": "", "timezone": "UTC", "schedule_missed": "run_once",
-        "schedule_overlap": "allow", "retention_days": "",
+        "schedule_overlap": "allow", "retention_days": "", "max_concurrency": "",
+        "rate_limit_max": "", "rate_limit_window_secs": "",
     }  # fmt: skip
     data.update(overrides)
     return data
@@ -282,6 +283,14 @@ def test_job_admin__clean_errors_show_on_the_form(admin_client):
     assert "handler" in errors
     assert "retry_jitter" in errors
     assert not Job.objects.filter(name="sync-crm").exists()
+
+
+def test_job_admin__half_a_rate_limit_shows_on_the_form(admin_client):
+    data = job_form(max_concurrency="3", rate_limit_max="5")
+    response = admin_client.post(reverse("admin:django_strait_job_add"), data)
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["rate_limit_window_secs"]
 
 
 def test_job_admin__a_bad_schedule_shows_on_the_form(admin_client):
