@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import logging
 import secrets
+import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,11 +57,16 @@ def check_scopes(scopes: Iterable[str]) -> list[str]:
     return checked
 
 
+PREFIX_ALPHABET = string.ascii_letters + string.digits
+
+
 def issue_key(
     name: str, scopes: Iterable[str], *, expires_at: dt.datetime | None = None, created_by=None
 ) -> tuple[ApiKey, str]:
     """Create a key; return its row and the key itself (shown once, never stored)."""
-    prefix = secrets.token_urlsafe(PREFIX_LENGTH)[:PREFIX_LENGTH]
+    # Letters and digits only: a prefix starting with "-" would read as an option
+    # on the command line (`strait_api_key revoke -Xy...`).
+    prefix = "".join(secrets.choice(PREFIX_ALPHABET) for _ in range(PREFIX_LENGTH))
     key = f"{prefix}.{secrets.token_urlsafe(32)}"
     row = ApiKey.objects.create(
         name=name,

@@ -273,6 +273,14 @@ def test_command__list_shows_state_without_the_key():
     assert key not in text
 
 
+def test_issue_key__prefixes_are_letters_and_digits_so_commands_can_take_them():
+    import re
+
+    prefixes = [issue_key(f"k{i}", ["runs:read"])[0].prefix for i in range(200)]
+
+    assert all(re.fullmatch(r"[A-Za-z0-9]+", p) for p in prefixes)
+
+
 def test_command__revoke_unknown_prefix_is_an_error():
     with pytest.raises(CommandError, match="no API key has the prefix 'nope'"):
         call_command("strait_api_key", "revoke", "nope")
