@@ -321,6 +321,11 @@ class Worker:
         cfg = self.config
         low_water = max(1, min(cfg.batch_size, cfg.concurrency) // 4)
         while not self._stopping:
+            # Clear before looking, never inside the wait: a run finishing, a result
+            # recorded or a NOTIFY while the claim below is awaited must still wake
+            # the wait (lost, a --burst worker would wait forever).
+            self._wake.clear()
+            self._work.clear()
             free = cfg.concurrency - len(self._inflight)
             if free < low_water and self._inflight:
                 await self._wait(None)
@@ -713,7 +718,7 @@ def _log_attempt(rec: Record, status: str | None) -> None:
 
 
 async def _wait_event(event: asyncio.Event, timeout: float | None) -> None:
-    event.clear()
+    """Wait for ``event`` (set since the caller last cleared it), at most ``timeout``."""
     try:
         await asyncio.wait_for(event.wait(), timeout)
     except TimeoutError:
