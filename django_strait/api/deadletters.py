@@ -25,6 +25,7 @@ from django_strait.api.serializers import (
     RunSummarySerializer,
 )
 from django_strait.models import DeadLetter
+from django_strait.transitions.single import REPLAY_BATCH_SIZE
 
 logger = logging.getLogger(__name__)
 
@@ -32,9 +33,10 @@ READ = Rule("dlq:read", "django_strait.view_deadletter")
 REPLAY = Rule("dlq:replay", "django_strait.replay_jobrun")
 DISCARD = Rule("dlq:replay", "django_strait.discard_jobrun")
 
+#: Runs read per page and replayed per statement by a bulk replay.
+REPLAY_BATCH = REPLAY_BATCH_SIZE
+
 DLQ_FILTERS = ("job", "queue", "error_type", "created_after", "created_before")
-#: Runs replayed per statement by a bulk replay.
-REPLAY_BATCH = 500
 
 
 class DeadLetterListView(StraitAPIView):

@@ -63,7 +63,13 @@ def replay(run_id: int, *, by: str = "", payload: Any = ...) -> JobRun:
     return apply(run_id, Transition.REPLAY, **updates)
 
 
-def replay_many(run_ids: Iterable[int], *, by: str = "", batch_size: int = 500) -> int:
+#: Runs moved per statement by replay_many (and read per page by bulk replays).
+REPLAY_BATCH_SIZE = 500
+
+
+def replay_many(
+    run_ids: Iterable[int], *, by: str = "", batch_size: int = REPLAY_BATCH_SIZE
+) -> int:
     """Replay every replayable run among ``run_ids``, in batches; return how many moved."""
     ids = list(run_ids)
     moved = 0
