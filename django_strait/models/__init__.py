@@ -2,7 +2,9 @@
 
 from django_strait.models.apikey import SCOPES, ApiKey
 from django_strait.models.attempt import AttemptOutcome, RunAttempt
+from django_strait.models.budget import BudgetLedger, Project
 from django_strait.models.circuit import CircuitState, EndpointCircuit
+from django_strait.models.health import EndpointHealth, HealthLevel, HealthSample
 from django_strait.models.job import HttpMethod, Job, MissedTicks, OnExhaustion, Overlap
 from django_strait.models.limits import JobRateWindow
 from django_strait.models.rollup import RunRollup
@@ -13,15 +15,20 @@ __all__ = [
     "SCOPES",
     "ApiKey",
     "AttemptOutcome",
+    "BudgetLedger",
     "CircuitState",
     "DeadLetter",
     "EndpointCircuit",
+    "EndpointHealth",
+    "HealthLevel",
+    "HealthSample",
     "HttpMethod",
     "Job",
     "JobRateWindow",
     "MissedTicks",
     "JobRun",
     "OnExhaustion",
+    "Project",
     "Overlap",
     "RunAttempt",
     "RunRollup",

@@ -116,6 +116,25 @@ class Job(models.Model):
         null=True, blank=True, help_text="The rate limit's window in seconds (with rate_limit_max)."
     )
 
+    # Budgets (DESIGN §5): runs reserve estimated_cost from the project's daily budget.
+    project = models.ForeignKey(
+        "django_strait.Project",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="jobs",
+        help_text="The budget this job's runs spend from; empty = no budget.",
+    )
+    estimated_cost = models.DecimalField(
+        max_digits=18,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Reserved per attempt before dispatch; an endpoint's Strait-Cost header "
+        "replaces it with the actual cost.",
+    )
+
     #: Finished runs older than this are pruned (never dead letters); empty = STRAIT default.
     retention_days = models.PositiveIntegerField(null=True, blank=True)
 
@@ -208,6 +227,10 @@ def limit_problems(job: Job) -> list[tuple[str, str]]:
         problems.append(
             (missing, "Set both rate_limit_max and rate_limit_window_secs, or neither.")
         )
+    if job.project_id is not None and job.estimated_cost is None:
+        problems.append(("estimated_cost", "Required when the job has a project (a cost >= 0)."))
+    if job.estimated_cost is not None and job.estimated_cost < 0:
+        problems.append(("estimated_cost", "A cost >= 0, or empty."))
     if rate_max is not None and rate_max < 1:
         problems.append(("rate_limit_max", "A whole number >= 1, or empty for no rate limit."))
     if window is not None and not (window > 0 and math.isfinite(window)):

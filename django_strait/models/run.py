@@ -50,6 +50,13 @@ class JobRun(models.Model):
     last_error = models.TextField(blank=True, editable=False)
     error_type = models.CharField(max_length=200, blank=True, editable=False)
     endpoint_used = models.CharField(max_length=2048, blank=True, editable=False)
+    #: The budget reserved for the attempt in flight, and what the attempts spent so far.
+    reserved_cost = models.DecimalField(
+        max_digits=18, decimal_places=6, null=True, blank=True, editable=False
+    )
+    actual_cost = models.DecimalField(
+        max_digits=18, decimal_places=6, null=True, blank=True, editable=False
+    )
 
     replay_count = models.PositiveIntegerField(default=0, editable=False)
     replayed_by = models.CharField(max_length=200, blank=True, editable=False)

@@ -1,0 +1,62 @@
+"""Budgets (DESIGN §5): a project's daily budget and its ledger, one row per day."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+COST_FIELD = {"max_digits": 18, "decimal_places": 6}
+
+
+class Project(models.Model):
+    """A budget owner: the jobs that name it share one daily budget."""
+
+    name = models.SlugField(max_length=200, unique=True)
+    daily_budget = models.DecimalField(
+        **COST_FIELD,
+        validators=[MinValueValidator(Decimal(0))],
+        help_text="What the project's jobs may spend per day (in the unit of their costs).",
+    )
+    soft_limit_ratio = models.FloatField(
+        default=0.8,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="At this share of the budget committed, one budget_soft_limit signal a day.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def save(self, *args, **kwargs) -> None:
+        super().save(*args, **kwargs)
+        # A raised budget frees the runs that were waiting for one, now rather than tomorrow.
+        from django_strait.resilience.budgets import release_waiting
+
+        release_waiting(self, using=kwargs.get("using") or self._state.db or "default")
+
+
+class BudgetLedger(models.Model):
+    """One project's day: what is reserved by runs in flight and what was spent."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="ledger")
+    day = models.DateField()
+    reserved = models.DecimalField(**COST_FIELD, default=Decimal(0))
+    spent = models.DecimalField(**COST_FIELD, default=Decimal(0))
+    #: When this day's soft-limit signal fired (it fires once a day).
+    soft_warning_sent_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-day", "project"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "day"], name="strait_ledger_project_day")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project_id} {self.day}: spent {self.spent}, reserved {self.reserved}"
