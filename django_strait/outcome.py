@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 
@@ -50,6 +51,8 @@ class Outcome:
     endpoint: str = ""
     response_excerpt: str = ""
     duration_ms: int = 0
+    #: What the attempt cost, as the endpoint reported it (``Strait-Cost``); None = not said.
+    cost: Decimal | None = None
 
     @property
     def succeeded(self) -> bool:

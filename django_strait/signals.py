@@ -229,3 +229,24 @@ def _names(
     runs = JobRun.objects.db_manager(using).filter(pk__in=missing)
     found = dict(runs.values_list("id", "job__name"))
     return {**given, **found}
+
+
+# -- budgets -----------------------------------------------------------------------
+
+
+def send_budget_soft_limit(project: Any, ledger: Any) -> None:
+    """Send ``budget_soft_limit`` (``sender=Project``) for a project's day.
+
+    Keyword arguments: ``project`` (the ``Project``), ``day`` (a date),
+    ``daily_budget``, ``spent``, ``reserved`` (Decimals) and ``ratio`` (the
+    project's ``soft_limit_ratio``).
+    """
+    budget_soft_limit.send_robust(
+        sender=type(project),
+        project=project,
+        day=ledger.day,
+        daily_budget=project.daily_budget,
+        spent=ledger.spent,
+        reserved=ledger.reserved,
+        ratio=project.soft_limit_ratio,
+    )

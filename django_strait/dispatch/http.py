@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
+from decimal import Decimal, InvalidOperation
 from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any
@@ -40,11 +41,22 @@ from django_strait.dispatch.ssrf import (
 )
 from django_strait.outcome import Action, Outcome, action, failure, success
 
-__all__ = ["ACTION_HEADER", "HttpDispatcher", "HttpRequest", "encode_body", "parse_retry_after"]
+__all__ = [
+    "ACTION_HEADER",
+    "COST_HEADER",
+    "HttpDispatcher",
+    "HttpRequest",
+    "encode_body",
+    "parse_retry_after",
+]
 
 logger = logging.getLogger(__name__)
 
 ACTION_HEADER = "Strait-Action"
+#: The endpoint's report of what the call cost (budgets, DESIGN §5).
+COST_HEADER = "Strait-Cost"
+#: Costs fit the ledger's columns (18 digits, 6 of them decimals).
+MAX_COST = Decimal(10) ** 12
 _ACTIONS = {act.value: act for act in Action}
 _ALLOWED_ACTIONS = ", ".join(_ACTIONS)
 
@@ -350,12 +362,15 @@ class _Answer:
 
     def outcome(self, url: str, max_result_bytes: int, duration_ms: int) -> Outcome:
         """Map status, Strait-Action and Retry-After to an Outcome."""
+        cost, cost_note = self._cost()
         common: dict[str, Any] = {
             "status_code": self.status,
             "endpoint": url,
             "duration_ms": duration_ms,
+            "cost": cost,
         }
         requested, note = self._requested_action()
+        note += cost_note
         if requested is not None:
             return self._action(requested, url, common)
         if 200 <= self.status < 300:
@@ -370,6 +385,18 @@ class _Answer:
         if requested is None:
             return None, f" (ignored {ACTION_HEADER}: {value!r}; allowed: {_ALLOWED_ACTIONS})"
         return requested, ""
+
+    def _cost(self) -> tuple[Decimal | None, str]:
+        value = self.headers.get(COST_HEADER)
+        if value is None:
+            return None, ""
+        try:
+            cost = Decimal(value.strip())
+        except InvalidOperation:
+            cost = None
+        if cost is None or not cost.is_finite() or cost < 0 or cost >= MAX_COST:
+            return None, f" (ignored {COST_HEADER}: {value!r}; allowed: a number >= 0)"
+        return cost, ""
 
     def _action(self, requested: Action, url: str, common: dict[str, Any]) -> Outcome:
         text = excerpt(self.body, self.charset)

@@ -15,6 +15,8 @@ def default_duties(*, using: str = "default") -> list[Duty]:
     """The duties every worker takes part in, configured from ``STRAIT``."""
     from django_strait.duties.pruner import Pruner
     from django_strait.duties.reaper import Reaper
+    from django_strait.duties.sampler import HealthSampler
     from django_strait.duties.scheduler import Scheduler
 
-    return [cls.from_settings(using=using) for cls in (Reaper, Scheduler, Pruner)]
+    duties = (Reaper, Scheduler, Pruner, HealthSampler)
+    return [cls.from_settings(using=using) for cls in duties]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import connections
 from django.db.models import Count, Min, Q, Sum
@@ -21,7 +21,16 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from django_strait.duties.registry import alive_since
-from django_strait.models import Job, JobRun, WorkerProcess
+from django_strait.models import (
+    BudgetLedger,
+    CircuitState,
+    EndpointCircuit,
+    EndpointHealth,
+    Job,
+    JobRun,
+    Project,
+    WorkerProcess,
+)
 from django_strait.states import IN_FLIGHT, RunStatus
 
 
@@ -48,6 +57,21 @@ class Snapshot:
     workers_in_flight: int
     #: Rows in the run table (an estimate on PostgreSQL); None when unknown.
     runs_estimate: int | None
+    #: Protection layer: circuits by state, endpoint -> (score, level), today's budgets.
+    circuits: dict[str, int] = field(default_factory=dict)
+    health: dict[str, tuple[float, str]] = field(default_factory=dict)
+    budgets: tuple[BudgetGauge, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetGauge:
+    """One project's budget day."""
+
+    project: str
+    daily_budget: float
+    spent: float
+    reserved: float
+    soft_limit_reached: bool
 
 
 def read_snapshot(using: str, now: dt.datetime, stale_after: float) -> Snapshot:
@@ -61,7 +85,40 @@ def read_snapshot(using: str, now: dt.datetime, stale_after: float) -> Snapshot:
         workers_alive=workers["alive"],
         workers_in_flight=workers["in_flight"] or 0,
         runs_estimate=estimate_runs(using),
+        circuits=_circuits(using),
+        health=_health(using),
+        budgets=_budgets(using, now),
     )
+
+
+def _circuits(using: str) -> dict[str, int]:
+    counts = dict.fromkeys(CircuitState.values, 0)
+    rows = EndpointCircuit.objects.using(using).values_list("state").annotate(n=Count("id"))
+    counts.update(dict(rows.order_by()))
+    return counts
+
+
+def _health(using: str) -> dict[str, tuple[float, str]]:
+    rows = EndpointHealth.objects.using(using).values_list("endpoint_url", "score", "level")
+    return {url: (score, level) for url, score, level in rows}
+
+
+def _budgets(using: str, now: dt.datetime) -> tuple[BudgetGauge, ...]:
+    day = timezone.localdate(now)
+    ledgers = {row.project_id: row for row in BudgetLedger.objects.using(using).filter(day=day)}
+    gauges = []
+    for project in Project.objects.using(using).order_by("name"):
+        ledger = ledgers.get(project.pk)
+        gauges.append(
+            BudgetGauge(
+                project.name,
+                float(project.daily_budget),
+                float(ledger.spent) if ledger else 0.0,
+                float(ledger.reserved) if ledger else 0.0,
+                bool(ledger and ledger.soft_warning_sent_at),
+            )
+        )
+    return tuple(gauges)
 
 
 def queued_by_queue(using: str, now: dt.datetime):
@@ -181,6 +238,7 @@ def families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
         lag.add_metric([g.queue], g.lag_seconds)
     yield from (depth, due, lag)
     yield from _job_families(snap)
+    yield from _protection_families(snap)
     yield GaugeMetricFamily(
         "strait_workers_alive",
         "Worker processes seen within two heartbeat rounds (2 x STALE_AFTER / 5).",
@@ -213,3 +271,41 @@ def _job_families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
     for job, n in sorted(snap.dead_letters.items()):
         dead.add_metric([job], n)
     yield from (in_flight, dead)
+
+
+def _protection_families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
+    circuits = GaugeMetricFamily(
+        "strait_circuits", "Endpoint circuits, by state.", labels=["state"]
+    )
+    for state, n in sorted(snap.circuits.items()):
+        circuits.add_metric([state], n)
+    score = GaugeMetricFamily(
+        "strait_endpoint_health_score",
+        "Endpoint health score (0-100), by endpoint and level.",
+        labels=["endpoint", "level"],
+    )
+    for url, (value, level) in sorted(snap.health.items()):
+        score.add_metric([url, level], value)
+    yield from (circuits, score)
+    budget = GaugeMetricFamily(
+        "strait_budget_daily", "Each project's daily budget.", labels=["project"]
+    )
+    spent = GaugeMetricFamily(
+        "strait_budget_spent", "What each project spent today.", labels=["project"]
+    )
+    reserved = GaugeMetricFamily(
+        "strait_budget_reserved",
+        "What each project's runs in flight have reserved today.",
+        labels=["project"],
+    )
+    soft = GaugeMetricFamily(
+        "strait_budget_soft_limit_reached",
+        "1 once a project's committed budget reached its soft limit today.",
+        labels=["project"],
+    )
+    for g in snap.budgets:
+        budget.add_metric([g.project], g.daily_budget)
+        spent.add_metric([g.project], g.spent)
+        reserved.add_metric([g.project], g.reserved)
+        soft.add_metric([g.project], 1.0 if g.soft_limit_reached else 0.0)
+    yield from (budget, spent, reserved, soft)

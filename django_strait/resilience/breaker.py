@@ -1,10 +1,15 @@
 """A worker's circuit breaker: circuits cached in memory, a gate at claim, an account at record.
 
 The cache holds only circuits that are not quiet (open, half-open, or closed
-with failures counted) and is reloaded at most every ``ttl`` seconds, so a
-reset in the admin or a circuit opened by another worker reaches this worker
-within a second or two. While every endpoint is healthy, neither the gate nor
-the recorder touches the database for circuits.
+with failures counted) and endpoints that are not healthy, and is reloaded at
+most every ``ttl`` seconds, so a reset in the admin or a circuit opened by
+another worker reaches this worker within a second or two. While every
+endpoint is healthy, neither the gate nor the recorder touches the database
+for circuits.
+
+The gate also picks each run's endpoint: the first of the run's endpoints
+(primary, then fallbacks, in the order the run should try them) that its
+circuit and health admit. A run none of them admits is held.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
+from django_strait.resilience import health as endpoint_health
 from django_strait.resilience import store
 from django_strait.resilience.policy import (
     PROBE_MARGIN,
@@ -36,7 +42,8 @@ class Candidate:
     """A claimed run of an HTTP job: what the gate needs to know about it."""
 
     run_id: int
-    endpoint_url: str
+    #: Where the run may go, in the order to try: the primary first unless failing over.
+    endpoints: tuple[str, ...]
     timeout_secs: float
 
 
@@ -49,6 +56,25 @@ class Attempted:
     status_code: int | None
 
 
+@dataclass(slots=True)
+class Gated:
+    """The gate's decisions for one claimed batch."""
+
+    #: Run id -> the endpoint it goes to.
+    chosen: dict[int, str] = field(default_factory=dict)
+    #: Run id -> why it waits, and until when.
+    held: dict[int, Admission] = field(default_factory=dict)
+
+
+def _held(holds: list[Admission]) -> Admission:
+    """One hold for a run none of its endpoints admits: its primary's reason, the soonest time."""
+    until = min((h.until for h in holds if h.until is not None), default=None)
+    reason = holds[0].reason
+    if len(holds) > 1:
+        reason += f" (its {len(holds) - 1} fallback endpoint(s) are held too)"
+    return Admission(Verdict.HOLD, until, reason, holds[0].error_type)
+
+
 class CircuitBreaker:
     """Circuits of every endpoint this worker calls, shared by its claim and record threads."""
 
@@ -57,6 +83,7 @@ class CircuitBreaker:
         self.ttl = ttl
         self._lock = threading.Lock()
         self._circuits: dict[str, Circuit] = {}
+        self._unwell: dict[str, endpoint_health.Health] = {}
         self._loaded_at = float("-inf")
 
     # -- cache -----------------------------------------------------------------------
@@ -66,8 +93,10 @@ class CircuitBreaker:
         if not force and time.monotonic() - self._loaded_at < self.ttl:
             return
         circuits = store.load_active(using=self.using)
+        unwell = endpoint_health.load_unwell(using=self.using)
         with self._lock:
-            self._circuits, self._loaded_at = circuits, time.monotonic()
+            self._circuits, self._unwell = circuits, unwell
+            self._loaded_at = time.monotonic()
 
     def get(self, url: str) -> Circuit | None:
         """Return the cached circuit of ``url`` (None: closed, no failures)."""
@@ -90,36 +119,47 @@ class CircuitBreaker:
         *,
         now: dt.datetime,
         cooldown: dt.timedelta,
-    ) -> dict[int, Admission]:
-        """Return the admission of each run (by id) that may not start; call inside the claim.
+    ) -> Gated:
+        """Pick each run's endpoint, or hold the run if none may be called; call inside the claim.
 
-        Candidates come in claim order: when a circuit may be probed, the first
-        of its runs is the probe and the rest wait for its result.
+        Candidates come in claim order: when an endpoint may be probed, the
+        first run that reaches it is the probe and the others wait for its result
+        (or go to their next endpoint).
         """
+        gated = Gated()
         if not candidates:
-            return {}
+            return gated
         self.refresh()
-        held: dict[int, Admission] = {}
         decided: dict[str, Admission] = {}
         for cand in candidates:
-            admission = decided.get(cand.endpoint_url)
-            if admission is None:
-                admission = self._first(cand, now, cooldown)
-                decided[cand.endpoint_url] = self._after_first(cand, admission, now, cooldown)
-            if admission.verdict is not Verdict.START:
-                held[cand.run_id] = admission
-        return held
+            holds: list[Admission] = []
+            for url in cand.endpoints:
+                admission = decided.get(url)
+                if admission is None:
+                    admission = self._first(url, cand, now, cooldown)
+                    decided[url] = self._after_first(url, cand, admission, now, cooldown)
+                if admission.verdict is Verdict.START:
+                    gated.chosen[cand.run_id] = url
+                    break
+                holds.append(admission)
+            else:
+                gated.held[cand.run_id] = _held(holds)
+        return gated
 
-    def _first(self, cand: Candidate, now: dt.datetime, cooldown: dt.timedelta) -> Admission:
-        circuit = self.get(cand.endpoint_url)
+    def _first(
+        self, url: str, cand: Candidate, now: dt.datetime, cooldown: dt.timedelta
+    ) -> Admission:
+        circuit = self.get(url)
         timeout = dt.timedelta(seconds=cand.timeout_secs)
         admission = admit(circuit, now=now, cooldown=cooldown, timeout=timeout)
+        if admission.verdict is Verdict.START:
+            return self._first_by_health(url, now, cooldown)
         if admission.verdict is not Verdict.PROBE:
             return admission
         assert circuit is not None
         lost_before = now - timeout - PROBE_MARGIN
         won = store.win_probe(
-            cand.endpoint_url, now=now, cooldown=cooldown, lost_before=lost_before, using=self.using
+            url, now=now, cooldown=cooldown, lost_before=lost_before, using=self.using
         )
         # Won or not, the circuit is half-open now (this worker's probe or another's).
         self._put([probing(circuit, now)])
@@ -127,15 +167,34 @@ class CircuitBreaker:
             return Admission(Verdict.START)
         return admit(probing(circuit, now), now=now, cooldown=cooldown, timeout=timeout)
 
+    def _first_by_health(self, url: str, now: dt.datetime, cooldown: dt.timedelta) -> Admission:
+        health = self._unwell.get(url)
+        admission = endpoint_health.admit(health, now=now, cooldown=cooldown, may_probe=True)
+        if admission.verdict is not Verdict.PROBE:
+            return admission
+        assert health is not None
+        won = endpoint_health.win_probe(url, now=now, cooldown=cooldown, using=self.using)
+        probed = replace(health, probe_started_at=now)
+        with self._lock:
+            self._unwell[url] = probed
+        if won:
+            return Admission(Verdict.START)
+        return endpoint_health.admit(probed, now=now, cooldown=cooldown, may_probe=False)
+
     def _after_first(
-        self, cand: Candidate, first: Admission, now: dt.datetime, cooldown: dt.timedelta
+        self, url: str, cand: Candidate, first: Admission, now: dt.datetime, cooldown: dt.timedelta
     ) -> Admission:
         """Return the admission of the endpoint's other runs in this batch."""
         if first.verdict is Verdict.HOLD:
             return first
-        # Closed: they start too. Half-open: the first run is the probe; they wait for it.
+        # Closed: they start too. Half-open or probed: the first run is the probe; they wait.
         timeout = dt.timedelta(seconds=cand.timeout_secs)
-        return admit(self.get(cand.endpoint_url), now=now, cooldown=cooldown, timeout=timeout)
+        admission = admit(self.get(url), now=now, cooldown=cooldown, timeout=timeout)
+        if admission.verdict is not Verdict.START:
+            return admission
+        with self._lock:
+            health = self._unwell.get(url)
+        return endpoint_health.admit(health, now=now, cooldown=cooldown, may_probe=False)
 
     # -- account ---------------------------------------------------------------------
 

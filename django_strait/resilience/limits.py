@@ -5,7 +5,9 @@ KEY UPDATE``: it excludes other claims but not the inserts of new runs, which
 only take a key-share lock). Under that lock:
 
 - concurrency counts the job's dequeued and executing runs on the partial
-  index ``strait_run_active`` (active runs only, never history);
+  index ``strait_run_active`` (active runs only, never history); while the
+  job's endpoint is degraded the limit is scaled down with its health score
+  (read in the same statement as the lock);
 - the rate limit adds the runs it lets start to the job's current window row
   (``JobRateWindow``), capped at ``rate_limit_max``, in one upsert that also
   drops the job's older windows.
@@ -22,10 +24,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.db import connections
-from django.db.models import Count
+from django.db.models import Count, OuterRef, Subquery
 from django.utils import timezone
 
-from django_strait.models import Job, JobRateWindow, JobRun
+from django_strait.models import EndpointHealth, Job, JobRateWindow, JobRun
+from django_strait.resilience.health import effective_concurrency
 from django_strait.states import RunStatus
 
 #: How long a run over its job's concurrency limit waits before it is claimable again.
@@ -34,6 +37,7 @@ CONCURRENCY_WAIT = dt.timedelta(seconds=1)
 _JOB_TABLE = Job._meta.db_table
 _RUN_TABLE = JobRun._meta.db_table
 _WINDOW_TABLE = JobRateWindow._meta.db_table
+_HEALTH_TABLE = EndpointHealth._meta.db_table
 _ACTIVE = (RunStatus.DEQUEUED.value, RunStatus.EXECUTING.value)
 
 
@@ -53,6 +57,15 @@ class Limits:
     max_concurrency: int | None
     rate_max: int | None
     rate_window_secs: float | None
+    #: The health score of the job's endpoint (None: a Python job, or no results yet).
+    health_score: float | None = None
+
+    @property
+    def concurrency(self) -> int | None:
+        """The concurrency limit now: max_concurrency, scaled down while the endpoint is degraded."""
+        if self.max_concurrency is None:
+            return None
+        return effective_concurrency(self.max_concurrency, self.health_score)
 
     @property
     def rate_limited(self) -> bool:
@@ -109,8 +122,10 @@ def _lock_jobs(job_ids: list[int], using: str) -> dict[int, Limits]:
     # SQLite needs no lock: the claim's UPDATE already holds the database's write lock.
     if connections[using].vendor == "postgresql":
         sql = (
-            f"SELECT id, max_concurrency, rate_limit_max, rate_limit_window_secs "
-            f"FROM {_JOB_TABLE} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE"
+            f"SELECT j.id, j.max_concurrency, j.rate_limit_max, j.rate_limit_window_secs, h.score "
+            f"FROM {_JOB_TABLE} AS j LEFT JOIN {_HEALTH_TABLE} AS h "
+            f"ON j.endpoint_url <> '' AND h.endpoint_url = j.endpoint_url "
+            f"WHERE j.id = ANY(%s) ORDER BY j.id FOR NO KEY UPDATE OF j"
         )
         with connections[using].cursor() as cursor:
             cursor.execute(sql, [job_ids])
@@ -119,7 +134,16 @@ def _lock_jobs(job_ids: list[int], using: str) -> dict[int, Limits]:
         rows = (
             Job.objects.using(using)
             .filter(pk__in=job_ids)
-            .values_list("id", "max_concurrency", "rate_limit_max", "rate_limit_window_secs")
+            .annotate(
+                health_score=Subquery(
+                    EndpointHealth.objects.filter(endpoint_url=OuterRef("endpoint_url")).values(
+                        "score"
+                    )[:1]
+                )
+            )
+            .values_list(
+                "id", "max_concurrency", "rate_limit_max", "rate_limit_window_secs", "health_score"
+            )
         )
     return {row[0]: Limits(*row) for row in rows}
 
@@ -130,23 +154,28 @@ def _lock_jobs(job_ids: list[int], using: str) -> dict[int, Limits]:
 def _over_concurrency(
     by_job: dict[int, list[int]], limits: dict[int, Limits], using: str
 ) -> list[Held]:
-    capped = [jid for jid in by_job if jid in limits and limits[jid].max_concurrency is not None]
+    capped = [jid for jid in by_job if jid in limits and limits[jid].concurrency is not None]
     if not capped:
         return []
     active = _active_counts(capped, using)
     until = timezone.now() + CONCURRENCY_WAIT
     held = []
     for jid in capped:
-        limit = limits[jid].max_concurrency
+        lim = limits[jid]
+        limit = lim.concurrency
         assert limit is not None
         runs = by_job[jid]
         # The count includes this batch's runs (dequeued by this transaction).
         others = active.get(jid, 0) - len(runs)
         slots = max(0, limit - others)
-        reason = (
-            f"job at its max_concurrency of {limit} ({others} runs dequeued or executing); "
-            "no attempt spent"
-        )
+        if limit < (lim.max_concurrency or 0):
+            cap = (
+                f"its concurrency of {limit} (max_concurrency {lim.max_concurrency}, scaled down "
+                f"while its endpoint is degraded: health score {lim.health_score:.0f})"
+            )
+        else:
+            cap = f"its max_concurrency of {limit}"
+        reason = f"job at {cap} ({others} runs dequeued or executing); no attempt spent"
         held += [Held(rid, until, "limit.concurrency", reason) for rid in runs[slots:]]
     return held
 

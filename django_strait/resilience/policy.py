@@ -57,6 +57,8 @@ class Admission:
     verdict: Verdict
     until: dt.datetime | None = None
     reason: str = ""
+    #: The held run's error type: what holds it.
+    error_type: str = "circuit.open"
 
 
 class Result(enum.Enum):

@@ -13,18 +13,21 @@ import datetime as dt
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import Case, DateTimeField, F, Value, When
 from django.utils import timezone
 
-from django_strait.models import AttemptOutcome, JobRun, RunAttempt, RunRollup
+from django_strait.models import AttemptOutcome, EndpointHealth, JobRun, RunAttempt, RunRollup
+from django_strait.resilience import health as endpoint_health
 from django_strait.states import RunStatus, Transition
 
 RUN_TABLE = JobRun._meta.db_table
 ATTEMPT_TABLE = RunAttempt._meta.db_table
 ROLLUP_TABLE = RunRollup._meta.db_table
+HEALTH_TABLE = EndpointHealth._meta.db_table
 JOB_TABLE = "django_strait_job"
 
 
@@ -39,7 +42,13 @@ class Claimed:
     attempts_before_replay: int
     max_attempts: int | None
     retry_overrides: dict[str, Any] | None
+    #: The endpoint the run's last attempt called (where failing over starts from).
+    endpoint_used: str = ""
     started_at: dt.datetime | None = None
+    #: The endpoint the claim gate chose for this attempt (HTTP jobs).
+    endpoint: str = ""
+    #: What the claim reserved from the job's project budget for this attempt.
+    reserved_cost: Decimal | None = None
 
     @property
     def budget_used(self) -> int:
@@ -70,6 +79,10 @@ class Record:
     job: str = ""
     #: The job's id, for the per-minute rollup.
     job_id: int = 0
+    #: Budgets: the job's project, what the claim reserved, and what the attempt cost.
+    project_id: int | None = None
+    reserved_cost: Decimal | None = None
+    cost: Decimal | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +140,7 @@ SET status = 'dequeued', claimed_by = %s, dequeued_at = now(), heartbeat_at = no
     updated_at = now()
 FROM due WHERE r.id = due.id
 RETURNING r.id, r.job_id, r.payload, r.attempt, r.attempts_before_replay, r.max_attempts,
-          r.retry_overrides
+          r.retry_overrides, r.endpoint_used
 """
 
 
@@ -144,8 +157,8 @@ def _claim_pg(worker_id, queues, limit, using) -> list[Claimed]:
         cursor.execute(sql, [*params, limit, worker_id])
         rows = cursor.fetchall()
     return [
-        Claimed(rid, job_id, _load(payload), attempt, before, max_att, _load(overrides))
-        for rid, job_id, payload, attempt, before, max_att, overrides in rows
+        Claimed(rid, job_id, _load(payload), attempt, before, max_att, _load(overrides), used)
+        for rid, job_id, payload, attempt, before, max_att, overrides, used in rows
     ]
 
 
@@ -197,6 +210,7 @@ def _claim_orm_once(worker_id, queues, limit, using) -> tuple[int, list[Claimed]
             "attempts_before_replay",
             "max_attempts",
             "retry_overrides",
+            "endpoint_used",
         )
     )
     return len(ids), [Claimed(*row) for row in rows]
@@ -303,7 +317,8 @@ WITH v AS (
 u AS (
     UPDATE {RUN_TABLE} AS r
     SET status = '{Transition.UNCLAIM.target.value}', available_at = v.available_at, claimed_by = '',
-        dequeued_at = NULL, heartbeat_at = NULL, updated_at = now()
+        dequeued_at = NULL, heartbeat_at = NULL, error_type = v.error_type, last_error = v.error,
+        updated_at = now()
     FROM v
     WHERE r.id = v.id AND r.status = '{RunStatus.DEQUEUED.value}' AND r.claimed_by = %s
     RETURNING r.id, r.attempt
@@ -319,6 +334,8 @@ WHERE v.attempt_row
 
 def hold(worker_id: str, holds: Sequence[Hold], *, using: str = "default") -> None:
     """Put claimed runs back to queued until their ``available_at``; no attempt is spent.
+
+    The run shows why it waits: its ``error_type`` and ``last_error`` are the hold's.
 
     Each (unless ``attempt_row`` is off) gets a short-circuited attempt row
     numbered as the run's last real attempt (the unique constraint on numbers
@@ -352,6 +369,8 @@ def _hold_orm(worker_id: str, holds: Sequence[Hold], using: str) -> None:
         JobRun.objects.using(using).filter(pk=rid).update(
             status=Transition.UNCLAIM.target,
             available_at=by_id[rid].available_at,
+            error_type=by_id[rid].error_type,
+            last_error=by_id[rid].error,
             claimed_by="",
             dequeued_at=None,
             heartbeat_at=None,
@@ -415,8 +434,17 @@ def heartbeat(worker_id: str, run_ids: Sequence[int], *, using: str = "default")
 # -- record ------------------------------------------------------------------------
 
 
-def record(worker_id: str, records: Sequence[Record], *, using: str = "default") -> Recorded:
+def record(
+    worker_id: str,
+    records: Sequence[Record],
+    *,
+    health: Sequence[endpoint_health.Sample] = (),
+    using: str = "default",
+) -> Recorded:
     """Apply each record's transition and append its attempt row, atomically.
+
+    ``health`` (one sample per endpoint of the batch) is folded into the
+    endpoints' health rows in the same statement.
 
     Only runs still executing under this worker at that attempt move (the guard);
     a run whose cancel was asked meanwhile becomes canceled instead.
@@ -424,8 +452,8 @@ def record(worker_id: str, records: Sequence[Record], *, using: str = "default")
     if not records:
         return Recorded()
     if _is_postgres(using):
-        return _record_pg(worker_id, records, using)
-    return _record_orm(worker_id, records, using)
+        return _record_pg(worker_id, records, health, using)
+    return _record_orm(worker_id, records, health, using)
 
 
 # One array per column: a constant query text, and psycopg adapts 14 lists much
@@ -467,9 +495,42 @@ rollup AS (
     ON CONFLICT (minute, job_id, status) DO UPDATE
     SET count = t.count + EXCLUDED.count,
         total_duration_ms = t.total_duration_ms + EXCLUDED.total_duration_ms
+),
+-- Endpoint health: each EWMA moves as count steps toward the batch's mean (keep = its
+-- old weight); score and level are generated columns.
+hv AS (
+    SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::float8[], %s::float8[], %s::float8[],
+                         %s::float8[], %s::float8[])
+        AS hv(url, n, keep, s, f, p95, timeout)
+),
+health AS (
+    INSERT INTO {HEALTH_TABLE} AS t (endpoint_url, success_rate, failure_rate, latency_p95_ms,
+        timeout_ms, samples, updated_at)
+    SELECT url, keep + s * (1 - keep), f * (1 - keep), p95, timeout, n, now()
+    FROM hv ORDER BY url
+    ON CONFLICT (endpoint_url) DO UPDATE
+    SET (success_rate, failure_rate, latency_p95_ms, timeout_ms, samples, updated_at) = (
+        SELECT t.success_rate * hv.keep + hv.s * (1 - hv.keep),
+               t.failure_rate * hv.keep + hv.f * (1 - hv.keep),
+               t.latency_p95_ms * hv.keep + hv.p95 * (1 - hv.keep),
+               hv.timeout, t.samples + hv.n, now()
+        FROM hv WHERE hv.url = t.endpoint_url
+    )
 )
 SELECT id, status FROM u
 """
+
+
+def _health_columns(samples: Sequence[endpoint_health.Sample]) -> list[list[Any]]:
+    return [
+        [s.endpoint_url for s in samples],
+        [s.count for s in samples],
+        [s.keep for s in samples],
+        [s.success for s in samples],
+        [s.failure for s in samples],
+        [s.p95_ms for s in samples],
+        [s.timeout_ms for s in samples],
+    ]
 
 
 def _columns(records: Sequence[Record]) -> list[list[Any]]:
@@ -496,14 +557,15 @@ def _columns(records: Sequence[Record]) -> list[list[Any]]:
     return [list(column) for column in zip(*rows, strict=True)]
 
 
-def _record_pg(worker_id, records, using) -> Recorded:
+def _record_pg(worker_id, records, health, using) -> Recorded:
+    params = [*_columns(records), worker_id, worker_id, *_health_columns(health)]
     with connections[using].cursor() as cursor:
-        cursor.execute(_RECORD_PG, [*_columns(records), worker_id, worker_id])
+        cursor.execute(_RECORD_PG, params)
         moved = dict(cursor.fetchall())
     return Recorded(moved, [r.run_id for r in records if r.run_id not in moved])
 
 
-def _record_orm(worker_id, records, using) -> Recorded:
+def _record_orm(worker_id, records, health, using) -> Recorded:
     done = Recorded()
     with transaction.atomic(using=using):
         for rec in records:
@@ -517,6 +579,7 @@ def _record_orm(worker_id, records, using) -> Recorded:
             [_attempt(rec, worker_id) for rec in records if rec.run_id in done.moved]
         )
         _rollup_orm(records, done.moved, using)
+        endpoint_health.write(health, using=using)
     return done
 
 

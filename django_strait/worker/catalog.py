@@ -14,11 +14,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django_strait.dispatch.failover import endpoints_of
 from django_strait.models import Job
 from django_strait.registry import resolve_callable
 from django_strait.retry import PolicyError, RetryPolicy, resolve
 
 logger = logging.getLogger(__name__)
+
+#: Job.timeout_secs's default, for a job not loaded (yet).
+DEFAULT_TIMEOUT_SECS = Job._meta.get_field("timeout_secs").default
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +35,8 @@ class JobInfo:
     handler: Callable[..., Any] | None = None
     #: Why the handler could not be imported (the run then fails, retryably).
     handler_error: str = ""
+    #: An HTTP job's endpoints, primary first, then its fallbacks.
+    endpoints: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -45,6 +51,11 @@ class Catalog:
         self.using = using
         self._jobs: dict[int, JobInfo] = {}
         self._policies: dict[tuple[int, int | None, str], RetryPolicy] = {}
+
+    def timeout_of(self, job_id: int) -> float:
+        """Return a loaded job's timeout in seconds (the default if it is not loaded)."""
+        info = self._jobs.get(job_id)
+        return info.row.timeout_secs if info is not None else DEFAULT_TIMEOUT_SECS
 
     def ensure(self, job_ids: Iterable[int]) -> None:
         """Load the jobs among ``job_ids`` that are missing or stale (DB thread only)."""
@@ -85,7 +96,11 @@ class Catalog:
             logger.error("job %s has an invalid retry policy (%s); using defaults", row.name, exc)
             policy = resolve(Job(name=row.name))
         if not row.handler:
-            return JobInfo(row, policy, now)
+            fallbacks = (
+                row.fallback_endpoint_urls if isinstance(row.fallback_endpoint_urls, list) else []
+            )
+            endpoints = endpoints_of(row.endpoint_url, [u for u in fallbacks if isinstance(u, str)])
+            return JobInfo(row, policy, now, endpoints=endpoints if row.endpoint_url else ())
         try:
             return JobInfo(row, policy, now, handler=resolve_callable(row.handler))
         except Exception as exc:  # ImportError, AttributeError, errors in the module itself

@@ -11,6 +11,7 @@ import datetime as dt
 import random
 from dataclasses import dataclass
 
+from django_strait.dispatch.failover import fails_over_at_once
 from django_strait.outcome import Action, Kind, Outcome
 from django_strait.retry import RetryPolicy, is_non_retryable, retry_delay_for
 from django_strait.states import Transition
@@ -42,8 +43,13 @@ def decide(
     policy: RetryPolicy,
     now: dt.datetime,
     rng: random.Random,
+    endpoints: tuple[str, ...] = (),
 ) -> Decision:
-    """Return what happens to a run whose attempt number ``budget_used`` gave ``outcome``."""
+    """Return what happens to a run whose attempt number ``budget_used`` gave ``outcome``.
+
+    ``endpoints``: an HTTP job's endpoints, primary first; a failed call that
+    should fail over at once (``dispatch.failover``) is retried now, on the next one.
+    """
     if outcome.kind is Kind.SUCCEEDED:
         return Decision(Transition.COMPLETE)
     if outcome.kind is Kind.ACTION and outcome.action in _ACTIONS:
@@ -52,7 +58,11 @@ def decide(
         outcome.kind is Kind.RETRYABLE
         and is_non_retryable(outcome.error_type, policy.non_retryable_errors)
     )
-    if not retryable or budget_used >= policy.max_attempts:
+    if budget_used >= policy.max_attempts:
+        return Decision(_EXHAUSTED[policy.on_exhaustion])
+    if fails_over_at_once(outcome, endpoints, non_retryable=not retryable):
+        return Decision(Transition.RETRY, now, 0.0)
+    if not retryable:
         return Decision(_EXHAUSTED[policy.on_exhaustion])
     delay = retry_delay_for(policy, budget_used, requested=outcome.retry_after, rng=rng)
     return Decision(Transition.RETRY, now + dt.timedelta(seconds=delay), delay)

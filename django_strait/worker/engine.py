@@ -22,19 +22,23 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, connections, transaction
 from django.utils import timezone
 
 from django_strait import signals
 from django_strait.conf import strait_settings
+from django_strait.dispatch import failover
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.python import RunContext, is_async, run_python, settle
 from django_strait.duties import default_duties, registry
 from django_strait.metrics.worker import WorkerMetrics
+from django_strait.models import AttemptOutcome
 from django_strait.outcome import Outcome, failure
-from django_strait.resilience import limits
+from django_strait.resilience import budgets, limits
+from django_strait.resilience import health as endpoint_health
 from django_strait.resilience.breaker import Attempted, Candidate, CircuitBreaker
 from django_strait.states import Transition
 from django_strait.transitions import batch
@@ -46,6 +50,8 @@ from django_strait.worker.heartbeat import Heartbeats
 from django_strait.worker.sync_runner import Done, SyncRunner
 
 logger = logging.getLogger(__name__)
+
+ZERO = Decimal(0)
 
 T = TypeVar("T")
 
@@ -386,18 +392,22 @@ class Worker:
         return started
 
     def _gate(self, claimed: list[Claimed]) -> list[Hold]:
-        """Load the claimed runs' jobs; return the runs their limits or circuits hold back.
+        """Load the claimed runs' jobs; return the runs their limits, circuits or budgets hold back.
 
         Runs inside the claim transaction, on the claim thread. Limits come
         first: a run they hold does not reach its circuit, so it cannot take a
-        half-open probe it would not send. Python jobs are never held by circuits.
+        half-open probe it would not send; budgets come last, so only runs that
+        will start reserve. Python jobs are never held by circuits or health.
         """
         self.catalog.ensure({r.job_id for r in claimed})
-        holds = self._limit_holds(claimed)
-        if holds:
-            held = {h.run_id for h in holds}
-            claimed = [run for run in claimed if run.id not in held]
-        return holds + self._circuit_holds(claimed)
+        holds: list[Hold] = []
+        for step in (self._limit_holds, self._circuit_holds, self._budget_holds):
+            more = step(claimed)
+            if more:
+                held = {h.run_id for h in more}
+                claimed = [run for run in claimed if run.id not in held]
+                holds += more
+        return holds
 
     def _limit_holds(self, claimed: list[Claimed]) -> list[Hold]:
         """Return the runs their job's concurrency or rate limit holds back (no attempt row)."""
@@ -414,22 +424,42 @@ class Worker:
         ]
 
     def _circuit_holds(self, claimed: list[Claimed]) -> list[Hold]:
-        """Return the runs their endpoint's circuit holds back."""
+        """Pick each HTTP run's endpoint; return the runs that no endpoint's circuit or health admits."""
         candidates = []
         for run in claimed:
-            row = self.catalog.get(run.job_id).row
-            if row.endpoint_url:
-                candidates.append(Candidate(run.id, row.endpoint_url, row.timeout_secs))
+            endpoints = self.catalog.get(run.job_id).endpoints
+            if endpoints:
+                ordered = failover.order(
+                    endpoints, last_used=run.endpoint_used, attempts_spent=run.budget_used
+                )
+                timeout = self.catalog.get(run.job_id).row.timeout_secs
+                candidates.append(Candidate(run.id, ordered, timeout))
         if not candidates:
             return []
         cooldown = dt.timedelta(seconds=strait_settings.CIRCUIT_COOLDOWN)
         now = timezone.now()
-        held = self.circuits.gate(candidates, now=now, cooldown=cooldown)
-        urls = {c.run_id: c.endpoint_url for c in candidates}
+        gated = self.circuits.gate(candidates, now=now, cooldown=cooldown)
+        for run in claimed:
+            run.endpoint = gated.chosen.get(run.id, "")
+        firsts = {c.run_id: c.endpoints[0] for c in candidates}
         return [
-            Hold(rid, admission.until or now, "circuit.open", admission.reason, urls[rid])
-            for rid, admission in held.items()
+            Hold(rid, admission.until or now, admission.error_type, admission.reason, firsts[rid])
+            for rid, admission in gated.held.items()
         ]
+
+    def _budget_holds(self, claimed: list[Claimed]) -> list[Hold]:
+        """Reserve the cost of runs whose job has a project; return those that do not fit."""
+        pending = []
+        for run in claimed:
+            row = self.catalog.get(run.job_id).row
+            if row.project_id is not None and row.estimated_cost is not None:
+                pending.append(budgets.Pending(run.id, row.project_id, row.estimated_cost))
+        if not pending:
+            return []  # the fast path: no budgeted job in the batch, no statement
+        reserved, held = budgets.reserve(pending, now=timezone.now(), using=self.config.using)
+        for run in claimed:
+            run.reserved_cost = reserved.get(run.id)
+        return [Hold(h.run_id, h.until, budgets.BUDGET_ERROR, h.reason) for h in held]
 
     # -- executing -----------------------------------------------------------------
 
@@ -478,7 +508,7 @@ class Worker:
                     job=row.name,
                     attempt=run.attempt,
                     payload=run.payload,
-                    url=row.endpoint_url,
+                    url=run.endpoint or row.endpoint_url,
                     method=row.http_method,
                     headers=row.headers or {},
                     signing_secret=row.signing_secret,
@@ -536,6 +566,9 @@ class Worker:
                 response_excerpt=trim(outcome.response_excerpt, 1000),
                 job=info.name if info is not None else "",
                 job_id=run.job_id,
+                project_id=info.row.project_id if info is not None else None,
+                reserved_cost=run.reserved_cost,
+                cost=_cost(run, info, outcome),
             )
         )
         del self._inflight[run.id]
@@ -552,7 +585,12 @@ class Worker:
             assert info is not None, "job not loaded"
             policy = self.catalog.policy(info, run.max_attempts, run.retry_overrides)
             return decide(
-                outcome, budget_used=run.budget_used, policy=policy, now=now, rng=self._rng
+                outcome,
+                budget_used=run.budget_used,
+                policy=policy,
+                now=now,
+                rng=self._rng,
+                endpoints=info.endpoints,
             )
         except Exception:
             logger.exception(
@@ -592,11 +630,40 @@ class Worker:
     def _record_and_announce(self, chunk: list[Record]) -> batch.Recorded:
         """Record a batch, then send its signals (on the record thread: receivers may use the ORM)."""
         cfg = self.config
-        done = batch.record(cfg.worker_id, chunk, using=cfg.using)
+        spends = [
+            budgets.Spend(r.run_id, r.project_id, r.started_at, r.reserved_cost, r.cost or ZERO)
+            for r in chunk
+            if r.reserved_cost is not None and r.project_id is not None
+        ]
+        health = self._health_samples(chunk)
+        if spends:
+            with transaction.atomic(using=cfg.using):
+                done = batch.record(cfg.worker_id, chunk, health=health, using=cfg.using)
+                budgets.settle(spends, using=cfg.using)
+        else:
+            done = batch.record(cfg.worker_id, chunk, health=health, using=cfg.using)
         if done.moved:
             signals.send_recorded(chunk, done, {r.run_id: r.job for r in chunk}, using=cfg.using)
         self._account_circuits(chunk)
         return done
+
+    def _health_samples(self, chunk: list[Record]) -> list[endpoint_health.Sample]:
+        """Summarize the batch's HTTP answers per endpoint (written with the results)."""
+        answers = [
+            endpoint_health.Answer(
+                r.endpoint,
+                r.outcome == AttemptOutcome.SUCCEEDED,
+                r.error_type,
+                r.status_code,
+                r.duration_ms,
+                self.catalog.timeout_of(r.job_id),
+            )
+            for r in chunk
+            if r.endpoint
+        ]
+        if not answers:
+            return []
+        return endpoint_health.summarize(answers, alpha=strait_settings.HEALTH_EWMA_ALPHA)
 
     def _account_circuits(self, chunk: list[Record]) -> None:
         """Count the batch's HTTP outcomes against their endpoints' circuits."""
@@ -675,6 +742,23 @@ class Worker:
             if time.monotonic() - last_stats >= cfg.stats_interval:
                 logger.info("worker %s: %s", cfg.worker_id, self.stats.line())
                 last_stats = time.monotonic()
+
+
+def _cost(run: Claimed, info: JobInfo | None, outcome: Outcome) -> Decimal | None:
+    """What an attempt of a budgeted job cost: the endpoint's word, else the estimate.
+
+    A call that never reached its endpoint (refused, no connection) costs nothing.
+    """
+    if run.reserved_cost is None or info is None:
+        return None
+    if outcome.cost is not None:
+        return outcome.cost
+    reached = (
+        not info.row.endpoint_url
+        or outcome.status_code is not None
+        or outcome.attempt_outcome == AttemptOutcome.TIMED_OUT
+    )
+    return info.row.estimated_cost if reached else ZERO
 
 
 def _extra(run: Claimed, info: JobInfo | None) -> dict[str, Any]:

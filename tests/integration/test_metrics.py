@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import urllib.request
+from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
@@ -16,7 +17,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from django_strait.metrics import WorkerMetrics
 from django_strait.metrics.database import dead_letters_by_job, in_flight_by_job, queued_by_queue
-from django_strait.models import JobRun, WorkerProcess
+from django_strait.models import (
+    BudgetLedger,
+    EndpointCircuit,
+    EndpointHealth,
+    JobRun,
+    Project,
+    WorkerProcess,
+)
 from django_strait.states import Transition
 from django_strait.transitions.batch import Record, Recorded
 from tests.integration.factories import make_job, make_run
@@ -153,6 +161,44 @@ def test_metrics_view__reports_queues_in_flight_dead_letters_and_workers(staff_c
     assert got[("strait_workers_alive", ())] == 1
     assert got[("strait_workers_in_flight", ())] == 3
     assert got[("strait_runs_estimate", ())] == JobRun.objects.count() == 16
+
+
+def test_metrics_view__reports_circuits_health_and_todays_budgets(staff_client):
+    now = timezone.now()
+    EndpointCircuit.objects.create(endpoint_url="http://127.0.0.1:1/a", state="open", opened_at=now)
+    EndpointCircuit.objects.create(endpoint_url="http://127.0.0.1:1/b")
+    EndpointHealth.objects.create(
+        endpoint_url="http://127.0.0.1:1/a", success_rate=0.1, failure_rate=0.9
+    )
+    acme = Project.objects.create(name="acme", daily_budget=Decimal(50))
+    Project.objects.create(name="idle", daily_budget=Decimal(5))
+    BudgetLedger.objects.create(
+        project=acme,
+        day=timezone.localdate(now),
+        spent=Decimal("41.5"),
+        reserved=Decimal(2),
+        soft_warning_sent_at=now,
+    )
+    BudgetLedger.objects.create(
+        project=acme, day=timezone.localdate(now) - dt.timedelta(days=1), spent=Decimal(50)
+    )
+
+    got = samples(staff_client.get("/metrics/").content.decode())
+
+    assert got[("strait_circuits", (("state", "open"),))] == 1
+    assert got[("strait_circuits", (("state", "closed"),))] == 1
+    assert got[("strait_circuits", (("state", "half_open"),))] == 0
+    key = (
+        "strait_endpoint_health_score",
+        (("endpoint", "http://127.0.0.1:1/a"), ("level", "unhealthy")),
+    )
+    assert got[key] == pytest.approx(100 * (0.5 * 0.1 + 0.3 * 0.1 + 0.2))
+    assert got[("strait_budget_daily", (("project", "acme"),))] == 50
+    assert got[("strait_budget_spent", (("project", "acme"),))] == 41.5
+    assert got[("strait_budget_reserved", (("project", "acme"),))] == 2
+    assert got[("strait_budget_soft_limit_reached", (("project", "acme"),))] == 1
+    assert got[("strait_budget_spent", (("project", "idle"),))] == 0
+    assert got[("strait_budget_soft_limit_reached", (("project", "idle"),))] == 0
 
 
 def test_metrics_view__a_queue_that_emptied_reports_zero_rather_than_vanishing(staff_client):
