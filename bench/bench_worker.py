@@ -10,6 +10,8 @@ Phases (each a median over ``--reps``):
   drain_http       N HTTP runs against a fast endpoint in its own process on 127.0.0.1
   latency          idle worker, one run at a time: trigger -> started_at, median and p95
   rss              the drain worker's peak RSS (VmHWM) in MB
+  --protect        off (default) | limits | all: the same drain with never-binding
+                   limits (and a budget and a fallback): the protection layer's cost
   cpu per run      the drain worker's CPU time (user + system) per run, including its
                    start-up (~0.8 s), and steady (first completion to last): steadier
                    than runs/s when other work shares the machine
@@ -74,16 +76,53 @@ def clear() -> None:
             c.execute(f"VACUUM ANALYZE {JobRun._meta.db_table}")
 
 
-def make_jobs(endpoint: str | None) -> None:
-    from django_strait.models import Job
+#: --protect: what each level configures on the bench jobs (all of it generous enough
+#: never to hold a run, so the figure is the protection layer's own cost).
+PROTECT_LEVELS = ("off", "limits", "all")
 
+
+def make_jobs(endpoint: str | None, protect: str = "off") -> None:
+    """Create the bench jobs; ``protect`` adds limits (and a budget and a fallback) to them.
+
+    Circuits and endpoint health are always on for HTTP jobs (they cannot be
+    switched off); ``limits`` adds max_concurrency and a rate limit that never
+    bind, ``all`` also a project budget that never runs out and a fallback URL.
+    """
+    from decimal import Decimal
+
+    from django_strait.models import EndpointHealth, Job, Project
+
+    limits = {"max_concurrency": None, "rate_limit_max": None, "rate_limit_window_secs": None}
+    budget: dict = {"project": None, "estimated_cost": None}
+    fallbacks: list[str] = []
+    if protect in ("limits", "all"):
+        limits = {
+            "max_concurrency": 100_000,
+            "rate_limit_max": 1_000_000_000,
+            "rate_limit_window_secs": 60.0,
+        }
+    if protect == "all":
+        project, _ = Project.objects.update_or_create(
+            name="bench", defaults={"daily_budget": Decimal(10) ** 11}
+        )
+        budget = {"project": project, "estimated_cost": Decimal("0.001")}
+        fallbacks = [endpoint + "fallback"] if endpoint else []
+    EndpointHealth.objects.all().delete()
     Job.objects.update_or_create(
-        name="bench-noop", defaults={"handler": "bench.jobs.noop", "endpoint_url": ""}
+        name="bench-noop",
+        defaults={"handler": "bench.jobs.noop", "endpoint_url": "", **limits, **budget},
     )
     if endpoint:
         Job.objects.update_or_create(
             name="bench-http",
-            defaults={"endpoint_url": endpoint, "handler": "", "timeout_secs": 10},
+            defaults={
+                "endpoint_url": endpoint,
+                "handler": "",
+                "timeout_secs": 10,
+                "fallback_endpoint_urls": fallbacks,
+                **limits,
+                **budget,
+            },
         )
 
 
@@ -268,11 +307,18 @@ def main() -> None:
     ap.add_argument("--latency-samples", type=int, default=30)
     ap.add_argument("--only", default="bulk_trigger,drain_noop,drain_http,latency")
     ap.add_argument("--db", default=os.environ.get("DATABASE_URL", DEFAULT_DB))
+    ap.add_argument(
+        "--protect",
+        choices=PROTECT_LEVELS,
+        default="off",
+        help="limits: never-binding max_concurrency and rate limit on the bench jobs; "
+        "all: also a budget that never runs out and a fallback endpoint",
+    )
     args = ap.parse_args()
     phases = args.only.split(",")
     setup_django(args.db)
     endpoint_proc, url = start_endpoint() if "drain_http" in phases else (None, None)
-    make_jobs(url)
+    make_jobs(url, args.protect)
     raw: dict[str, list] = {p: [] for p in phases}
     try:
         for _ in range(args.reps):
@@ -300,6 +346,7 @@ def main() -> None:
         "reps": args.reps,
         "concurrency": args.concurrency,
         "batch_size": args.batch_size,
+        "protect": args.protect,
     }
     if raw.get("bulk_trigger"):
         out["bulk_trigger_runs_per_s"] = summarize(raw["bulk_trigger"])
