@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 from collections import Counter
@@ -134,6 +135,28 @@ def worker_env(django_db_blocker) -> dict[str, str]:
 def worker_command(*args: str) -> list[str]:
     """The command line of a worker subprocess (tests.settings)."""
     return [sys.executable, "-m", "django", "run_strait_worker", *args]
+
+
+def spawn_workers(env: dict[str, str], *args: str, count: int = 4) -> list[subprocess.Popen]:
+    """Start ``count`` worker processes ``w0``.. with ``args``; they share this test's database."""
+    return [
+        subprocess.Popen(
+            worker_command(*args, "--worker-id", f"w{n}"),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for n in range(count)
+    ]
+
+
+def stop_workers(workers: list[subprocess.Popen]) -> list[str]:
+    """Stop worker processes gracefully (SIGTERM); return their outputs."""
+    for w in workers:
+        w.terminate()
+    return [w.communicate(timeout=60)[0] for w in workers]
 
 
 class SignalListener:

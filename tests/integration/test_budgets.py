@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import subprocess
 import time
 from collections import Counter
 from decimal import Decimal
@@ -16,7 +15,7 @@ from django_strait import signals, trigger_many
 from django_strait.models import BudgetLedger, Job, JobRun, Project, RunAttempt
 from django_strait.resilience.budgets import next_day_starts, today
 from django_strait.worker.engine import Worker, WorkerConfig
-from tests.conftest import ROOT, Reply, worker_command
+from tests.conftest import Reply, spawn_workers, stop_workers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -213,17 +212,7 @@ def test_budget__four_workers_racing__exactly_the_budget_dispatches(http_server,
     paid_job(http_server, project(str(BUDGETED)), cost="1")
     runs = trigger_many("paid", [{"i": i} for i in range(RUNS)])
     # Small batches: many claim transactions race for the ledger row.
-    workers = [
-        subprocess.Popen(
-            worker_command("--concurrency", "10", "--batch-size", "2", "--worker-id", f"w{n}"),
-            cwd=ROOT,
-            env=worker_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for n in range(4)
-    ]
+    workers = spawn_workers(worker_env, "--concurrency", "10", "--batch-size", "2")
     try:
         deadline = time.monotonic() + 60
         waiting = JobRun.objects.filter(status="queued", error_type="budget.exhausted")
@@ -234,9 +223,7 @@ def test_budget__four_workers_racing__exactly_the_budget_dispatches(http_server,
             time.sleep(0.2)
         time.sleep(1.0)  # anything that would over-commit would show now
     finally:
-        for w in workers:
-            w.terminate()
-        outputs = [w.communicate(timeout=60)[0] for w in workers]
+        outputs = stop_workers(workers)
     assert statuses() == expected, outputs
     assert sum(http_server.run_ids().values()) == BUDGETED
     assert set(http_server.run_ids().values()) == {1}

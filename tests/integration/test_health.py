@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import subprocess
 import time
 
 import pytest
@@ -14,7 +13,7 @@ from django.utils import timezone
 
 from django_strait import trigger_many
 from django_strait.models import EndpointHealth, Job, JobRun, RunAttempt
-from tests.conftest import ROOT, Reply, worker_command
+from tests.conftest import Reply, spawn_workers, stop_workers
 from tests.integration.test_limits import InFlight
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -172,26 +171,14 @@ def test_health__degraded_endpoint_scales_concurrency_seen_at_the_endpoint(
     runs = trigger_many("hook", [{"i": i} for i in range(40)])
     # A tiny alpha keeps the score where it is while these runs succeed.
     env = {**worker_env, "STRAIT_HEALTH_EWMA_ALPHA": "0.0001"}
-    workers = [
-        subprocess.Popen(
-            worker_command("--concurrency", "10", "--batch-size", "10", "--worker-id", f"w{n}"),
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for n in range(4)
-    ]
+    workers = spawn_workers(env, "--concurrency", "10", "--batch-size", "10")
     try:
         deadline = time.monotonic() + 120
         done = JobRun.objects.filter(pk__in=[r.pk for r in runs], status="completed")
         while done.count() < len(runs) and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
-        for w in workers:
-            w.terminate()
-        outputs = [w.communicate(timeout=60)[0] for w in workers]
+        outputs = stop_workers(workers)
     assert done.count() == len(runs), outputs
     assert health(http_server).level == "degraded"
     assert 1 <= route.most <= 4, route.most  # not the job's 8

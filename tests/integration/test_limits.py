@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import signal
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -22,7 +20,7 @@ from django_strait.api.auth import issue_key
 from django_strait.models import Job, JobRateWindow, JobRun, RunAttempt
 from django_strait.resilience.limits import window_bounds
 from django_strait.worker.engine import Worker, WorkerConfig
-from tests.conftest import ROOT, Reply, worker_command
+from tests.conftest import Reply, spawn_workers, stop_workers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -255,26 +253,14 @@ class InFlight:
 
 def race_workers(worker_env, runs: int, deadline: float = 120.0) -> list[str]:
     """Run 4 worker processes until ``runs`` runs are completed; return their outputs."""
-    workers = [
-        subprocess.Popen(
-            worker_command("--concurrency", "10", "--batch-size", "10", "--worker-id", f"w{n}"),
-            cwd=ROOT,
-            env=worker_env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for n in range(4)
-    ]
+    workers = spawn_workers(worker_env, "--concurrency", "10", "--batch-size", "10")
     # Not --burst: a worker whose whole batch is held has nothing due and would exit early.
     stop_at = time.monotonic() + deadline
     while time.monotonic() < stop_at:
         if JobRun.objects.filter(status="completed").count() == runs:
             break
         time.sleep(0.2)
-    for w in workers:
-        w.send_signal(signal.SIGTERM)
-    outputs = [w.communicate(timeout=60)[0] for w in workers]
+    outputs = stop_workers(workers)
     assert [w.returncode for w in workers] == [0, 0, 0, 0], outputs
     return outputs
 
