@@ -32,7 +32,15 @@ def run_condition(params: Mapping[str, str], *, allowed: tuple[str, ...] = RUN_F
     return condition
 
 
-def _listed(value: str, field: str) -> list[str]:
+def refuse_unknown(params: Mapping[str, str], allowed: tuple[str, ...]) -> None:
+    """Refuse a query parameter that is not in ``allowed``, naming it."""
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise InvalidField(unknown[0], f"unknown parameter; allowed: {', '.join(allowed)}")
+
+
+def listed(value: str, field: str) -> list[str]:
+    """Return the comma-separated values of ``field``; refuse an empty list."""
     items = [v.strip() for v in value.split(",") if v.strip()]
     if not items:
         raise InvalidField(field, "must name at least one value (several: comma-separated)")
@@ -40,7 +48,7 @@ def _listed(value: str, field: str) -> list[str]:
 
 
 def _status(value: str) -> Q:
-    statuses = _listed(value, "status")
+    statuses = listed(value, "status")
     unknown = [s for s in statuses if s not in RunStatus.values]
     if unknown:
         raise InvalidField(
@@ -50,7 +58,7 @@ def _status(value: str) -> Q:
 
 
 def _job(value: str) -> Q:
-    names = _listed(value, "job")
+    names = listed(value, "job")
     found = dict(Job.objects.filter(name__in=names).values_list("name", "pk"))
     missing = [n for n in names if n not in found]
     if missing:
@@ -59,12 +67,12 @@ def _job(value: str) -> Q:
 
 
 def _queue(value: str) -> Q:
-    return Q(queue__in=_listed(value, "queue"))
+    return Q(queue__in=listed(value, "queue"))
 
 
 def _error_type(value: str) -> Q:
     try:
-        return error_type_condition(_listed(value, "error_type"))
+        return error_type_condition(listed(value, "error_type"))
     except SelectionError as exc:
         raise InvalidField("error_type", exc.message) from None
 

@@ -25,7 +25,8 @@ from django_strait.api.errors import ErrorSerializer
 
 SETTINGS = {
     "TITLE": "django-strait",
-    "DESCRIPTION": "Trigger jobs, read runs, replay dead letters. Errors share one shape: "
+    "DESCRIPTION": "Trigger jobs, read runs, replay dead letters, read and reset circuits, "
+    "read endpoint health and budgets. Errors share one shape: "
     '{"error": {"code", "message", "details"}}.',
     "VERSION": __version__,
     "SCHEMA_PATH_PREFIX": "",
@@ -34,7 +35,11 @@ SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "django_strait.api.schema.drop_column_ranges",
     ],
-    "ENUM_NAME_OVERRIDES": {},
+    # Circuits and health both list health levels: one enum, named for what it is.
+    "ENUM_NAME_OVERRIDES": {
+        "HealthLevelEnum": "django_strait.models.health.HealthLevel",
+        "CircuitStateEnum": "django_strait.models.circuit.CircuitState",
+    },
 }
 
 
@@ -57,7 +62,7 @@ _WHY = {
     400: "A field or parameter is refused; details names it.",
     401: "No credentials, or credentials that are not valid.",
     403: "The key lacks the scope, or the user the permission, named in message.",
-    404: "No such job or run.",
+    404: "No such job, run, circuit or project; message names it.",
     409: "The run's status does not allow this.",
     413: "The body is larger than STRAIT['API_MAX_PAYLOAD_BYTES'].",
     415: "The body is not application/json.",

@@ -12,7 +12,16 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
-from django_strait.models import Job, JobRun, RunAttempt
+from django_strait.models import (
+    CircuitState,
+    EndpointCircuit,
+    EndpointHealth,
+    HealthLevel,
+    Job,
+    JobRun,
+    Project,
+    RunAttempt,
+)
 from django_strait.triggering import TriggerError
 
 #: Keys a trigger body may hold; each but ``payload`` is a keyword of ``trigger()``.
@@ -94,6 +103,10 @@ class TriggeredRunSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+#: A cost or budget amount, always a string in JSON (the project's DRF settings aside).
+COST = {"max_digits": 18, "decimal_places": 6, "coerce_to_string": True, "read_only": True}
+
+
 class AttemptSerializer(serializers.ModelSerializer):
     """One attempt of a run."""
 
@@ -110,6 +123,12 @@ class RunSerializer(serializers.ModelSerializer):
     """A run with its attempts, oldest first."""
 
     job = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    reserved_cost = serializers.DecimalField(
+        **COST, allow_null=True, help_text="Reserved from the budget for the attempt in flight."
+    )
+    actual_cost = serializers.DecimalField(
+        **COST, allow_null=True, help_text="What the run's attempts spent so far."
+    )
     attempts = AttemptSerializer(many=True, read_only=True)
 
     class Meta:
@@ -118,19 +137,18 @@ class RunSerializer(serializers.ModelSerializer):
             "id", "job", "status", "payload", "queue", "priority", "available_at",
             "idempotency_key", "attempt", "max_attempts", "retry_overrides", "result",
             "error_type", "last_error", "endpoint_used", "cancel_requested", "replay_count",
-            "replayed_by", "replayed_at", "created_at", "updated_at", "dequeued_at",
-            "started_at", "finished_at", "attempts",
+            "replayed_by", "replayed_at", "reserved_cost", "actual_cost", "created_at",
+            "updated_at", "dequeued_at", "started_at", "finished_at", "attempts",
         )  # fmt: skip
         read_only_fields = fields
 
 
-class RunSummarySerializer(serializers.ModelSerializer):
+class RunSummarySerializer(RunSerializer):
     """A run in a list: everything but its attempts."""
 
-    job = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    attempts = None  # type: ignore[assignment]
 
-    class Meta:
-        model = JobRun
+    class Meta(RunSerializer.Meta):
         fields = tuple(f for f in RunSerializer.Meta.fields if f != "attempts")
         read_only_fields = fields
 
@@ -159,20 +177,46 @@ JOB_FIELDS = (
     "retry_backoff_coefficient", "retry_max_delay_secs", "retry_delays_secs", "retry_jitter",
     "retry_function", "non_retryable_errors", "on_exhaustion", "schedule", "timezone",
     "schedule_missed", "schedule_overlap", "retention_days", "max_concurrency", "rate_limit_max",
-    "rate_limit_window_secs",
+    "rate_limit_window_secs", "project", "estimated_cost",
 )  # fmt: skip
+
+
+class ProjectNameField(serializers.SlugRelatedField):
+    """A project by its name; anything but a string is refused, not looked up as text."""
+
+    def to_internal_value(self, data: Any) -> Project:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
 
 
 class JobSerializer(StrictSerializerMixin, serializers.ModelSerializer):
     """A job definition; checked by ``Job.clean()`` as in the admin."""
 
     header_names = serializers.SerializerMethodField()
+    project = ProjectNameField(
+        slug_field="name",
+        queryset=Project.objects.all(),
+        allow_null=True,
+        required=False,
+        help_text="The name of the project whose daily budget the runs spend from; null for none.",
+        error_messages={
+            "does_not_exist": "no project named {value!r}; allowed: the name of an existing "
+            "project (add it in the admin), or null",
+            "invalid": "must be a project name (a string), or null",
+        },
+    )
 
     class Meta:
         model = Job
         fields = (*JOB_FIELDS, "header_names", "schedule_last_tick", "created_at", "updated_at")
         read_only_fields = ("schedule_last_tick", "created_at", "updated_at")
-        extra_kwargs = {"headers": {"write_only": True}, "signing_secret": {"write_only": True}}
+        extra_kwargs = {
+            "headers": {"write_only": True},
+            "signing_secret": {"write_only": True},
+            # A string whatever the project's COERCE_DECIMAL_TO_STRING says: the schema's type.
+            "estimated_cost": {"coerce_to_string": True},
+        }
 
     def get_header_names(self, job: Job) -> list[str]:
         """Return the names of the headers sent with every request (not their values)."""
@@ -320,3 +364,76 @@ class PauseSerializer(serializers.Serializer):
 
     name = serializers.CharField()
     enabled = serializers.BooleanField()
+
+
+class CircuitSerializer(serializers.ModelSerializer):
+    """An endpoint's circuit, with the health of the same URL (null before any result)."""
+
+    state = serializers.ChoiceField(choices=CircuitState.choices, read_only=True)
+    health_score = serializers.FloatField(read_only=True, allow_null=True)
+    health_level = serializers.ChoiceField(
+        choices=HealthLevel.choices, read_only=True, allow_null=True
+    )
+
+    class Meta:
+        model = EndpointCircuit
+        fields = (
+            "endpoint_url", "state", "failures", "opened_at", "last_failure_at",
+            "probe_started_at", "updated_at", "health_score", "health_level",
+        )  # fmt: skip
+        read_only_fields = fields
+
+
+class CircuitResetSerializer(StrictSerializerMixin, serializers.Serializer):
+    """Which circuit to close."""
+
+    endpoint_url = serializers.CharField(
+        max_length=2048, help_text="The endpoint URL exactly as circuits/ lists it."
+    )
+
+
+class HealthSerializer(serializers.ModelSerializer):
+    """An endpoint's health: the EWMAs of its recent answers, its score (0-100) and level."""
+
+    score = serializers.FloatField(read_only=True)
+    level = serializers.ChoiceField(choices=HealthLevel.choices, read_only=True)
+
+    class Meta:
+        model = EndpointHealth
+        fields = (
+            "endpoint_url", "score", "level", "success_rate", "failure_rate", "latency_p95_ms",
+            "samples", "updated_at",
+        )  # fmt: skip
+        read_only_fields = fields
+
+
+class BudgetDaySerializer(serializers.Serializer):
+    """One day of a project's ledger (zeros on a day with no row)."""
+
+    day = serializers.DateField()
+    spent = serializers.DecimalField(**COST)
+    reserved = serializers.DecimalField(**COST)
+    soft_warning_sent_at = serializers.DateTimeField(allow_null=True)
+
+
+class BudgetSerializer(serializers.Serializer):
+    """A project's budget and today's ledger."""
+
+    name = serializers.CharField()
+    daily_budget = serializers.DecimalField(**COST)
+    soft_limit_ratio = serializers.FloatField()
+    day = serializers.DateField(help_text="Today, in Django's TIME_ZONE: the budget day.")
+    spent = serializers.DecimalField(**COST)
+    reserved = serializers.DecimalField(**COST, help_text="Held by attempts in flight.")
+    remaining = serializers.DecimalField(
+        **COST, help_text="daily_budget - spent - reserved, never below 0."
+    )
+
+
+class BudgetHistorySerializer(serializers.Serializer):
+    """A project's budget and its last days, newest first."""
+
+    name = serializers.CharField()
+    daily_budget = serializers.DecimalField(**COST)
+    soft_limit_ratio = serializers.FloatField()
+    days = BudgetDaySerializer(many=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from django_strait.api import deadletters, errors, jobs, runs, schema
+from django_strait.api import budgets, circuits, deadletters, errors, health, jobs, runs, schema
 
 app_name = "django_strait_api"
 
@@ -36,6 +36,11 @@ urlpatterns = [
         deadletters.DeadLetterDiscardView.as_view(),
         name="dead-letter-discard",
     ),
+    path("circuits/", circuits.CircuitListView.as_view(), name="circuits"),
+    path("circuits/reset/", circuits.CircuitResetView.as_view(), name="circuits-reset"),
+    path("health/", health.HealthListView.as_view(), name="health"),
+    path("budgets/", budgets.BudgetListView.as_view(), name="budgets"),
+    path("budgets/<str:project>/", budgets.BudgetView.as_view(), name="budget"),
     path("schema/", schema.SchemaView.as_view(), name="schema"),
 ]
 

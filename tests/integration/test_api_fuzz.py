@@ -7,6 +7,8 @@ twenty cases per operation, a few hundred in all.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 import schemathesis
 from django.core.cache import cache
@@ -20,6 +22,8 @@ from schemathesis.specs.openapi.checks import (
 
 from django_strait.api.auth import issue_key
 from django_strait.api.schema import generate_schema
+from django_strait.models import BudgetLedger, EndpointCircuit, EndpointHealth, Project
+from django_strait.resilience.budgets import today
 from tests.integration.factories import make_job, make_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -45,10 +49,18 @@ def unthrottled(settings):
 
 @pytest.fixture
 def key(live_server) -> str:
-    """A key for everything, and rows for the fuzz to find: a job, runs, dead letters."""
-    job = make_job("fuzz-job")
+    """A key for everything, and rows for the fuzz to find.
+
+    A job in a project, runs, dead letters, an open circuit with its health, a ledger day.
+    """
+    project = Project.objects.create(name="fuzz-project", daily_budget=Decimal("10"))
+    BudgetLedger.objects.create(project=project, day=today(), spent=Decimal("1.5"))
+    job = make_job("fuzz-job", project=project, estimated_cost=Decimal("0.25"))
     for status in ("queued", "dead_letter", "failed", "completed", "executing"):
         make_run(job, status=status)
+    url = "http://127.0.0.1:9/fuzz"
+    EndpointCircuit.objects.create(endpoint_url=url, state="open", failures=5)
+    EndpointHealth.objects.create(endpoint_url=url, success_rate=0.4, failure_rate=0.6)
     return issue_key("fuzz", ["*"])[1]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.core.cache import cache
@@ -9,7 +11,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from django_strait.api.auth import issue_key
-from django_strait.models import Job, JobRun
+from django_strait.models import Job, JobRun, Project
 from tests.integration.factories import make_job
 
 pytestmark = pytest.mark.django_db
@@ -153,6 +155,50 @@ def test_put__replaces_and_the_name_stays(api):
     assert api.put("/api/strait/jobs/hook/", body, format="json").status_code == 200
     job = Job.objects.get()
     assert (job.name, job.handler, job.endpoint_url) == ("hook", "tests.testapp.jobs.noop", "")
+
+
+# Budget: project and estimated_cost
+
+
+def test_create__with_a_project_by_name_and_an_estimated_cost(api):
+    project = Project.objects.create(name="billing", daily_budget=Decimal(100))
+    body = {**HTTP_JOB, "project": "billing", "estimated_cost": "0.25"}
+    response = api.post("/api/strait/jobs/", body, format="json")
+    assert response.status_code == 201
+    assert (response.json()["project"], response.json()["estimated_cost"]) == (
+        "billing",
+        "0.250000",
+    )
+    job = Job.objects.get()
+    assert (job.project, job.estimated_cost) == (project, Decimal("0.25"))
+    assert api.get("/api/strait/jobs/hook/").json()["project"] == "billing"
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "fragment"),
+    [({"project": "nope", "estimated_cost": "1"}, "project",
+      "no project named 'nope'; allowed: the name of an existing project"),
+     ({"project": 7, "estimated_cost": "1"}, "project", "must be a project name"),
+     ({"project": ["billing"], "estimated_cost": "1"}, "project", "must be a project name"),
+     ({"project": "billing"}, "estimated_cost", "Required when the job has a project"),
+     ({"estimated_cost": "-1"}, "estimated_cost", "greater than or equal to 0"),
+     ({"estimated_cost": "lots"}, "estimated_cost", "valid number")],
+)  # fmt: skip
+def test_create__bad_budget_field_is_a_400_naming_it(api, body, field, fragment):
+    Project.objects.create(name="billing", daily_budget=Decimal(100))
+    response = api.post("/api/strait/jobs/", {**HTTP_JOB, **body}, format="json")
+    assert response.status_code == 400
+    assert fragment in error_of(response)["details"][field][0]
+    assert not Job.objects.exists()
+
+
+def test_patch__null_project_takes_the_job_off_the_budget(api):
+    project = Project.objects.create(name="billing", daily_budget=Decimal(100))
+    make_job(**HTTP_JOB, project=project, estimated_cost=Decimal(1))
+    response = api.patch("/api/strait/jobs/hook/", {"project": None}, format="json")
+    assert response.status_code == 200
+    assert response.json()["project"] is None
+    assert Job.objects.get().project is None
 
 
 # Pause and resume

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -127,6 +128,18 @@ def test_list__bad_filter_is_a_400_naming_it(api, query, field, fragment):
 def test_retrieve__huge_id_is_a_404_not_an_error(api):
     response = api.get(f"/api/strait/runs/{2**70}/")
     assert response.status_code == 404
+
+
+def test_retrieve_and_list__show_the_reserved_and_actual_cost(api):
+    run = make_run(status="executing", reserved_cost=Decimal("0.5"), actual_cost=Decimal("1.25"))
+    free = make_run(status="completed")
+    body = api.get(f"/api/strait/runs/{run.pk}/").json()
+    assert (body["reserved_cost"], body["actual_cost"]) == ("0.500000", "1.250000")
+    listed = {r["id"]: r for r in api.get("/api/strait/runs/").json()["results"]}
+    assert (listed[run.pk]["reserved_cost"], listed[run.pk]["actual_cost"]) == (
+        "0.500000", "1.250000",
+    )  # fmt: skip
+    assert (listed[free.pk]["reserved_cost"], listed[free.pk]["actual_cost"]) == (None, None)
 
 
 # Cancel

@@ -25,7 +25,8 @@ def test_schema__is_openapi_3_with_every_endpoint():
         "/jobs/", "/jobs/{name}/", "/jobs/{name}/pause/", "/jobs/{name}/resume/",
         "/jobs/{name}/trigger/", "/jobs/{name}/bulk-trigger/", "/runs/", "/runs/{id}/",
         "/runs/{id}/cancel/", "/runs/{id}/replay/", "/dead-letters/", "/dead-letters/replay/",
-        "/dead-letters/{id}/replay/", "/dead-letters/{id}/discard/",
+        "/dead-letters/{id}/replay/", "/dead-letters/{id}/discard/", "/circuits/",
+        "/circuits/reset/", "/health/", "/budgets/", "/budgets/{project}/",
     }  # fmt: skip
     security = schema["components"]["securitySchemes"]
     assert {"apiKey", "tokenAuth"} <= set(security)

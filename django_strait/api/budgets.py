@@ -1,0 +1,123 @@
+"""Budgets: each project's daily budget and today's ledger, and one project's last days."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter
+from rest_framework import exceptions
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from django_strait.api.auth import Rule
+from django_strait.api.base import StraitAPIView
+from django_strait.api.errors import InvalidField
+from django_strait.api.filters import PAGING, refuse_unknown
+from django_strait.api.pagination import Keyset, page_serializer, paginate
+from django_strait.api.schema import documented, errors, paging_parameters
+from django_strait.api.serializers import BudgetHistorySerializer, BudgetSerializer
+from django_strait.models import BudgetLedger, Project
+from django_strait.resilience.budgets import today
+
+# As circuits: whoever may read the jobs may read what their projects spent.
+READ = Rule("jobs:read", "django_strait.view_project")
+
+DEFAULT_DAYS = 7
+MAX_DAYS = 90
+BudgetPage = page_serializer("BudgetPage", BudgetSerializer)
+DAYS_PARAMETER = OpenApiParameter(
+    "days",
+    int,
+    description=f"Days to show, today included: 1 to {MAX_DAYS} (default {DEFAULT_DAYS}).",
+)
+ZERO = Decimal(0)
+
+
+def _today_of(project: Project, ledger: BudgetLedger | None, day: dt.date) -> dict[str, Any]:
+    spent = ledger.spent if ledger else ZERO
+    reserved = ledger.reserved if ledger else ZERO
+    return {
+        "name": project.name,
+        "daily_budget": project.daily_budget,
+        "soft_limit_ratio": project.soft_limit_ratio,
+        "day": day,
+        "spent": spent,
+        "reserved": reserved,
+        "remaining": max(ZERO, project.daily_budget - spent - reserved),
+    }
+
+
+class BudgetListView(StraitAPIView):
+    """GET budgets/: every project, by name, with what it spent and holds today."""
+
+    rules = {"GET": READ}
+
+    @documented(
+        operation_id="budgets_list",
+        parameters=paging_parameters(),
+        responses={200: BudgetPage, **errors(400)},
+    )
+    def get(self, request: Request) -> Response:
+        refuse_unknown(request.query_params, PAGING)
+        page = paginate(Project.objects.all(), Keyset("name", kind=str), request)
+        day = today()
+        ledgers = {
+            row.project_id: row
+            for row in BudgetLedger.objects.filter(project__in=page.rows, day=day)
+        }
+        data = [_today_of(p, ledgers.get(p.pk), day) for p in page.rows]
+        return Response({"results": BudgetSerializer(data, many=True).data, "next": page.next_url})
+
+
+def _days(text: str | None) -> int:
+    if text is None:
+        return DEFAULT_DAYS
+    if not text.isdigit() or not 1 <= int(text) <= MAX_DAYS:
+        raise InvalidField("days", f"must be an integer from 1 to {MAX_DAYS}, got {text!r}")
+    return int(text)
+
+
+def history(project: Project, days: int, until: dt.date) -> list[dict[str, Any]]:
+    """Return the project's ledger for the ``days`` days up to ``until``, newest first."""
+    first = until - dt.timedelta(days=days - 1)
+    rows = {r.day: r for r in project.ledger.filter(day__gte=first, day__lte=until)}
+    return [_day(rows.get(until - dt.timedelta(days=n)), until - dt.timedelta(days=n))
+            for n in range(days)]  # fmt: skip
+
+
+def _day(row: BudgetLedger | None, day: dt.date) -> dict[str, Any]:
+    if row is None:
+        return {"day": day, "spent": ZERO, "reserved": ZERO, "soft_warning_sent_at": None}
+    return {
+        "day": day,
+        "spent": row.spent,
+        "reserved": row.reserved,
+        "soft_warning_sent_at": row.soft_warning_sent_at,
+    }
+
+
+class BudgetView(StraitAPIView):
+    """GET budgets/<project>/: one project's budget and its last days (zeros where nothing ran)."""
+
+    rules = {"GET": READ}
+
+    @documented(
+        operation_id="budgets_retrieve",
+        parameters=[DAYS_PARAMETER],
+        responses={200: BudgetHistorySerializer, **errors(400, 404)},
+    )
+    def get(self, request: Request, project: str) -> Response:
+        refuse_unknown(request.query_params, ("days",))
+        days = _days(request.query_params.get("days"))
+        found = Project.objects.filter(name=project).first()
+        if found is None:
+            raise exceptions.NotFound(f"no project named {project!r}")
+        data = {
+            "name": found.name,
+            "daily_budget": found.daily_budget,
+            "soft_limit_ratio": found.soft_limit_ratio,
+            "days": history(found, days, today()),
+        }
+        return Response(BudgetHistorySerializer(data).data)
