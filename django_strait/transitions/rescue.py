@@ -16,6 +16,7 @@ import logging
 import random
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.db import connections, transaction
@@ -24,6 +25,7 @@ from django.db.models.functions import Coalesce
 
 from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt
 from django_strait.outcome import failure
+from django_strait.resilience.budgets import Spend, settle
 from django_strait.retry import PolicyError, RetryPolicy, resolve
 from django_strait.states import IN_FLIGHT, RunStatus, Transition
 from django_strait.worker.decide import Decision, decide, trim
@@ -56,6 +58,7 @@ _FIELDS = (
     "cancel_requested",
     "started_at",
     "last_sign",
+    "reserved_cost",
 )
 
 
@@ -75,6 +78,8 @@ class Stale:
     started_at: dt.datetime | None
     #: The last sign of life: heartbeat, else dequeue (in flight) or update (waiting).
     last_sign: dt.datetime
+    #: What the lost attempt reserved from its project's budget.
+    reserved_cost: Decimal | None = None
 
     @property
     def lost_attempt(self) -> int:
@@ -138,12 +143,35 @@ def rescue_batch(
         )
         counts["selected"] = len(stale)
         policies = _Policies(using)
+        rescued = []
         for run in stale:
             ended = _rescue_one(run, now, stale_after, policies, rng, using)
             if ended is not None:
+                rescued.append(run)
                 counts["rescued"] += 1
                 counts[COUNT_FOR[ended]] += 1
+        _settle_lost(rescued, now, using)
     return dict(counts)
+
+
+def _settle_lost(runs: list[Stale], now: dt.datetime, using: str) -> None:
+    """Spend what lost attempts reserved: the call may have been made, so it is paid for."""
+    reserved = [run for run in runs if run.reserved_cost is not None]
+    if not reserved:
+        return
+    projects = dict(
+        Job.objects.using(using)
+        .filter(pk__in={run.job_id for run in reserved}, project__isnull=False)
+        .values_list("id", "project_id")
+    )
+    settle(
+        [
+            Spend(run.id, projects[run.job_id], run.started_at or now, cost, cost)
+            for run in reserved
+            if run.job_id in projects and (cost := run.reserved_cost) is not None
+        ],
+        using=using,
+    )
 
 
 def select_stale(

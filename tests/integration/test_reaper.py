@@ -77,6 +77,26 @@ def test_rescue__stale_executing_run_is_queued_again_with_a_lost_attempt_on_reco
     assert (attempt.finished_at, attempt.duration_ms) == (NOW, 1000)
 
 
+def test_rescue__lost_attempt_spends_its_budget_reservation():
+    from decimal import Decimal
+
+    from django_strait.models import BudgetLedger, Project
+    from django_strait.resilience.budgets import today
+
+    project = Project.objects.create(name="acme", daily_budget=Decimal(10))
+    run = silent_run("executing", STALE + 30, job=retrying_job(project=project, estimated_cost=2))
+    day = today(run.started_at)
+    BudgetLedger.objects.create(project=project, day=day, reserved=Decimal(2))
+    JobRun.objects.filter(pk=run.pk).update(reserved_cost=Decimal(2))
+
+    reaper().run_once(NOW)
+
+    run = fresh(run)
+    assert (run.reserved_cost, run.actual_cost) == (None, Decimal(2))
+    ledger = BudgetLedger.objects.get(project=project, day=day)
+    assert (ledger.reserved, ledger.spent) == (Decimal(0), Decimal(2))
+
+
 def test_rescue__second_attempt_keeps_earlier_attempts_and_counts_on():
     run = silent_run("executing", STALE + 1, attempts=2)
 
