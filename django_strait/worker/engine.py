@@ -427,13 +427,12 @@ class Worker:
         """Pick each HTTP run's endpoint; return the runs that no endpoint's circuit or health admits."""
         candidates = []
         for run in claimed:
-            endpoints = self.catalog.get(run.job_id).endpoints
-            if endpoints:
+            info = self.catalog.get(run.job_id)
+            if info.endpoints:
                 ordered = failover.order(
-                    endpoints, last_used=run.endpoint_used, attempts_spent=run.budget_used
+                    info.endpoints, last_used=run.endpoint_used, attempts_spent=run.budget_used
                 )
-                timeout = self.catalog.get(run.job_id).row.timeout_secs
-                candidates.append(Candidate(run.id, ordered, timeout))
+                candidates.append(Candidate(run.id, ordered, info.row.timeout_secs))
         if not candidates:
             return []
         cooldown = dt.timedelta(seconds=strait_settings.CIRCUIT_COOLDOWN)
