@@ -1,0 +1,6 @@
+"""The URLconf of bench/bench_admin.py: the admin only."""
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [path("admin/", admin.site.urls)]
