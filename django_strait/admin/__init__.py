@@ -1,12 +1,14 @@
-"""django-strait in the Django admin: jobs, runs, dead letters, workers, and an overview.
+"""django-strait in the Django admin: jobs, runs, dead letters, workers, circuits, health, budgets, an overview.
 
 Importing this package registers the model admins (Django's admin autodiscovery
 does it for you when ``django.contrib.admin`` is installed).
 """
 
 from django_strait.admin.apikeys import ApiKeyAdmin as ApiKeyAdmin  # registers the model admin
+from django_strait.admin.budgets import ProjectAdmin as ProjectAdmin
 from django_strait.admin.circuits import EndpointCircuitAdmin as EndpointCircuitAdmin
 from django_strait.admin.deadletters import DeadLetterAdmin
+from django_strait.admin.health import EndpointHealthAdmin as EndpointHealthAdmin
 from django_strait.admin.jobs import JobAdmin
 from django_strait.admin.runs import JobRunAdmin, RunAttemptInline
 from django_strait.admin.workers import WorkerProcessAdmin

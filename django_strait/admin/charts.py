@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -146,3 +147,108 @@ def _empty(width: int, height: int, text: str) -> SafeString:
         '<text x="8" y="{}" font-size="12" fill="#777">{}</text></svg>',
         width, height, height // 2, text,
     )  # fmt: skip
+
+
+#: Sparkline and level colours, by health level.
+LEVEL_COLOURS: Mapping[str, str] = {
+    "healthy": "#2e7d32",
+    "degraded": "#f9a825",
+    "unhealthy": "#c62828",
+}
+
+
+def sparkline(
+    scores: Sequence[float], *, level: str = "", width: int = 120, height: int = 24
+) -> SafeString:
+    """Draw health scores (0-100, oldest first) as a line, in the colour of ``level``."""
+    if not scores:
+        return format_html(
+            '<svg class="strait-sparkline" role="img" width="{}" height="{}">'
+            '<text x="0" y="{}" font-size="10" fill="#777">no samples yet</text></svg>',
+            width, height, height // 2 + 4,
+        )  # fmt: skip
+    step = width / max(len(scores) - 1, 1)
+    points = " ".join(
+        f"{_f(i * step)},{_f(height - 1 - (height - 2) * _clamp(s) / 100)}"
+        for i, s in enumerate(scores)
+    )
+    return format_html(
+        '<svg class="strait-sparkline" role="img" width="{}" height="{}" viewBox="0 0 {} {}">'
+        "<title>score over the last {} minute(s): {} to {}, now {}</title>"
+        '<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"></polyline></svg>',
+        width, height, width, height, len(scores), _number(min(scores)), _number(max(scores)),
+        _number(scores[-1]), points, LEVEL_COLOURS.get(level, OTHER_COLOUR),
+    )  # fmt: skip
+
+
+def _clamp(score: float) -> float:
+    return min(max(score, 0.0), 100.0)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetDay:
+    """A project's day in figures: what is spent, what is reserved, of which budget."""
+
+    spent: Decimal
+    reserved: Decimal
+    budget: Decimal
+    soft_limit_ratio: float
+
+    @property
+    def committed(self) -> Decimal:
+        return self.spent + self.reserved
+
+    @property
+    def used(self) -> float:
+        """Committed as a share of the budget (1.0 with no budget: nothing more fits)."""
+        return float(self.committed / self.budget) if self.budget > 0 else 1.0
+
+    @property
+    def state(self) -> str:
+        """``ok``, ``soft`` (past the soft limit) or ``exhausted``, as the worker decides."""
+        if self.committed >= self.budget:
+            return "exhausted"
+        if self.committed >= self.budget * Decimal(str(self.soft_limit_ratio)):
+            return "soft"
+        return "ok"
+
+
+#: Budget bar colours by state: spent is drawn solid, reserved lighter.
+BUDGET_COLOURS: Mapping[str, tuple[str, str]] = {
+    "ok": ("#2e7d32", "#a5d6a7"),
+    "soft": ("#ef6c00", "#ffcc80"),
+    "exhausted": ("#c62828", "#ef9a9a"),
+}
+
+
+def budget_bar(day: BudgetDay, *, width: int = 160, height: int = 14) -> SafeString:
+    """Draw spent (solid) and reserved (lighter) against the budget, a tick at the soft limit.
+
+    The bar's length is the budget, or what is committed when an endpoint reported
+    more than was reserved; its colour is the day's state.
+    """
+    solid, light = BUDGET_COLOURS[day.state]
+    base = max(day.budget, day.committed)
+    scale = width / float(base) if base > 0 else 0.0
+    soft_x = float(day.budget) * min(max(day.soft_limit_ratio, 0.0), 1.0) * scale
+    return format_html(
+        '<svg class="strait-budget-bar" role="img" width="{}" height="{}" viewBox="0 0 {} {}"'
+        ' data-state="{}"><title>{} spent + {} reserved of {} ({}%)</title>'
+        '<rect x="0" y="0" width="{}" height="{}" fill="#eceff1"></rect>'
+        '<rect x="0" y="0" width="{}" height="{}" fill="{}"></rect>'
+        '<rect x="{}" y="0" width="{}" height="{}" fill="{}"></rect>'
+        '<line x1="{}" y1="0" x2="{}" y2="{}" stroke="#455a64" stroke-dasharray="2,2"></line>'
+        "</svg>",
+        width, height, width, height, day.state, amount(day.spent), amount(day.reserved),
+        amount(day.budget), f"{day.used * 100:.0f}", width, height,
+        _f(float(day.spent) * scale), height, solid,
+        _f(float(day.spent) * scale), _f(float(day.reserved) * scale), height, light,
+        _f(soft_x), _f(soft_x), height,
+    )  # fmt: skip
+
+
+def amount(value: Decimal) -> str:
+    """Return a cost without trailing zeros, and with two decimals at least (12.50, 0.0025)."""
+    text = f"{value.normalize():f}"
+    whole, _, fraction = text.partition(".")
+    return f"{whole}.{fraction.ljust(2, '0')}"

@@ -20,6 +20,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
 
+from django_strait.admin import endpoints
 from django_strait.admin.forms import TriggerForm
 from django_strait.admin.overview import overview_view
 from django_strait.models import Job, JobRun, RunRollup
@@ -83,7 +84,7 @@ class JobAdmin(admin.ModelAdmin):
 
     list_display = (
         "name", "enabled", "queue", "priority", "target", "last_outcome", "success_rate",
-        "updated_at",
+        "health", "circuit", "updated_at",
     )  # fmt: skip
     list_filter = ("enabled", "queue")
     search_fields = ("name", "endpoint_url", "handler")
@@ -106,6 +107,9 @@ class JobAdmin(admin.ModelAdmin):
         ("Limits (across all workers; empty = none)", {"fields": (
             "max_concurrency", "rate_limit_max", "rate_limit_window_secs",
         )}),
+        ("Budget (a project's daily budget; empty = none)", {"fields": (
+            "project", "estimated_cost",
+        )}),
         ("Schedule and retention", {"fields": (
             "schedule", "timezone", "schedule_missed", "schedule_overlap", "retention_days",
         )}),
@@ -127,6 +131,24 @@ class JobAdmin(admin.ModelAdmin):
         if stats.success_rate is None:
             return "-"
         return f"{stats.success_rate:.1%} of {stats.finished}"
+
+    @admin.display(description="endpoint health", ordering=endpoints.HEALTH_SCORE)
+    def health(self, job: Job) -> str:
+        return endpoints.show_level(
+            getattr(job, endpoints.HEALTH_LEVEL, None), getattr(job, endpoints.HEALTH_SCORE, None)
+        )
+
+    @admin.display(description="circuit", ordering=endpoints.CIRCUIT_STATE)
+    def circuit(self, job: Job) -> str:
+        return endpoints.show_circuit(job.endpoint_url, getattr(job, endpoints.CIRCUIT_STATE, None))
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        # A handler job's empty URL matches no row: its columns show "-".
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(**endpoints.health_annotation(), **endpoints.circuit_annotation())
+        )
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList

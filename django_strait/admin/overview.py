@@ -1,9 +1,12 @@
-"""The admin overview page: throughput, queues, dead letters and workers at a glance.
+"""The admin overview page: throughput, queues, dead letters, workers, health and budgets.
 
-Every number comes from a rollup or a partial index, never from a scan of run
-history, so the page costs the same with a thousand runs or a million:
-throughput from ``RunRollup`` (per-minute counts the worker writes), queue depth
-and lag from the claim indexes, dead letters from ``strait_run_dead_letters``.
+Every number comes from a rollup, a partial index or a small table, never from
+a scan of run history, so the page costs the same with a thousand runs or a
+million: throughput from ``RunRollup`` (per-minute counts the worker writes),
+queue depth and lag from the claim indexes, dead letters from
+``strait_run_dead_letters``, endpoint health from ``EndpointHealth`` (one row
+per URL) and its history from ``HealthSample``, budgets from today's
+``BudgetLedger`` rows.
 """
 
 from __future__ import annotations
@@ -19,15 +22,39 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from django_strait.admin import charts
-from django_strait.admin.charts import STATUS_COLOURS, Column
+from django_strait.admin import charts, endpoints
+from django_strait.admin.budgets import budget_day, projects_today
+from django_strait.admin.charts import STATUS_COLOURS, BudgetDay, Column
 from django_strait.conf import strait_settings
 from django_strait.duties.registry import alive_since
 from django_strait.metrics.database import QueueGauge, dead_letters_by_job, queue_gauges
-from django_strait.models import Job, RunRollup, WorkerProcess
+from django_strait.models import EndpointHealth, Job, Project, RunRollup, WorkerProcess
 
 #: How far back the throughput chart looks.
 WINDOW = dt.timedelta(hours=1)
+#: At most this many endpoints (the least healthy first) and projects are shown.
+MOST_SHOWN = 20
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointRow:
+    """One endpoint's health on the overview."""
+
+    endpoint_url: str
+    score: float
+    level: str
+    #: The endpoint's circuit state, None when it has no circuit row.
+    circuit: str | None
+    #: Scores over the sparkline window, oldest first.
+    history: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectRow:
+    """One project's budget today on the overview."""
+
+    name: str
+    today: BudgetDay
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +71,12 @@ class Overview:
     dead_letters: tuple[tuple[str, int], ...]
     workers: tuple[WorkerProcess, ...]
     workers_alive: int
+    #: The least healthy endpoints first (at most MOST_SHOWN), and how many there are.
+    endpoints: tuple[EndpointRow, ...]
+    endpoint_count: int
+    #: Projects by name (at most MOST_SHOWN), and how many there are.
+    budgets: tuple[ProjectRow, ...]
+    project_count: int
 
     @property
     def finished_in_window(self) -> int:
@@ -64,6 +97,10 @@ def read_overview(now: dt.datetime | None = None, using: str = "default") -> Ove
         dead_letters=tuple(sorted(dead_letters_by_job(using), key=lambda r: (-r[1], r[0]))),
         workers=workers,
         workers_alive=len(workers),
+        endpoints=_endpoints(now, using),
+        endpoint_count=EndpointHealth.objects.using(using).count(),
+        budgets=_budgets(now, using),
+        project_count=Project.objects.using(using).count(),
     )
 
 
@@ -99,6 +136,25 @@ def _queues(now: dt.datetime, using: str) -> tuple[QueueGauge, ...]:
     return queue_gauges(using, now, known)
 
 
+def _endpoints(now: dt.datetime, using: str) -> tuple[EndpointRow, ...]:
+    rows = list(
+        EndpointHealth.objects.using(using)
+        .annotate(**endpoints.circuit_annotation())
+        .order_by("score", "endpoint_url")
+        .values_list("endpoint_url", "score", "level", endpoints.CIRCUIT_STATE)[:MOST_SHOWN]
+    )
+    history = endpoints.read_sparklines([row[0] for row in rows], now, using)
+    return tuple(
+        EndpointRow(url, score, level, circuit, tuple(history.get(url, ())))
+        for url, score, level, circuit in rows
+    )
+
+
+def _budgets(now: dt.datetime, using: str) -> tuple[ProjectRow, ...]:
+    projects = projects_today(Project.objects.using(using).order_by("name"), now)[:MOST_SHOWN]
+    return tuple(ProjectRow(p.name, budget_day(p)) for p in projects)
+
+
 def overview_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
     """Render the overview page for a user who may view runs."""
     if not request.user.has_perm("django_strait.view_jobrun"):
@@ -116,5 +172,25 @@ def overview_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
             [(q.queue, q.lag_seconds) for q in data.queues], unit=" s"
         ),
         "dead_letter_chart": charts.horizontal_bars(list(data.dead_letters[:20])),
+        "endpoint_rows": [
+            (
+                row,
+                endpoints.show_level(row.level, row.score),
+                endpoints.show_circuit(row.endpoint_url, row.circuit),
+                charts.sparkline(row.history, level=row.level),
+            )
+            for row in data.endpoints
+        ],
+        "budget_rows": [
+            {
+                "name": row.name,
+                "spent": charts.amount(row.today.spent),
+                "reserved": charts.amount(row.today.reserved),
+                "budget": charts.amount(row.today.budget),
+                "used": f"{row.today.used:.0%}",
+                "bar": charts.budget_bar(row.today),
+            }
+            for row in data.budgets
+        ],
     }
     return TemplateResponse(request, "admin/django_strait/overview.html", context)

@@ -1,0 +1,89 @@
+"""What the admin shows of an endpoint URL wherever it appears: its circuit, its health, its history.
+
+Lists annotate each row with its endpoint's circuit state and health (one
+subquery each on the unique ``endpoint_url``, so a page of any length stays one
+query), and read the sparklines of a page's endpoints in one query.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+
+from django.db.models import OuterRef, Subquery
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.http import urlencode
+from django.utils.safestring import SafeString
+
+from django_strait.admin import charts
+from django_strait.models import CircuitState, EndpointCircuit, EndpointHealth, HealthSample
+
+#: How far back a sparkline looks (the sampler writes one score a minute).
+SPARKLINE_WINDOW = dt.timedelta(minutes=60)
+
+#: Names of the annotations below, so that lists can sort by them.
+CIRCUIT_STATE = "strait_circuit_state"
+HEALTH_SCORE = "strait_health_score"
+HEALTH_LEVEL = "strait_health_level"
+
+CIRCUIT_COLOURS = {
+    CircuitState.CLOSED: "#2e7d32",
+    CircuitState.HALF_OPEN: "#ef6c00",
+    CircuitState.OPEN: "#c62828",
+}
+
+
+def circuit_annotation(url_field: str = "endpoint_url") -> dict[str, Subquery]:
+    """Return ``annotate()`` keywords for the circuit state of each row's URL."""
+    rows = EndpointCircuit.objects.filter(endpoint_url=OuterRef(url_field))
+    return {CIRCUIT_STATE: Subquery(rows.values("state")[:1])}
+
+
+def health_annotation(url_field: str = "endpoint_url") -> dict[str, Subquery]:
+    """Return ``annotate()`` keywords for the health score and level of each row's URL."""
+    rows = EndpointHealth.objects.filter(endpoint_url=OuterRef(url_field))
+    return {
+        HEALTH_SCORE: Subquery(rows.values("score")[:1]),
+        HEALTH_LEVEL: Subquery(rows.values("level")[:1]),
+    }
+
+
+def show_level(level: str | None, score: float | None = None) -> SafeString | str:
+    """Return a level (and its score, when given) in the level's colour; "-" when unscored."""
+    if not level:
+        return "-"
+    colour = charts.LEVEL_COLOURS.get(level, charts.OTHER_COLOUR)
+    text = level if score is None else f"{level} ({score:.0f})"
+    return format_html(
+        '<span class="strait-level strait-level-{}" style="color: {}">{}</span>',
+        level, colour, text,
+    )  # fmt: skip
+
+
+def show_circuit(url: str, state: str | None) -> SafeString | str:
+    """Return a circuit state linked to its row on the circuits page ("-" when none)."""
+    if not state:
+        return "-"
+    link = reverse("admin:django_strait_endpointcircuit_changelist")
+    return format_html(
+        '<a class="strait-circuit strait-circuit-{}" href="{}?{}" style="color: {}">{}</a>',
+        state, link, urlencode({"endpoint_url__exact": url}),
+        CIRCUIT_COLOURS.get(state, charts.OTHER_COLOUR), CircuitState(state).label,
+    )  # fmt: skip
+
+
+def read_sparklines(
+    urls: Iterable[str], now: dt.datetime, using: str = "default"
+) -> dict[str, list[float]]:
+    """Return the scores of each URL over the sparkline window, oldest first: one query."""
+    rows = (
+        HealthSample.objects.using(using)
+        .filter(endpoint_url__in=set(urls), at__gt=now - SPARKLINE_WINDOW)
+        .order_by("endpoint_url", "at")
+        .values_list("endpoint_url", "score")
+    )
+    found: dict[str, list[float]] = {}
+    for url, score in rows:
+        found.setdefault(url, []).append(score)
+    return found
