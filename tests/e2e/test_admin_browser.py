@@ -1,15 +1,17 @@
 """The admin in a real browser: headless Chromium driven by Selenium against a live server.
 
 Log in, open the dead letters, replay all matching through the confirmation
-page, open the overview. Screenshots go to a temporary directory, or to
+page, open the overview; open endpoint health and the projects' budgets. Screenshots go to a temporary directory, or to
 ``STRAIT_SCREENSHOT_DIR`` when set (``docs/screenshots`` regenerates the docs').
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import django.contrib.admin
@@ -18,7 +20,16 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from django_strait.duties import registry
-from django_strait.models import JobRun, RunRollup
+from django_strait.models import (
+    BudgetLedger,
+    EndpointCircuit,
+    EndpointHealth,
+    HealthSample,
+    JobRun,
+    Project,
+    RunRollup,
+)
+from django_strait.resilience.budgets import today
 from tests.integration.factories import make_job, make_run
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -96,7 +107,51 @@ def seed() -> list[JobRun]:
         if minute % 12 == 0:
             RunRollup.objects.create(minute=at, job=mail, status="dead_letter", count=1)
     registry.register("worker-a", queues=["money", "mail"], concurrency=8, using="default")
+    seed_protection()
     return dead
+
+
+#: (path, success rate, failure rate, p95 ms, circuit state or None, score an hour ago -> now)
+ENDPOINTS = [
+    ("/hook", 0.99, 0.01, 180.0, "closed", (96, 98)),
+    ("/crm/sync", 0.45, 0.4, 15000.0, "closed", (90, 50)),
+    ("/payments", 0.05, 0.95, 29000.0, "open", (85, 4)),
+    ("/search", 0.97, 0.0, 2400.0, None, (70, 95)),
+]
+
+
+def seed_protection() -> None:
+    """Endpoints at each health level with an hour of history, a circuit open; three budgets."""
+    now = timezone.now().replace(second=0, microsecond=0)
+    for path, success, failure, p95, state, (start, end) in ENDPOINTS:
+        url = f"http://127.0.0.1:9{path}"
+        EndpointHealth.objects.create(
+            endpoint_url=url, success_rate=success, failure_rate=failure, latency_p95_ms=p95,
+            samples=1200,
+        )  # fmt: skip
+        if state:
+            failures = 7 if state == "open" else 0
+            EndpointCircuit.objects.create(endpoint_url=url, state=state, failures=failures)
+        HealthSample.objects.bulk_create(
+            HealthSample(
+                endpoint_url=url,
+                at=now - dt.timedelta(minutes=59 - m),
+                score=start + (end - start) * m / 59 + 3 * math.sin(m / 4),
+            )
+            for m in range(60)
+        )
+    for name, budget, spent, reserved in [
+        ("marketing", "50", "18.40", "2.10"),
+        ("support-bot", "20", "15.75", "1.25"),
+        ("research", "10", "9.90", "0.10"),
+    ]:
+        project = Project.objects.create(name=name, daily_budget=Decimal(budget))
+        BudgetLedger.objects.create(
+            project=project, day=today(), spent=Decimal(spent), reserved=Decimal(reserved)
+        )
+        BudgetLedger.objects.create(
+            project=project, day=today() - dt.timedelta(days=1), spent=Decimal(budget) / 2
+        )
 
 
 def log_in(browser, base: str) -> None:
@@ -147,6 +202,8 @@ def test_admin_browser__log_in_bulk_replay_dead_letters_and_open_the_overview(
     assert "worker-a" in browser.find_element(By.ID, "strait-workers").text
     browser.save_screenshot(str(shots / "overview.png"))
 
+    browser.get(f"{base}/admin/django_strait/job/")
+    browser.find_element(By.ID, "toggle-nav-sidebar").click()  # room for every column
     for name, path in [
         ("jobs", "/admin/django_strait/job/"),
         ("trigger-now", f"/admin/django_strait/job/{dead[0].job_id}/trigger/"),
@@ -155,3 +212,33 @@ def test_admin_browser__log_in_bulk_replay_dead_letters_and_open_the_overview(
         browser.get(base + path)
         assert "Server Error" not in browser.title
         browser.save_screenshot(str(shots / f"{name}.png"))
+
+
+def test_admin_browser__endpoint_health_and_budgets(browser, live_server, admin_static, shots):
+    from selenium.webdriver.common.by import By
+
+    seed_protection()
+    base = live_server.url
+    log_in(browser, base)
+
+    browser.get(f"{base}/admin/django_strait/endpointhealth/")
+    browser.find_element(By.ID, "toggle-nav-sidebar").click()  # room for every column
+    rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
+    assert rows[0].text.startswith("http://127.0.0.1:9/payments")  # the least healthy first
+    assert "unhealthy" in rows[0].text and "Open" in rows[0].text
+    assert "degraded" in rows[1].text
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.strait-sparkline polyline")) == 4
+    browser.save_screenshot(str(shots / "health.png"))
+
+    browser.get(f"{base}/admin/django_strait/project/")
+    bars = browser.find_elements(By.CSS_SELECTOR, "svg.strait-budget-bar")
+    assert [b.get_attribute("data-state") for b in bars] == ["ok", "exhausted", "soft"]  # by name
+    assert "18.40" in browser.find_element(By.ID, "result_list").text
+    browser.save_screenshot(str(shots / "budgets.png"))
+
+    browser.find_element(By.LINK_TEXT, "support-bot").click()
+    ledger = browser.find_element(By.CSS_SELECTOR, "table.strait-ledger").text
+    assert "15.75" in ledger and "10.00" in ledger  # today's spend, and yesterday's
+    browser.get(f"{base}/admin/django_strait/job/overview/")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#strait-endpoint-health polyline")) == 4
+    assert "support-bot" in browser.find_element(By.ID, "strait-budgets").text
