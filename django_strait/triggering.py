@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import logging
@@ -16,6 +15,7 @@ from django.utils import timezone
 from django_strait import registry, signals
 from django_strait.conf import strait_settings
 from django_strait.models import Job, JobRun
+from django_strait.sql import server_bound_cursor
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def _insert_by_name(name, payload, text, key, *, available_at, priority, queue) 
         f"{'ON CONFLICT DO NOTHING ' if key else ''}RETURNING {returning}"
     )
     params = [text, key, queue, priority, available_at, *constant.values(), name]
-    with _server_bound_cursor(connection) as cursor:
+    with server_bound_cursor(connection) as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
@@ -257,7 +257,7 @@ def _insert_many_pg(opts, payloads, texts, keys, batch_size) -> tuple[list[JobRu
     )
     runs: list[JobRun] = []
     created: set[int] = set()  # with keys: the rows this call inserted (RETURNING skips conflicts)
-    with transaction.atomic(), _server_bound_cursor(connection) as cursor:
+    with transaction.atomic(), server_bound_cursor(connection) as cursor:
         for start in range(0, len(texts), batch_size):
             chunk = texts[start : start + batch_size]
             chunk_keys = keys[start : start + batch_size] if keys else [None] * len(chunk)
@@ -268,20 +268,6 @@ def _insert_many_pg(opts, payloads, texts, keys, batch_size) -> tuple[list[JobRu
             else:
                 runs.extend(_built(template, ids, payloads[start : start + len(chunk)]))
     return runs, created
-
-
-@contextlib.contextmanager
-def _server_bound_cursor(connection):
-    """A psycopg cursor that sends parameters apart from the query.
-
-    Django's cursors splice parameters into the SQL text on the client, which for
-    two arrays of 5,000 strings costs more than the INSERT itself.
-    """
-    import psycopg
-
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        yield cursor
 
 
 def _built(template: JobRun, ids: list[int], payloads: list[Any]) -> list[JobRun]:

@@ -103,6 +103,12 @@ class CircuitBreaker:
         with self._lock:
             return self._circuits.get(url)
 
+    def health_score(self, url: str) -> float | None:
+        """Return the cached score of an endpoint that is not healthy (None: healthy or unknown)."""
+        with self._lock:
+            health = self._unwell.get(url)
+        return health.score if health is not None else None
+
     def _put(self, circuits: Iterable[Circuit]) -> None:
         with self._lock:
             for circuit in circuits:

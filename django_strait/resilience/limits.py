@@ -2,12 +2,15 @@
 
 Claims of a limited job are serialized by locking its ``Job`` row (``FOR NO
 KEY UPDATE``: it excludes other claims but not the inserts of new runs, which
-only take a key-share lock). Under that lock:
+only take a key-share lock). On PostgreSQL the claim statement itself takes
+that lock (``transitions.batch``), and everything below is one more statement
+(:data:`_ENFORCE_PG`), whose snapshot, taken after the lock was granted, sees
+every claim committed before it. Under that lock:
 
 - concurrency counts the job's dequeued and executing runs on the partial
   index ``strait_run_active`` (active runs only, never history); while the
   job's endpoint is degraded the limit is scaled down with its health score
-  (read in the same statement as the lock);
+  (from the worker's cache of endpoints that are not healthy, at most a second old);
 - the rate limit adds the runs it lets start to the job's current window row
   (``JobRateWindow``), capped at ``rate_limit_max``, in one upsert that also
   drops the job's older windows.
@@ -24,11 +27,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.db import connections
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count
 from django.utils import timezone
 
-from django_strait.models import EndpointHealth, Job, JobRateWindow, JobRun
-from django_strait.resilience.health import effective_concurrency
+from django_strait.models import Job, JobRateWindow, JobRun
+from django_strait.resilience.health import concurrency_share, effective_concurrency
+from django_strait.sql import server_bound_cursor
 from django_strait.states import RunStatus
 
 #: How long a run over its job's concurrency limit waits before it is claimable again.
@@ -37,7 +41,6 @@ CONCURRENCY_WAIT = dt.timedelta(seconds=1)
 _JOB_TABLE = Job._meta.db_table
 _RUN_TABLE = JobRun._meta.db_table
 _WINDOW_TABLE = JobRateWindow._meta.db_table
-_HEALTH_TABLE = EndpointHealth._meta.db_table
 _ACTIVE = (RunStatus.DEQUEUED.value, RunStatus.EXECUTING.value)
 
 
@@ -47,6 +50,9 @@ class Pending:
 
     run_id: int
     job_id: int
+    #: The health score of the job's endpoint, from the worker's cache (None: healthy,
+    #: or a Python job): a degraded endpoint scales max_concurrency down.
+    health_score: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,51 +107,123 @@ def enforce(pending: Sequence[Pending], *, using: str = "default") -> list[Held]
     ``pending`` are runs this transaction has just claimed (still dequeued), of
     jobs whose cached definition has a limit; the limits themselves are read
     again under the job row lock, so a raised or removed limit applies at once.
+    On PostgreSQL the claim (``transitions.batch.claim``) must have locked the
+    jobs' rows in this transaction.
     """
     if not pending:
         return []
     by_job: dict[int, list[int]] = {}
+    scores: dict[int, float | None] = {}
     for run in pending:
         by_job.setdefault(run.job_id, []).append(run.run_id)
-    limits = _lock_jobs(sorted(by_job), using)
+        scores[run.job_id] = run.health_score
+    if connections[using].vendor == "postgresql":
+        return _enforce_pg(by_job, scores, using)
+    limits = _read_limits(sorted(by_job), scores, using)
     held = _over_concurrency(by_job, limits, using)
     over = {h.run_id for h in held}
     admitted = {jid: [rid for rid in rids if rid not in over] for jid, rids in by_job.items()}
     return held + _over_rate(admitted, limits, using)
 
 
-# -- locking -----------------------------------------------------------------------
+# -- PostgreSQL: one statement ---------------------------------------------------------
+
+# Per job: its limits; its active runs (this batch's included) on the
+# active-runs index; the concurrency limit now and how many of the batch it admits; the
+# rate window's grant for those, with the job's older windows dropped. The limits are
+# read here, under the lock, so a raised or removed limit applies at once.
+_ENFORCE_PG = f"""
+WITH v AS (
+    SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::float8[]) AS v(job_id, n, share)
+),
+j AS (
+    SELECT v.job_id, v.n, v.share, j.max_concurrency AS mc, j.rate_limit_max AS rmax,
+           j.rate_limit_window_secs AS secs
+    FROM v JOIN {_JOB_TABLE} AS j ON j.id = v.job_id
+),
+-- One equality per status: both columns of the (job, status) index bound, so the
+-- count never walks the job's queued backlog, whatever the planner's statistics say.
+act AS (
+    SELECT j.job_id,
+           (SELECT count(*) FROM {_RUN_TABLE} AS r
+            WHERE r.job_id = j.job_id AND r.status = '{_ACTIVE[0]}')
+         + (SELECT count(*) FROM {_RUN_TABLE} AS r
+            WHERE r.job_id = j.job_id AND r.status = '{_ACTIVE[1]}') AS c
+    FROM j WHERE j.mc IS NOT NULL
+),
+cap AS (
+    SELECT j.*, COALESCE(act.c, 0) - j.n AS others,
+           CASE WHEN j.mc IS NULL THEN NULL
+                ELSE GREATEST(1, floor(j.mc * j.share))::integer END AS eff
+    FROM j LEFT JOIN act ON act.job_id = j.job_id
+),
+adm AS (
+    SELECT cap.*,
+           CASE WHEN eff IS NULL THEN n ELSE LEAST(n, GREATEST(0, eff - others)) END AS admitted,
+           CASE WHEN rmax IS NULL OR secs IS NULL THEN NULL
+                ELSE to_timestamp(floor(extract(epoch FROM now()) / secs) * secs) END AS ws
+    FROM cap
+),
+old AS (
+    SELECT t.job_id, t.count FROM {_WINDOW_TABLE} AS t
+    JOIN adm ON t.job_id = adm.job_id AND t.window_start = adm.ws
+),
+gone AS (
+    DELETE FROM {_WINDOW_TABLE} AS t USING adm
+    WHERE adm.ws IS NOT NULL AND t.job_id = adm.job_id AND t.window_start < adm.ws
+),
+up AS (
+    INSERT INTO {_WINDOW_TABLE} AS t (job_id, window_start, count)
+    SELECT job_id, ws, LEAST(admitted, rmax) FROM adm WHERE ws IS NOT NULL AND admitted > 0
+    ON CONFLICT (job_id, window_start) DO UPDATE
+    SET count = GREATEST(t.count, LEAST(t.count + EXCLUDED.count,
+                                        (SELECT rmax FROM adm WHERE adm.job_id = t.job_id)))
+    RETURNING t.job_id, t.count
+)
+SELECT adm.job_id, adm.mc, adm.eff, adm.others, adm.admitted, adm.rmax, adm.secs,
+       CASE WHEN adm.ws IS NULL THEN adm.admitted
+            WHEN up.job_id IS NULL THEN 0
+            ELSE up.count - COALESCE(old.count, 0) END,
+       adm.ws + make_interval(secs => adm.secs)
+FROM adm LEFT JOIN up ON up.job_id = adm.job_id LEFT JOIN old ON old.job_id = adm.job_id
+"""
 
 
-def _lock_jobs(job_ids: list[int], using: str) -> dict[int, Limits]:
-    # Locked in id order, so two workers claiming the same jobs never deadlock.
-    # SQLite needs no lock: the claim's UPDATE already holds the database's write lock.
-    if connections[using].vendor == "postgresql":
-        sql = (
-            f"SELECT j.id, j.max_concurrency, j.rate_limit_max, j.rate_limit_window_secs, h.score "
-            f"FROM {_JOB_TABLE} AS j LEFT JOIN {_HEALTH_TABLE} AS h "
-            f"ON j.endpoint_url <> '' AND h.endpoint_url = j.endpoint_url "
-            f"WHERE j.id = ANY(%s) ORDER BY j.id FOR NO KEY UPDATE OF j"
-        )
-        with connections[using].cursor() as cursor:
-            cursor.execute(sql, [job_ids])
-            rows = cursor.fetchall()
-    else:
-        rows = (
-            Job.objects.using(using)
-            .filter(pk__in=job_ids)
-            .annotate(
-                health_score=Subquery(
-                    EndpointHealth.objects.filter(endpoint_url=OuterRef("endpoint_url")).values(
-                        "score"
-                    )[:1]
-                )
-            )
-            .values_list(
-                "id", "max_concurrency", "rate_limit_max", "rate_limit_window_secs", "health_score"
-            )
-        )
-    return {row[0]: Limits(*row) for row in rows}
+def _enforce_pg(
+    by_job: dict[int, list[int]], scores: dict[int, float | None], using: str
+) -> list[Held]:
+    jids = sorted(by_job)
+    shares = [concurrency_share(scores.get(j)) for j in jids]
+    with server_bound_cursor(connections[using]) as cursor:
+        cursor.execute(_ENFORCE_PG, [jids, [len(by_job[j]) for j in jids], shares])
+        rows = cursor.fetchall()
+    until = timezone.now() + CONCURRENCY_WAIT
+    held = []
+    for jid, mc, eff, others, admitted, rmax, secs, granted, ends_at in rows:
+        runs = by_job[jid]
+        if admitted < len(runs):
+            limits = Limits(jid, mc, rmax, secs, scores.get(jid))
+            reason = _concurrency_reason(limits, eff, others)
+            held += [Held(rid, until, "limit.concurrency", reason) for rid in runs[admitted:]]
+        if granted < admitted:
+            reason = _rate_reason(rmax, secs)
+            held += [Held(rid, ends_at, "limit.rate", reason) for rid in runs[granted:admitted]]
+    return held
+
+
+# -- SQLite: with the ORM -------------------------------------------------------------
+
+
+def _read_limits(
+    job_ids: list[int], scores: dict[int, float | None], using: str
+) -> dict[int, Limits]:
+    # SQLite needs no row lock: the claim's UPDATE already holds the database's write lock.
+    rows = (
+        Job.objects.using(using)
+        .filter(pk__in=job_ids)
+        .values_list("id", "max_concurrency", "rate_limit_max", "rate_limit_window_secs")
+    )
+    return {row[0]: Limits(*row, health_score=scores.get(row[0])) for row in rows}
 
 
 # -- concurrency -------------------------------------------------------------------
@@ -168,14 +246,7 @@ def _over_concurrency(
         # The count includes this batch's runs (dequeued by this transaction).
         others = active.get(jid, 0) - len(runs)
         slots = max(0, limit - others)
-        if limit < (lim.max_concurrency or 0):
-            cap = (
-                f"its concurrency of {limit} (max_concurrency {lim.max_concurrency}, scaled down "
-                f"while its endpoint is degraded: health score {lim.health_score:.0f})"
-            )
-        else:
-            cap = f"its max_concurrency of {limit}"
-        reason = f"job at {cap} ({others} runs dequeued or executing); no attempt spent"
+        reason = _concurrency_reason(lim, limit, others)
         held += [Held(rid, until, "limit.concurrency", reason) for rid in runs[slots:]]
     return held
 
@@ -203,17 +274,11 @@ def _over_rate(admitted: dict[int, list[int]], limits: dict[int, Limits], using:
     }
     if not wanted:
         return []
-    if connections[using].vendor == "postgresql":
-        windows = _take_pg(wanted, limits, using)
-    else:
-        windows = _take_orm(wanted, limits, using)
+    windows = _take_orm(wanted, limits, using)
     held = []
     for jid, window in windows.items():
         lim = limits[jid]
-        reason = (
-            f"job at its rate limit of {lim.rate_max} runs per {lim.rate_window_secs:g}s; "
-            "no attempt spent"
-        )
+        reason = _rate_reason(lim.rate_max, lim.rate_window_secs)
         held += [
             Held(rid, window.ends_at, "limit.rate", reason)
             for rid in admitted[jid][window.granted :]
@@ -221,49 +286,8 @@ def _over_rate(admitted: dict[int, list[int]], limits: dict[int, Limits], using:
     return held
 
 
-# Windows are computed from the database's clock, which every host shares.
-# ``old`` reads the count before the upsert; the job row lock makes it exact.
-_TAKE_PG = f"""
-WITH v AS (
-    SELECT v.job_id, v.secs, v.cap, v.n,
-           to_timestamp(floor(extract(epoch FROM now()) / v.secs) * v.secs) AS ws
-    FROM unnest(%s::bigint[], %s::float8[], %s::integer[], %s::integer[]) AS v(job_id, secs, cap, n)
-),
-old AS (
-    SELECT t.job_id, t.count FROM {_WINDOW_TABLE} AS t
-    JOIN v ON t.job_id = v.job_id AND t.window_start = v.ws
-),
-gone AS (
-    DELETE FROM {_WINDOW_TABLE} AS t USING v WHERE t.job_id = v.job_id AND t.window_start < v.ws
-),
-up AS (
-    INSERT INTO {_WINDOW_TABLE} AS t (job_id, window_start, count)
-    SELECT job_id, ws, LEAST(n, cap) FROM v
-    ON CONFLICT (job_id, window_start) DO UPDATE
-    SET count = GREATEST(t.count, LEAST(t.count + EXCLUDED.count,
-                                        (SELECT cap FROM v WHERE v.job_id = t.job_id)))
-    RETURNING t.job_id, t.count
-)
-SELECT up.job_id, up.count - COALESCE(old.count, 0), v.ws + make_interval(secs => v.secs)
-FROM up JOIN v ON v.job_id = up.job_id LEFT JOIN old ON old.job_id = up.job_id
-"""
-
-
-def _take_pg(wanted: dict[int, int], limits: dict[int, Limits], using: str) -> dict[int, Window]:
-    jids = sorted(wanted)
-    columns = [
-        jids,
-        [limits[j].rate_window_secs for j in jids],
-        [limits[j].rate_max for j in jids],
-        [wanted[j] for j in jids],
-    ]
-    with connections[using].cursor() as cursor:
-        cursor.execute(_TAKE_PG, columns)
-        return {jid: Window(granted, ends_at) for jid, granted, ends_at in cursor.fetchall()}
-
-
 def _take_orm(wanted: dict[int, int], limits: dict[int, Limits], using: str) -> dict[int, Window]:
-    # SQLite: one writer at a time, so a read then a write cannot interleave with another claim.
+    # One writer at a time, so a read then a write cannot interleave with another claim.
     now = timezone.now()
     windows = {}
     for jid, n in wanted.items():
@@ -277,6 +301,21 @@ def _take_orm(wanted: dict[int, int], limits: dict[int, Limits], using: str) -> 
         rows.filter(pk=row.pk).update(count=row.count + granted)
         windows[jid] = Window(granted, end)
     return windows
+
+
+def _concurrency_reason(lim: Limits, limit: int, others: int) -> str:
+    if limit < (lim.max_concurrency or 0):
+        cap = (
+            f"its concurrency of {limit} (max_concurrency {lim.max_concurrency}, scaled down "
+            f"while its endpoint is degraded: health score {lim.health_score:.0f})"
+        )
+    else:
+        cap = f"its max_concurrency of {limit}"
+    return f"job at {cap} ({others} runs dequeued or executing); no attempt spent"
+
+
+def _rate_reason(rate_max: int | None, window_secs: float | None) -> str:
+    return f"job at its rate limit of {rate_max} runs per {window_secs:g}s; no attempt spent"
 
 
 def window_bounds(now: dt.datetime, secs: float) -> tuple[dt.datetime, dt.datetime]:

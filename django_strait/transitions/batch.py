@@ -134,13 +134,26 @@ WITH due AS (
     ORDER BY priority DESC, available_at, id
     LIMIT %s
     FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE {RUN_TABLE} AS r
+    SET status = 'dequeued', claimed_by = %s, dequeued_at = now(), heartbeat_at = now(),
+        updated_at = now()
+    FROM due WHERE r.id = due.id
+    RETURNING r.id, r.job_id, r.payload, r.attempt, r.attempts_before_replay, r.max_attempts,
+              r.retry_overrides, r.endpoint_used
+),
+-- Claims of a job with a concurrency or rate limit are serialized on its row, locked
+-- here (in id order) and held to the commit: the limit check that follows, in its own
+-- statement, then sees every claim committed before it (resilience.limits).
+limited AS (
+    SELECT j.id FROM {JOB_TABLE} AS j
+    WHERE j.id IN (SELECT job_id FROM claimed)
+      AND (j.max_concurrency IS NOT NULL OR j.rate_limit_max IS NOT NULL)
+    ORDER BY j.id
+    FOR NO KEY UPDATE
 )
-UPDATE {RUN_TABLE} AS r
-SET status = 'dequeued', claimed_by = %s, dequeued_at = now(), heartbeat_at = now(),
-    updated_at = now()
-FROM due WHERE r.id = due.id
-RETURNING r.id, r.job_id, r.payload, r.attempt, r.attempts_before_replay, r.max_attempts,
-          r.retry_overrides, r.endpoint_used
+SELECT * FROM claimed WHERE (SELECT count(*) FROM limited) >= 0
 """
 
 

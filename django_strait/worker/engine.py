@@ -411,11 +411,13 @@ class Worker:
 
     def _limit_holds(self, claimed: list[Claimed]) -> list[Hold]:
         """Return the runs their job's concurrency or rate limit holds back (no attempt row)."""
-        pending = [
-            limits.Pending(run.id, run.job_id)
-            for run in claimed
-            if limits.is_limited(self.catalog.get(run.job_id).row)
-        ]
+        pending = []
+        self.circuits.refresh()  # health scores for degraded endpoints, at most a second old
+        for run in claimed:
+            row = self.catalog.get(run.job_id).row
+            if limits.is_limited(row):
+                score = self.circuits.health_score(row.endpoint_url) if row.endpoint_url else None
+                pending.append(limits.Pending(run.id, run.job_id, score))
         if not pending:
             return []  # the fast path: no limited job in the batch, no statement
         return [
