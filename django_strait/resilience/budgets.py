@@ -25,12 +25,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from django_strait.models import BudgetLedger, JobRun, Project
+from django_strait.sql import server_bound_cursor
 from django_strait.states import RunStatus
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,10 @@ logger = logging.getLogger(__name__)
 BUDGET_ERROR = "budget.exhausted"
 
 ZERO = Decimal(0)
+
+_LEDGER_TABLE = BudgetLedger._meta.db_table
+_PROJECT_TABLE = Project._meta.db_table
+_RUN_TABLE = JobRun._meta.db_table
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,21 +112,71 @@ def reserve(
         else:
             held.append(Held(p.run_id, next_day_starts(day), _reason(ledger, committed, p.cost)))
     crossed = []
+    warn: dict[int, bool] = {}
     for project_id, amount in added.items():
         ledger = ledgers[project_id]
         ledger.reserved += amount
-        fields = ["reserved", "updated_at"]
-        if _crosses_soft_limit(ledger):
+        warn[project_id] = _crosses_soft_limit(ledger)
+        if warn[project_id]:
             ledger.soft_warning_sent_at = now
-            fields.append("soft_warning_sent_at")
             crossed.append(ledger)
-        ledger.save(update_fields=fields, using=using)
-    _mark_reserved(reserved, using)
+    _write_reservations(ledgers, added, warn, reserved, using)
     _announce_on_commit(crossed, using)
     return reserved, held
 
 
+# The ledger rows of this claim's projects for the day, created if missing, locked
+# (ON CONFLICT DO UPDATE locks the row and returns its latest committed version) and
+# read with their project's budget: one statement.
+_LOCK_PG = f"""
+INSERT INTO {_LEDGER_TABLE} AS t (project_id, day, reserved, spent, updated_at)
+SELECT p, %s::date, 0, 0, now() FROM unnest(%s::bigint[]) AS p ORDER BY p
+ON CONFLICT (project_id, day) DO UPDATE SET updated_at = EXCLUDED.updated_at
+RETURNING t.id, t.project_id, t.day, t.reserved, t.spent, t.soft_warning_sent_at,
+          (SELECT p.name FROM {_PROJECT_TABLE} AS p WHERE p.id = t.project_id),
+          (SELECT p.daily_budget FROM {_PROJECT_TABLE} AS p WHERE p.id = t.project_id),
+          (SELECT p.soft_limit_ratio FROM {_PROJECT_TABLE} AS p WHERE p.id = t.project_id)
+"""
+
+# The reservations: added to the ledger rows (with the day's soft-limit mark) and noted
+# on the runs, in one statement.
+_RESERVE_PG = f"""
+WITH l AS (
+    UPDATE {_LEDGER_TABLE} AS t
+    SET reserved = t.reserved + v.amount, updated_at = now(),
+        soft_warning_sent_at = CASE WHEN v.warn THEN now() ELSE t.soft_warning_sent_at END
+    FROM unnest(%s::bigint[], %s::numeric[], %s::boolean[]) AS v(id, amount, warn)
+    WHERE t.id = v.id
+    RETURNING 1
+),
+r AS (
+    UPDATE {_RUN_TABLE} AS r SET reserved_cost = v.cost
+    FROM unnest(%s::bigint[], %s::numeric[]) AS v(id, cost)
+    WHERE r.id = v.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM r)
+"""
+
+
 def _lock_ledgers(project_ids: list[int], day: dt.date, using: str) -> dict[int, BudgetLedger]:
+    if connections[using].vendor != "postgresql":
+        return _lock_ledgers_orm(project_ids, day, using)
+    with server_bound_cursor(connections[using]) as cursor:
+        cursor.execute(_LOCK_PG, [day, project_ids])
+        rows = cursor.fetchall()
+    ledgers = {}
+    for lid, pid, lday, reserved, spent, warned, name, budget, ratio in rows:
+        ledger = BudgetLedger(
+            id=lid, project_id=pid, day=lday, reserved=reserved, spent=spent,
+            soft_warning_sent_at=warned,
+        )  # fmt: skip
+        ledger.project = Project(id=pid, name=name, daily_budget=budget, soft_limit_ratio=ratio)
+        ledgers[pid] = ledger
+    return ledgers
+
+
+def _lock_ledgers_orm(project_ids: list[int], day: dt.date, using: str) -> dict[int, BudgetLedger]:
     BudgetLedger.objects.using(using).bulk_create(
         [BudgetLedger(project_id=pid, day=day) for pid in project_ids], ignore_conflicts=True
     )
@@ -135,7 +190,30 @@ def _lock_ledgers(project_ids: list[int], day: dt.date, using: str) -> dict[int,
     return {row.project_id: row for row in rows}
 
 
-def _mark_reserved(reserved: dict[int, Decimal], using: str) -> None:
+def _write_reservations(
+    ledgers: dict[int, BudgetLedger],
+    added: dict[int, Decimal],
+    warn: dict[int, bool],
+    reserved: dict[int, Decimal],
+    using: str,
+) -> None:
+    if not added:
+        return
+    if connections[using].vendor == "postgresql":
+        pids = sorted(added)
+        params = [
+            [ledgers[p].pk for p in pids],
+            [added[p] for p in pids],
+            [warn[p] for p in pids],
+            list(reserved),
+            list(reserved.values()),
+        ]
+        with server_bound_cursor(connections[using]) as cursor:
+            cursor.execute(_RESERVE_PG, params)
+        return
+    for pid in added:
+        fields = ["reserved", "updated_at", *(["soft_warning_sent_at"] if warn[pid] else [])]
+        ledgers[pid].save(update_fields=fields, using=using)
     by_cost: dict[Decimal, list[int]] = {}
     for run_id, cost in reserved.items():
         by_cost.setdefault(cost, []).append(run_id)
@@ -160,22 +238,28 @@ def _amount(value: Decimal) -> str:
 # -- settle (with the record) --------------------------------------------------------
 
 
-def settle(spends: Iterable[Spend], *, using: str = "default") -> None:
-    """Turn reservations into what the attempts cost; call in the record's transaction."""
-    by_ledger: dict[tuple[int, dt.date], list[Spend]] = {}
+def by_ledger(spends: Iterable[Spend]) -> dict[tuple[int, dt.date], tuple[Decimal, Decimal]]:
+    """Group settlements by (project, day of the reservation): (released, spent)."""
+    totals: dict[tuple[int, dt.date], tuple[Decimal, Decimal]] = {}
     for s in spends:
-        by_ledger.setdefault((s.project_id, today(s.started_at)), []).append(s)
-    crossed = []
-    for (project_id, day), group in sorted(by_ledger.items()):
-        released = sum((s.reserved for s in group), ZERO)
-        spent = sum((s.cost for s in group), ZERO)
+        key = (s.project_id, today(s.started_at))
+        released, spent = totals.get(key, (ZERO, ZERO))
+        totals[key] = (released + s.reserved, spent + s.cost)
+    return dict(sorted(totals.items()))
+
+
+def settle(spends: Sequence[Spend], *, using: str = "default") -> None:
+    """Turn reservations into what the attempts cost; call in the record's transaction.
+
+    On PostgreSQL the worker's record statement does this itself
+    (``transitions.batch.record``); this is the ORM's way, and the reaper's.
+    """
+    for (project_id, day), (released, spent) in by_ledger(spends).items():
         BudgetLedger.objects.using(using).filter(project_id=project_id, day=day).update(
             reserved=Greatest(F("reserved") - released, Value(ZERO)),
             spent=F("spent") + spent,
             updated_at=timezone.now(),
         )
-        if spent > released:  # an endpoint may report more than was estimated
-            crossed += _check_soft_limit(project_id, day, using)
     by_cost: dict[Decimal, list[int]] = {}
     for s in spends:
         by_cost.setdefault(s.cost, []).append(s.run_id)
@@ -183,7 +267,15 @@ def settle(spends: Iterable[Spend], *, using: str = "default") -> None:
         JobRun.objects.using(using).filter(pk__in=run_ids).update(
             reserved_cost=None, actual_cost=Coalesce(F("actual_cost"), Value(ZERO)) + cost
         )
-    _announce_on_commit(crossed, using)
+    check_soft_limits(spends, using=using)
+
+
+def check_soft_limits(spends: Sequence[Spend], *, using: str = "default") -> None:
+    """After settling: a project that spent more than it reserved may cross its soft limit."""
+    for (project_id, day), (released, spent) in by_ledger(spends).items():
+        if spent > released:
+            with transaction.atomic(using=using):
+                _announce_on_commit(_check_soft_limit(project_id, day, using), using)
 
 
 def _check_soft_limit(project_id: int, day: dt.date, using: str) -> list[BudgetLedger]:
@@ -215,7 +307,8 @@ def _announce(ledgers: Iterable[BudgetLedger]) -> None:
     from django_strait import signals
 
     for ledger in ledgers:
-        project = ledger.project
+        # The whole row: the claim's copy holds only what the reservation needed.
+        project = Project.objects.get(pk=ledger.project_id)
         committed = ledger.reserved + ledger.spent
         logger.warning(
             "project %s has committed %s of its daily budget of %s on %s (soft limit %.0f%%)",

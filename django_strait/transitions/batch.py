@@ -20,7 +20,15 @@ from django.db import connections, transaction
 from django.db.models import Case, DateTimeField, F, Value, When
 from django.utils import timezone
 
-from django_strait.models import AttemptOutcome, EndpointHealth, JobRun, RunAttempt, RunRollup
+from django_strait.models import (
+    AttemptOutcome,
+    BudgetLedger,
+    EndpointHealth,
+    JobRun,
+    RunAttempt,
+    RunRollup,
+)
+from django_strait.resilience import budgets
 from django_strait.resilience import health as endpoint_health
 from django_strait.states import RunStatus, Transition
 
@@ -28,6 +36,8 @@ RUN_TABLE = JobRun._meta.db_table
 ATTEMPT_TABLE = RunAttempt._meta.db_table
 ROLLUP_TABLE = RunRollup._meta.db_table
 HEALTH_TABLE = EndpointHealth._meta.db_table
+LEDGER_TABLE = BudgetLedger._meta.db_table
+ZERO = Decimal(0)
 JOB_TABLE = "django_strait_job"
 
 
@@ -452,12 +462,15 @@ def record(
     records: Sequence[Record],
     *,
     health: Sequence[endpoint_health.Sample] = (),
+    spends: Sequence[budgets.Spend] = (),
     using: str = "default",
 ) -> Recorded:
     """Apply each record's transition and append its attempt row, atomically.
 
     ``health`` (one sample per endpoint of the batch) is folded into the
-    endpoints' health rows in the same statement.
+    endpoints' health rows, and ``spends`` (the attempts of budgeted jobs)
+    settle their reservations, in the same statement (PostgreSQL) or
+    transaction (SQLite).
 
     Only runs still executing under this worker at that attempt move (the guard);
     a run whose cancel was asked meanwhile becomes canceled instead.
@@ -465,8 +478,11 @@ def record(
     if not records:
         return Recorded()
     if _is_postgres(using):
-        return _record_pg(worker_id, records, health, using)
-    return _record_orm(worker_id, records, health, using)
+        done = _record_pg(worker_id, records, health, spends, using)
+        if spends:
+            budgets.check_soft_limits(spends, using=using)
+        return done
+    return _record_orm(worker_id, records, health, spends, using)
 
 
 # One array per column: a constant query text, and psycopg adapts 14 lists much
@@ -476,9 +492,10 @@ WITH v AS (
     SELECT * FROM unnest(
         %s::bigint[], %s::integer[], %s::varchar[], %s::timestamptz[], %s::text[], %s::text[],
         %s::varchar[], %s::varchar[], %s::timestamptz[], %s::timestamptz[], %s::integer[],
-        %s::varchar[], %s::integer[], %s::text[], %s::bigint[]
+        %s::varchar[], %s::integer[], %s::text[], %s::bigint[], %s::numeric[]
     ) AS v(id, attempt, status, available_at, result, last_error, error_type, endpoint,
-           started_at, finished_at, duration_ms, outcome, status_code, response_excerpt, job_id)
+           started_at, finished_at, duration_ms, outcome, status_code, response_excerpt, job_id,
+           cost)
 ),
 u AS (
     UPDATE {RUN_TABLE} AS r SET
@@ -487,7 +504,11 @@ u AS (
         finished_at = CASE WHEN v.status = 'queued' AND NOT r.cancel_requested
                            THEN NULL ELSE v.finished_at END,
         result = v.result::jsonb, last_error = v.last_error, error_type = v.error_type,
-        endpoint_used = v.endpoint, claimed_by = '', heartbeat_at = NULL, updated_at = now()
+        endpoint_used = v.endpoint, claimed_by = '', heartbeat_at = NULL, updated_at = now(),
+        -- Budgets: a cost (budgeted jobs only) ends the attempt's reservation.
+        reserved_cost = CASE WHEN v.cost IS NULL THEN r.reserved_cost END,
+        actual_cost = CASE WHEN v.cost IS NULL THEN r.actual_cost
+                           ELSE COALESCE(r.actual_cost, 0) + v.cost END
     FROM v
     WHERE r.id = v.id AND r.status = 'executing' AND r.claimed_by = %s AND r.attempt = v.attempt
     RETURNING r.id, r.status
@@ -529,9 +550,28 @@ health AS (
                hv.timeout, t.samples + hv.n, now()
         FROM hv WHERE hv.url = t.endpoint_url
     )
+),
+-- Budgets: each ledger row releases the attempts' reservations and spends their cost.
+led AS (
+    UPDATE {LEDGER_TABLE} AS t
+    SET reserved = GREATEST(t.reserved - x.released, 0), spent = t.spent + x.spent,
+        updated_at = now()
+    FROM unnest(%s::bigint[], %s::date[], %s::numeric[], %s::numeric[])
+        AS x(project_id, day, released, spent)
+    WHERE t.project_id = x.project_id AND t.day = x.day
 )
 SELECT id, status FROM u
 """
+
+
+def _ledger_columns(spends: Sequence[budgets.Spend]) -> list[list[Any]]:
+    totals = budgets.by_ledger(spends)
+    return [
+        [project_id for project_id, _ in totals],
+        [day for _, day in totals],
+        [released for released, _ in totals.values()],
+        [spent for _, spent in totals.values()],
+    ]
 
 
 def _health_columns(samples: Sequence[endpoint_health.Sample]) -> list[list[Any]]:
@@ -564,21 +604,28 @@ def _columns(records: Sequence[Record]) -> list[list[Any]]:
             rec.status_code,
             rec.response_excerpt,
             rec.job_id,
+            (rec.cost or ZERO) if rec.reserved_cost is not None else None,
         )
         for rec in records
     ]
     return [list(column) for column in zip(*rows, strict=True)]
 
 
-def _record_pg(worker_id, records, health, using) -> Recorded:
-    params = [*_columns(records), worker_id, worker_id, *_health_columns(health)]
+def _record_pg(worker_id, records, health, spends, using) -> Recorded:
+    params = [
+        *_columns(records),
+        worker_id,
+        worker_id,
+        *_health_columns(health),
+        *_ledger_columns(spends),
+    ]
     with connections[using].cursor() as cursor:
         cursor.execute(_RECORD_PG, params)
         moved = dict(cursor.fetchall())
     return Recorded(moved, [r.run_id for r in records if r.run_id not in moved])
 
 
-def _record_orm(worker_id, records, health, using) -> Recorded:
+def _record_orm(worker_id, records, health, spends, using) -> Recorded:
     done = Recorded()
     with transaction.atomic(using=using):
         for rec in records:
@@ -593,6 +640,8 @@ def _record_orm(worker_id, records, health, using) -> Recorded:
         )
         _rollup_orm(records, done.moved, using)
         endpoint_health.write(health, using=using)
+        if spends:
+            budgets.settle(spends, using=using)
     return done
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from django_strait import signals
@@ -637,12 +637,7 @@ class Worker:
             if r.reserved_cost is not None and r.project_id is not None
         ]
         health = self._health_samples(chunk)
-        if spends:
-            with transaction.atomic(using=cfg.using):
-                done = batch.record(cfg.worker_id, chunk, health=health, using=cfg.using)
-                budgets.settle(spends, using=cfg.using)
-        else:
-            done = batch.record(cfg.worker_id, chunk, health=health, using=cfg.using)
+        done = batch.record(cfg.worker_id, chunk, health=health, spends=spends, using=cfg.using)
         if done.moved:
             signals.send_recorded(chunk, done, {r.run_id: r.job for r in chunk}, using=cfg.using)
         self._account_circuits(chunk)
