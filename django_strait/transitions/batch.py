@@ -2,7 +2,8 @@
 
 PostgreSQL gets one round trip per batch for each step (``FOR UPDATE SKIP
 LOCKED`` for the claim, a data-modifying CTE that updates the runs and appends
-their attempts for the record). SQLite, which serializes writers, gets guarded
+their attempts for the record), each a statement psycopg prepares once per
+connection (``sql.server_bound_cursor``), so it is not planned again each time. SQLite, which serializes writers, gets guarded
 ORM updates: each one only moves rows still in the expected status, so two
 workers on one file never take the same run.
 """
@@ -30,6 +31,7 @@ from django_strait.models import (
 )
 from django_strait.resilience import budgets
 from django_strait.resilience import health as endpoint_health
+from django_strait.sql import server_bound_cursor
 from django_strait.states import RunStatus, Transition
 
 RUN_TABLE = JobRun._meta.db_table
@@ -176,7 +178,7 @@ def _claim_pg(worker_id, queues, limit, using) -> list[Claimed]:
     else:
         queue_filter, params = "AND queue = ANY(%s)", [list(queues)]
     sql = _CLAIM_PG.format(queue_filter=queue_filter)
-    with connections[using].cursor() as cursor:
+    with server_bound_cursor(connections[using]) as cursor:
         cursor.execute(sql, [*params, limit, worker_id])
         rows = cursor.fetchall()
     return [
@@ -260,7 +262,7 @@ def start(worker_id: str, runs: Sequence[Claimed], *, using: str = "default") ->
         return []
     by_id = {r.id: r for r in runs}
     if _is_postgres(using):
-        with connections[using].cursor() as cursor:
+        with server_bound_cursor(connections[using]) as cursor:
             cursor.execute(_START_PG, [list(by_id), worker_id])
             rows = cursor.fetchall()
     else:
@@ -375,7 +377,7 @@ def hold(worker_id: str, holds: Sequence[Hold], *, using: str = "default") -> No
             [h.endpoint for h in holds],
             [h.attempt_row for h in holds],
         ]
-        with connections[using].cursor() as cursor:
+        with server_bound_cursor(connections[using]) as cursor:
             cursor.execute(_HOLD_PG, [*columns, worker_id, worker_id])
         return
     _hold_orm(worker_id, holds, using)
@@ -619,7 +621,7 @@ def _record_pg(worker_id, records, health, spends, using) -> Recorded:
         *_health_columns(health),
         *_ledger_columns(spends),
     ]
-    with connections[using].cursor() as cursor:
+    with server_bound_cursor(connections[using]) as cursor:
         cursor.execute(_RECORD_PG, params)
         moved = dict(cursor.fetchall())
     return Recorded(moved, [r.run_id for r in records if r.run_id not in moved])
