@@ -325,7 +325,7 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         cfg = self.config
-        low_water = max(1, min(cfg.batch_size, cfg.concurrency) // 4)
+        low_water = max(1, min(cfg.batch_size, cfg.concurrency) // 2)
         while not self._stopping:
             # Clear before looking, never inside the wait: a run finishing, a result
             # recorded or a NOTIFY while the claim below is awaited must still wake
