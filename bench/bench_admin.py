@@ -39,22 +39,15 @@ def setup_django(db_url: str) -> None:
     os.environ["DATABASE_URL"] = db_url
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.admin_settings"
     sys.path.insert(0, str(ROOT))
-    _create_database(db_url)
+    from bench.bench_worker import create_pg_database
+
+    create_pg_database(db_url)
     import django
 
     django.setup()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-
-
-def _create_database(db_url: str) -> None:
-    import psycopg
-
-    base, name = db_url.rsplit("/", 1)
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 # -- loading ---------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def setup_django(db_url: str) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
     sys.path.insert(0, str(ROOT))
     if db_url.startswith("postgres"):
-        _create_pg_database(db_url)
+        create_pg_database(db_url)
     import django
 
     django.setup()
@@ -51,7 +51,7 @@ def setup_django(db_url: str) -> None:
     call_command("migrate", verbosity=0)
 
 
-def _create_pg_database(db_url: str) -> None:
+def create_pg_database(db_url: str) -> None:
     import psycopg
 
     base, name = db_url.rsplit("/", 1)
