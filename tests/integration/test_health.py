@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
 
@@ -100,10 +101,34 @@ def test_health__no_second_statement_per_batch(burst, http_server):
     )
     samples = summarize([Answer(rec.endpoint, True, "", 200, 5, 30.0)], alpha=0.1)
 
-    with CaptureQueriesContext(connection) as queries:
-        batch.record("w", [rec], health=samples)
+    statements = []
+    real = batch.server_bound_cursor
 
-    assert len(queries.captured_queries) == 1
+    class Counted:  # the real cursor, its statements noted
+        def __init__(self, cursor):
+            self.cursor = cursor
+
+        def execute(self, sql, *args, **kwargs):
+            statements.append(sql)
+            return self.cursor.execute(sql, *args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.cursor, name)
+
+    @contextlib.contextmanager
+    def counted(conn):
+        with real(conn) as cursor:
+            yield Counted(cursor)
+
+    batch.server_bound_cursor = counted
+    try:
+        with CaptureQueriesContext(connection) as orm_queries:
+            batch.record("w", [rec], health=samples)
+    finally:
+        batch.server_bound_cursor = real
+
+    assert len(statements) == 1 and orm_queries.captured_queries == []
+    assert JobRun.objects.get(pk=runs[0].pk).status == "completed"
     assert health(http_server).samples == 1
 
 
