@@ -103,10 +103,14 @@ class CircuitBreaker:
         with self._lock:
             return self._circuits.get(url)
 
+    def health(self, url: str) -> endpoint_health.Health | None:
+        """Return the cached health of ``url`` if it is not healthy (None: healthy or unknown)."""
+        with self._lock:
+            return self._unwell.get(url)
+
     def health_score(self, url: str) -> float | None:
         """Return the cached score of an endpoint that is not healthy (None: healthy or unknown)."""
-        with self._lock:
-            health = self._unwell.get(url)
+        health = self.health(url)
         return health.score if health is not None else None
 
     def _put(self, circuits: Iterable[Circuit]) -> None:
@@ -174,7 +178,7 @@ class CircuitBreaker:
         return admit(probing(circuit, now), now=now, cooldown=cooldown, timeout=timeout)
 
     def _first_by_health(self, url: str, now: dt.datetime, cooldown: dt.timedelta) -> Admission:
-        health = self._unwell.get(url)
+        health = self.health(url)
         admission = endpoint_health.admit(health, now=now, cooldown=cooldown, may_probe=True)
         if admission.verdict is not Verdict.PROBE:
             return admission
@@ -198,9 +202,7 @@ class CircuitBreaker:
         admission = admit(self.get(url), now=now, cooldown=cooldown, timeout=timeout)
         if admission.verdict is not Verdict.START:
             return admission
-        with self._lock:
-            health = self._unwell.get(url)
-        return endpoint_health.admit(health, now=now, cooldown=cooldown, may_probe=False)
+        return endpoint_health.admit(self.health(url), now=now, cooldown=cooldown, may_probe=False)
 
     # -- account ---------------------------------------------------------------------
 

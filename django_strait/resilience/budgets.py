@@ -3,7 +3,7 @@
 A job with a ``project`` reserves its ``estimated_cost`` from the project's
 ledger row for today (``BudgetLedger``, one per project per day, in Django's
 ``TIME_ZONE``) inside the claim transaction, with the ledger rows locked
-(``FOR UPDATE``): ``reserved + spent + cost <= daily_budget`` is checked and
+until it commits: ``reserved + spent + cost <= daily_budget`` is checked and
 the reservation added under that lock, so workers on any number of hosts can
 never commit more than the budget between them. A run that does not fit goes
 back to queued until the next day begins, spending no attempt, with the

@@ -3,7 +3,8 @@
 PostgreSQL gets one round trip per batch for each step (``FOR UPDATE SKIP
 LOCKED`` for the claim, a data-modifying CTE that updates the runs and appends
 their attempts for the record), each a statement psycopg prepares once per
-connection (``sql.server_bound_cursor``), so it is not planned again each time. SQLite, which serializes writers, gets guarded
+connection (``sql.server_bound_cursor``), so it is not planned again each time.
+SQLite, which serializes writers, gets guarded
 ORM updates: each one only moves rows still in the expected status, so two
 workers on one file never take the same run.
 """
@@ -464,21 +465,21 @@ def record(
     records: Sequence[Record],
     *,
     health: Sequence[endpoint_health.Sample] = (),
-    spends: Sequence[budgets.Spend] = (),
     using: str = "default",
 ) -> Recorded:
     """Apply each record's transition and append its attempt row, atomically.
 
     ``health`` (one sample per endpoint of the batch) is folded into the
-    endpoints' health rows, and ``spends`` (the attempts of budgeted jobs)
-    settle their reservations, in the same statement (PostgreSQL) or
-    transaction (SQLite).
+    endpoints' health rows, and records with a ``reserved_cost`` (attempts of
+    budgeted jobs) settle their reservations, in the same statement
+    (PostgreSQL) or transaction (SQLite).
 
     Only runs still executing under this worker at that attempt move (the guard);
     a run whose cancel was asked meanwhile becomes canceled instead.
     """
     if not records:
         return Recorded()
+    spends = _spends(records)
     if _is_postgres(using):
         done = _record_pg(worker_id, records, health, spends, using)
         if spends:
@@ -566,6 +567,20 @@ SELECT id, status FROM u
 """
 
 
+def _spends(records: Sequence[Record]) -> list[budgets.Spend]:
+    """The settlements of the records that reserved budget."""
+    return [
+        budgets.Spend(r.run_id, r.project_id, r.started_at, r.reserved_cost, _cost(r))
+        for r in records
+        if r.reserved_cost is not None and r.project_id is not None
+    ]
+
+
+def _cost(rec: Record) -> Decimal | None:
+    """What a budgeted attempt spends (None: not a budgeted attempt)."""
+    return (rec.cost or ZERO) if rec.reserved_cost is not None else None
+
+
 def _ledger_columns(spends: Sequence[budgets.Spend]) -> list[list[Any]]:
     totals = budgets.by_ledger(spends)
     return [
@@ -606,7 +621,7 @@ def _columns(records: Sequence[Record]) -> list[list[Any]]:
             rec.status_code,
             rec.response_excerpt,
             rec.job_id,
-            (rec.cost or ZERO) if rec.reserved_cost is not None else None,
+            _cost(rec),
         )
         for rec in records
     ]

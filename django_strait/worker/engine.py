@@ -411,15 +411,18 @@ class Worker:
 
     def _limit_holds(self, claimed: list[Claimed]) -> list[Hold]:
         """Return the runs their job's concurrency or rate limit holds back (no attempt row)."""
-        pending = []
-        self.circuits.refresh()  # health scores for degraded endpoints, at most a second old
-        for run in claimed:
-            row = self.catalog.get(run.job_id).row
-            if limits.is_limited(row):
-                score = self.circuits.health_score(row.endpoint_url) if row.endpoint_url else None
-                pending.append(limits.Pending(run.id, run.job_id, score))
-        if not pending:
+        limited = [
+            (run, row)
+            for run in claimed
+            if limits.is_limited(row := self.catalog.get(run.job_id).row)
+        ]
+        if not limited:
             return []  # the fast path: no limited job in the batch, no statement
+        self.circuits.refresh()  # health scores of degraded endpoints, at most a second old
+        pending = [
+            limits.Pending(run.id, run.job_id, self.circuits.health_score(row.endpoint_url))
+            for run, row in limited
+        ]
         return [
             Hold(h.run_id, h.until, h.error_type, h.reason, attempt_row=False)
             for h in limits.enforce(pending, using=self.config.using)
@@ -631,13 +634,8 @@ class Worker:
     def _record_and_announce(self, chunk: list[Record]) -> batch.Recorded:
         """Record a batch, then send its signals (on the record thread: receivers may use the ORM)."""
         cfg = self.config
-        spends = [
-            budgets.Spend(r.run_id, r.project_id, r.started_at, r.reserved_cost, r.cost or ZERO)
-            for r in chunk
-            if r.reserved_cost is not None and r.project_id is not None
-        ]
         health = self._health_samples(chunk)
-        done = batch.record(cfg.worker_id, chunk, health=health, spends=spends, using=cfg.using)
+        done = batch.record(cfg.worker_id, chunk, health=health, using=cfg.using)
         if done.moved:
             signals.send_recorded(chunk, done, {r.run_id: r.job for r in chunk}, using=cfg.using)
         self._account_circuits(chunk)
