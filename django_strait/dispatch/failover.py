@@ -23,9 +23,16 @@ from django_strait.outcome import Kind, Outcome
 CAPACITY_STATUS = 503
 
 
-def endpoints_of(primary: str, fallbacks: Sequence[str] | None) -> tuple[str, ...]:
-    """Return a job's endpoints, primary first, without repeats."""
-    return tuple(dict.fromkeys([primary, *(fallbacks or ())]))
+def endpoints_of(primary: str, fallbacks: object) -> tuple[str, ...]:
+    """Return a job's endpoints, primary first, without repeats (none without a primary).
+
+    ``fallbacks`` is the job's JSON column: entries that are not strings (a row
+    saved around validation) are left out.
+    """
+    if not primary:
+        return ()
+    extra = [u for u in fallbacks if isinstance(u, str)] if isinstance(fallbacks, list) else []
+    return tuple(dict.fromkeys([primary, *extra]))
 
 
 def order(endpoints: Sequence[str], *, last_used: str, attempts_spent: int) -> tuple[str, ...]:

@@ -96,11 +96,8 @@ class Catalog:
             logger.error("job %s has an invalid retry policy (%s); using defaults", row.name, exc)
             policy = resolve(Job(name=row.name))
         if not row.handler:
-            fallbacks = (
-                row.fallback_endpoint_urls if isinstance(row.fallback_endpoint_urls, list) else []
-            )
-            endpoints = endpoints_of(row.endpoint_url, [u for u in fallbacks if isinstance(u, str)])
-            return JobInfo(row, policy, now, endpoints=endpoints if row.endpoint_url else ())
+            endpoints = endpoints_of(row.endpoint_url, row.fallback_endpoint_urls)
+            return JobInfo(row, policy, now, endpoints=endpoints)
         try:
             return JobInfo(row, policy, now, handler=resolve_callable(row.handler))
         except Exception as exc:  # ImportError, AttributeError, errors in the module itself
