@@ -17,7 +17,8 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from django_strait.admin import charts
-from django_strait.models import CircuitState, EndpointCircuit, EndpointHealth, HealthSample
+from django_strait.models import CircuitState, EndpointCircuit, HealthSample
+from django_strait.models.health import health_subqueries
 
 #: How far back a sparkline looks (the sampler writes one score a minute).
 SPARKLINE_WINDOW = dt.timedelta(minutes=60)
@@ -42,11 +43,8 @@ def circuit_annotation(url_field: str = "endpoint_url") -> dict[str, Subquery]:
 
 def health_annotation(url_field: str = "endpoint_url") -> dict[str, Subquery]:
     """Return ``annotate()`` keywords for the health score and level of each row's URL."""
-    rows = EndpointHealth.objects.filter(endpoint_url=OuterRef(url_field))
-    return {
-        HEALTH_SCORE: Subquery(rows.values("score")[:1]),
-        HEALTH_LEVEL: Subquery(rows.values("level")[:1]),
-    }
+    score, level = health_subqueries(url_field)
+    return {HEALTH_SCORE: score, HEALTH_LEVEL: level}
 
 
 def show_level(level: str | None, score: float | None = None) -> SafeString | str:

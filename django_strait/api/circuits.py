@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import QuerySet
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,7 +15,8 @@ from django_strait.api.filters import PAGING, refuse_unknown
 from django_strait.api.pagination import Keyset, page_serializer, paginate
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import CircuitResetSerializer, CircuitSerializer
-from django_strait.models import EndpointCircuit, EndpointHealth
+from django_strait.models import EndpointCircuit
+from django_strait.models.health import health_subqueries
 from django_strait.resilience import reset_circuit
 
 logger = logging.getLogger(__name__)
@@ -32,11 +33,8 @@ CircuitPage = page_serializer("CircuitPage", CircuitSerializer)
 
 def with_health(circuits: QuerySet[EndpointCircuit]) -> QuerySet[EndpointCircuit]:
     """Return ``circuits`` with the score and level of the same URL's health row."""
-    health = EndpointHealth.objects.filter(endpoint_url=OuterRef("endpoint_url"))
-    return circuits.annotate(
-        health_score=Subquery(health.values("score")[:1]),
-        health_level=Subquery(health.values("level")[:1]),
-    )
+    score, level = health_subqueries()
+    return circuits.annotate(health_score=score, health_level=level)
 
 
 class CircuitListView(StraitAPIView):

@@ -87,6 +87,15 @@ class EndpointHealth(models.Model):
         return f"{self.endpoint_url}: {self.score:.0f} ({self.level})"
 
 
+def health_subqueries(url_field: str = "endpoint_url") -> tuple[models.Subquery, models.Subquery]:
+    """Return the score and level of each row's endpoint, as subqueries to annotate with.
+
+    One subquery each on the unique ``endpoint_url``: a list of any length stays one query.
+    """
+    rows = EndpointHealth.objects.filter(endpoint_url=models.OuterRef(url_field))
+    return models.Subquery(rows.values("score")[:1]), models.Subquery(rows.values("level")[:1])
+
+
 class HealthSample(models.Model):
     """An endpoint's score at one minute, for the history sparkline (kept a day)."""
 
