@@ -1,6 +1,7 @@
 """django-strait: durable background jobs on your Django database.
 
-from django_strait import job, trigger, trigger_many, Retry, Discard, DeadLetter, Fail, Error
+from django_strait import job, handler, retry_function, trigger, trigger_many
+from django_strait import Retry, Discard, DeadLetter, Fail, Error
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ __all__ = [
     "Error",
     "Fail",
     "Retry",
+    "handler",
     "job",
     "replay",
+    "retry_function",
     "trigger",
     "trigger_many",
 ]
@@ -25,6 +28,8 @@ __version__ = "0.1.0.dev0"
 
 _LAZY = {
     "job": "django_strait.registry",
+    "handler": "django_strait.registry",
+    "retry_function": "django_strait.retry.functions",
     "trigger": "django_strait.triggering",
     "trigger_many": "django_strait.triggering",
     "replay": "django_strait.transitions",

@@ -33,6 +33,7 @@ from django_strait.retry import (
     FIELDS,
     PolicyError,
     RetryPolicy,
+    check_registered,
     collect_errors,
     merge,
     parse_duration,
@@ -374,7 +375,10 @@ def _policy_errors() -> list[PolicyError]:
     layers, errors = _policy_layers()
     if not errors:
         try:
-            merge(BUILTIN, *layers, prefix="STRAIT.DEFAULT_RETRY")
+            policy = merge(BUILTIN, *layers, prefix="STRAIT.DEFAULT_RETRY")
+            # Checked here, not on load: a worker whose code lacks the function falls
+            # back to the exponential formula rather than refusing every policy.
+            check_registered({"function": policy.function}, prefix="STRAIT.DEFAULT_RETRY")
         except PolicyError as exc:
             errors.append(exc)
     return errors

@@ -1,10 +1,17 @@
-"""``@job``: Python handlers registered in code, kept in sync with ``Job`` rows.
+"""Code registered to run: ``@job`` and ``@handler`` handlers, ``@retry_function`` delays.
 
-A decorated function stays callable as before and gains ``.trigger()`` and
-``.trigger_many()``. Its ``Job`` row (same name) is created on the first trigger
-in a process and by ``manage.py strait_sync``; the options the decorator names
-are written to the row each time (code wins for what code declares), the others
-stay as the admin left them.
+Only what the project registers in code can run (DESIGN §14). A job's
+``handler`` column names a function registered here, by its dotted path; a
+retry policy's ``function`` names one registered with ``@retry_function``.
+Nothing is ever imported from a name that a request, a form or a table row
+supplied: a name that is not registered is refused where it is written and
+fails as ``handler.unknown`` where it is run.
+
+``@job`` functions stay callable as before and gain ``.trigger()`` and
+``.trigger_many()``. Their ``Job`` row (same name) is created on the first
+trigger in a process and by ``manage.py strait_sync``; the options the
+decorator names are written to the row each time (code wins for what code
+declares), the others stay as the admin left them.
 """
 
 from __future__ import annotations
@@ -14,11 +21,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.utils.module_loading import import_string
 from django.utils.text import slugify
+
+from django_strait.callables import CallableTable, dotted_path
 
 _registry: dict[str, Handler] = {}
 _synced: set[str] = set()
+#: Handler name (the function's dotted path, unless named) -> the function to call.
+handlers = CallableTable("handler", "@job or @handler")
+
+#: The error type of an attempt whose job names a handler this process has not registered.
+UNKNOWN_HANDLER = "handler.unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +91,7 @@ def job(
     def register(fn: Callable[..., Any]) -> Handler:
         spec = JobSpec(
             name=name or slugify(fn.__name__.replace("_", "-")),
-            path=f"{fn.__module__}.{fn.__qualname__}",
+            path=dotted_path(fn),
             columns=_columns(queue, priority, max_attempts, retry, timeout, description),
         )
         existing = _registry.get(spec.name)
@@ -87,11 +100,32 @@ def job(
                 f"job name {spec.name!r} is already registered by {existing.spec.path}; "
                 f"choose another name= for {spec.path}"
             )
-        handler = Handler(fn, spec)
-        _registry[spec.name] = handler
-        return handler
+        wrapped = Handler(fn, spec)
+        _registry[spec.name] = wrapped
+        handlers.put(spec.path, fn)
+        return wrapped
 
     return register(func) if func is not None else register
+
+
+def handler(func: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
+    """Register a function (sync or ``async``) that jobs may name as their ``handler``.
+
+    For a function several jobs share; ``@job`` registers its own function
+    already. The name is the function's dotted path unless ``name`` is given.
+    The function is returned unchanged.
+    """
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        handlers.put(dotted_path(fn) if name is None else name, fn)
+        return fn
+
+    return register(func) if func is not None else register
+
+
+def find_handler(name: Any) -> Callable[..., Any] | None:
+    """Return the handler registered under ``name`` (None if there is none)."""
+    return handlers.find(name)
 
 
 def _columns(queue, priority, max_attempts, retry, timeout, description) -> dict[str, Any]:
@@ -131,17 +165,13 @@ def registered() -> dict[str, Handler]:
     return dict(_registry)
 
 
-def resolve_callable(path: str) -> Callable[..., Any]:
-    """Import a handler by dotted path, unwrapping ``@job``."""
-    obj = import_string(path)
-    return obj.func if isinstance(obj, Handler) else obj
-
-
-def sync(handler: Handler):
-    """Create or update the ``Job`` row for ``handler``; return it."""
+def sync(entry: Handler):
+    """Create or update the ``Job`` row of a ``@job`` function; return it."""
     from django_strait.models import Job
+    from django_strait.retry import check_registered
 
-    spec = handler.spec
+    spec = entry.spec
+    check_registered({"function": spec.columns.get("retry_function")}, prefix="@job.retry")
     wanted = {"handler": spec.path, "endpoint_url": "", **spec.columns}
     row, created = Job.objects.get_or_create(name=spec.name, defaults=wanted)
     changed = [k for k, v in wanted.items() if getattr(row, k) != v]
@@ -171,9 +201,9 @@ def synced_row(name: str):
     """
     from django_strait.models import Job
 
-    handler = _registry.get(name)
-    if handler is None:
+    entry = _registry.get(name)
+    if entry is None:
         return None
     if name not in _synced:
-        return sync(handler)
-    return Job.objects.filter(name=name).first() or sync(handler)
+        return sync(entry)
+    return Job.objects.filter(name=name).first() or sync(entry)

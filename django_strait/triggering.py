@@ -404,7 +404,7 @@ def _check_keys(keys: Sequence[Any], count: int) -> list[str]:
 
 
 def _check_retry(job: Job, max_attempts: Any, retry: Any) -> dict[str, Any] | None:
-    from django_strait.retry import PolicyError, resolve, validate_partial
+    from django_strait.retry import PolicyError, check_registered, resolve, validate_partial
 
     if max_attempts is not None and (
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
@@ -416,6 +416,7 @@ def _check_retry(job: Job, max_attempts: Any, retry: Any) -> dict[str, Any] | No
         )
     try:
         overrides = validate_partial(retry or {}, prefix="retry")
+        check_registered(overrides)
         resolve(job, max_attempts, overrides)  # the merged whole must hold together too
     except PolicyError as exc:
         raise TriggerError(exc.field, f"{exc.problem}; must be {exc.allowed}") from None

@@ -9,6 +9,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from django_strait.registry import find_handler, handlers
+
 PRIORITY_VALIDATORS = [MinValueValidator(-100), MaxValueValidator(100)]
 
 
@@ -64,7 +66,10 @@ class Job(models.Model):
     headers = models.JSONField(default=dict, blank=True)
     signing_secret = models.CharField(max_length=200, blank=True)
     handler = models.CharField(
-        max_length=300, blank=True, help_text="Dotted path of a Python callable."
+        max_length=300,
+        blank=True,
+        help_text="The name of a function registered in code with @job or @handler "
+        "(its dotted path, e.g. myapp.jobs.send_email).",
     )
     timeout_secs = models.FloatField(default=30.0, validators=[MinValueValidator(0.001)])
 
@@ -195,12 +200,14 @@ class Job(models.Model):
                     "(Content-Type, Content-Length, Transfer-Encoding, Accept-Encoding, "
                     "Idempotency-Key and Strait-*); remove them."
                 )
+        if self.handler and find_handler(self.handler) is None:
+            errors.setdefault("handler", []).append(handlers.unknown(self.handler))
         for name, problem in limit_problems(self):
             errors.setdefault(name, []).append(problem)
-        from django_strait.retry import PolicyError, job_partial, resolve
+        from django_strait.retry import PolicyError, check_registered, job_partial, resolve
 
         try:
-            job_partial(self)
+            check_registered(job_partial(self))
             resolve(self)  # the merged policy must hold together too (custom needs delays)
         except PolicyError as exc:
             errors.setdefault(exc.column or "retry_strategy", []).append(str(exc))

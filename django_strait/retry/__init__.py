@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django_strait.retry.durations import DURATION_SYNTAX, MAX_DURATION, parse_duration
+from django_strait.retry.functions import retry_function
 from django_strait.retry.policy import (
     BUILTIN,
     FIELDS,
@@ -11,6 +12,7 @@ from django_strait.retry.policy import (
     STRATEGIES,
     PolicyError,
     RetryPolicy,
+    check_registered,
     clamp,
     collect_errors,
     compute_delay,
@@ -34,6 +36,7 @@ __all__ = [
     "STRATEGIES",
     "PolicyError",
     "RetryPolicy",
+    "check_registered",
     "clamp",
     "collect_errors",
     "compute_delay",
@@ -44,6 +47,7 @@ __all__ = [
     "raw_delay",
     "resolve",
     "retry_delay_for",
+    "retry_function",
     "validate_field",
     "validate_partial",
 ]

@@ -7,7 +7,6 @@ caller passes in, so tests choose the randomness instead of patching it.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
 import math
 import random
@@ -16,7 +15,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from django.utils.module_loading import import_string
+from django_strait.retry import functions
 
 if TYPE_CHECKING:
     from django_strait.retry.policy import RetryPolicy
@@ -102,8 +101,18 @@ def _power_curve(policy: RetryPolicy, n: int, rng: random.Random) -> float:
 
 
 def _function(policy: RetryPolicy, n: int, rng: random.Random) -> float:
+    fn = functions.table.find(policy.function)
+    if fn is None:
+        # Refused where policies are written; a stored one may predate a rename.
+        logger.warning(
+            "Retry function %s for retry %s: %s; using the exponential formula",
+            policy.function,
+            n,
+            functions.table.unknown(policy.function),
+        )
+        return _exponential(policy, n, rng)
     try:
-        returned = load_function(policy.function or "")(n, policy)
+        returned = fn(n, policy)
     except Exception:
         logger.exception(
             "Retry function %s failed for retry %s; using the exponential formula",
@@ -138,15 +147,6 @@ def _returned_seconds(returned: Any) -> float | None:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float | Decimal | Fraction)
-
-
-@functools.lru_cache(maxsize=256)
-def load_function(path: str) -> Callable[[int, RetryPolicy], Any]:
-    """Import the retry function at ``path`` once per process; raise if it is not callable."""
-    target = import_string(path)
-    if not callable(target):
-        raise TypeError(f"{path} is a {type(target).__name__}, not a callable")
-    return target
 
 
 _FORMULAS: dict[str, Formula] = {

@@ -17,11 +17,12 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from django_strait.callables import NAME_MAX_LENGTH
+from django_strait.retry import functions
 from django_strait.retry.delays import (
     STRATEGIES,
     clamp,
     compute_delay,
-    load_function,
     raw_delay,
     retry_delay_for,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "STRATEGIES",
     "PolicyError",
     "RetryPolicy",
+    "check_registered",
     "clamp",
     "collect_errors",
     "compute_delay",
@@ -235,7 +237,10 @@ def _check_whole(policy: RetryPolicy, prefix: str, *, touched: Any) -> None:
 
 
 _DELAYS_FOR_CUSTOM = "a non-empty list of delays when strategy is 'custom'"
-_FUNCTION_SYNTAX = "the dotted path of a callable f(retry_number, policy) -> seconds"
+_FUNCTION_SYNTAX = (
+    "the name of a function f(retry_number, policy) -> seconds registered in code with "
+    "@retry_function (its dotted path, unless it was given a name)"
+)
 _PATTERN = re.compile(r"[^\s*]+(?:\.\*)?")
 _PATTERN_SYNTAX = (
     "a list of error types, each exact (http.404) or a prefix ending in '.*' (auth.*); "
@@ -303,15 +308,24 @@ def _delays(value: Any, field: str) -> tuple[float, ...]:
 
 
 def _function(value: Any, field: str) -> str:
-    if not isinstance(value, str) or "." not in value.strip():
+    # The shape only: whether it is registered is asked where a policy is written
+    # (check_registered), so a stored name this process lacks never voids a policy.
+    if not isinstance(value, str) or not value.strip() or len(value) > NAME_MAX_LENGTH:
         raise PolicyError(field, value, _FUNCTION_SYNTAX)
-    path = value.strip()
-    try:
-        load_function(path)
-    except Exception as exc:  # ImportError, AttributeError, TypeError, or the module's own error
-        problem = f"{value!r} cannot be used ({type(exc).__name__}: {exc})"
-        raise PolicyError(field, value, _FUNCTION_SYNTAX, problem=problem) from None
-    return path
+    return value.strip()
+
+
+def check_registered(values: Mapping[str, Any], *, prefix: str = "retry") -> None:
+    """Refuse a partial policy whose ``function`` is not registered with ``@retry_function``."""
+    name = values.get("function")
+    if name is not None and functions.table.find(name) is None:
+        raise PolicyError(
+            f"{prefix}.function",
+            name,
+            _FUNCTION_SYNTAX,
+            column=JOB_COLUMNS["function"],
+            problem=functions.table.unknown(name),
+        )
 
 
 def _error_patterns(value: Any, field: str) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """The worker's view of ``Job`` rows: loaded once per batch, refreshed after a TTL.
 
-A run carries only its job id; executing it needs the handler (imported once),
+A run carries only its job id; executing it needs the handler (registered in code),
 the HTTP target and the merged retry policy. Rows older than ``ttl`` seconds are
 reloaded with the next claim, so edits in the admin reach running workers.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from django_strait.dispatch.failover import endpoints_of
 from django_strait.models import Job
-from django_strait.registry import resolve_callable
+from django_strait.registry import find_handler, handlers
 from django_strait.retry import PolicyError, RetryPolicy, resolve
 
 logger = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class JobInfo:
     policy: RetryPolicy
     loaded_at: float
     handler: Callable[..., Any] | None = None
-    #: Why the handler could not be imported (the run then fails, retryably).
+    #: Why a Python job has no handler here (its runs then fail as ``handler.unknown``).
     handler_error: str = ""
     #: An HTTP job's endpoints, primary first, then its fallbacks.
     endpoints: tuple[str, ...] = ()
@@ -98,8 +98,9 @@ class Catalog:
         if not row.handler:
             endpoints = endpoints_of(row.endpoint_url, row.fallback_endpoint_urls)
             return JobInfo(row, policy, now, endpoints=endpoints)
-        try:
-            return JobInfo(row, policy, now, handler=resolve_callable(row.handler))
-        except Exception as exc:  # ImportError, AttributeError, errors in the module itself
-            logger.error("job %s: cannot import handler %s: %s", row.name, row.handler, exc)
-            return JobInfo(row, policy, now, handler_error=f"{type(exc).__name__}: {exc}")
+        found = find_handler(row.handler)
+        if found is None:
+            problem = handlers.unknown(row.handler)
+            logger.error("job %s: handler %s", row.name, problem)
+            return JobInfo(row, policy, now, handler_error=problem)
+        return JobInfo(row, policy, now, handler=found)

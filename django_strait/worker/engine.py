@@ -37,6 +37,7 @@ from django_strait.duties import default_duties, registry
 from django_strait.metrics.worker import WorkerMetrics
 from django_strait.models import AttemptOutcome
 from django_strait.outcome import Outcome, failure
+from django_strait.registry import UNKNOWN_HANDLER
 from django_strait.resilience import budgets, limits
 from django_strait.resilience import health as endpoint_health
 from django_strait.resilience.breaker import Attempted, Candidate, CircuitBreaker
@@ -520,7 +521,7 @@ class Worker:
                 )
             )
         if info.handler is None:
-            return failure("python.import_error", f"handler {row.handler!r}: {info.handler_error}")
+            return failure(UNKNOWN_HANDLER, f"handler {info.handler_error}", retryable=False)
         try:
             # Only coroutines can be interrupted: plain functions run to their end.
             return await asyncio.wait_for(

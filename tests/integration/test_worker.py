@@ -191,15 +191,17 @@ def test_worker__skips_runs_of_a_paused_job(burst):
     assert JobRun.objects.get(pk=run.pk).status == "queued"
 
 
-def test_worker__a_handler_that_cannot_be_imported_fails_retryably(burst):
-    Job.objects.create(name="ghost", handler="tests.testapp.jobs.does_not_exist")
-    run = trigger("ghost", {})
+def test_worker__a_handler_not_registered_in_code_is_dead_lettered_unrun(burst):
+    # Written around validation (raw ORM): the worker looks the name up, never imports it.
+    Job.objects.create(name="ghost", handler="os.system", max_attempts=3)
+    run = trigger("ghost", "echo pwned")
 
     burst()
 
     run.refresh_from_db()
-    assert (run.status, run.error_type) == ("queued", "python.import_error")
-    assert "does_not_exist" in run.last_error
+    assert (run.status, run.error_type, run.attempt) == ("dead_letter", "handler.unknown", 1)
+    assert "'os.system' is not a registered handler" in run.last_error
+    assert run.result is None
 
 
 def test_worker__cancel_while_executing_cancels_when_the_attempt_returns(burst):

@@ -126,3 +126,11 @@ def test_check__unknown_environment_variable_is_w001(setenv):
 def test_check__manage_py_check_fails_on_errors():
     with pytest.raises(SystemCheckError, match="django_strait.E003"):
         call_command("check", "--tag", "django_strait")
+
+
+@override_settings(STRAIT={"DEFAULT_RETRY": {"strategy": "function", "function": "os.system"}})
+def test_check__a_default_retry_function_not_registered_is_e003():
+    [message] = run()
+    assert message.id == "django_strait.E003"
+    assert "STRAIT.DEFAULT_RETRY.function" in message.msg
+    assert "'os.system' is not a registered retry function" in message.msg

@@ -22,6 +22,7 @@ from django_strait.retry import (
     STRATEGIES,
     PolicyError,
     RetryPolicy,
+    check_registered,
     clamp,
     collect_errors,
     compute_delay,
@@ -33,48 +34,61 @@ from django_strait.retry import (
     retry_delay_for,
     validate_partial,
 )
+from django_strait.retry.functions import retry_function
 
 hypothesis_settings = settings(database=None, deadline=None, max_examples=300)
 FUNC = "tests.unit.test_retry_policy"
 
 
-# Retry functions the "function" strategy imports by dotted path.
+# Retry functions the "function" strategy finds by their registered names (dotted paths).
+@retry_function
 def square_delay(n, policy):
     return n * n
 
 
+@retry_function
 def negative_delay(n, policy):
     return -5
 
 
+@retry_function
 def none_delay(n, policy):
     return None
 
 
+@retry_function
 def nan_delay(n, policy):
     return math.nan
 
 
+@retry_function
 def inf_delay(n, policy):
     return math.inf
 
 
+@retry_function
 def bool_delay(n, policy):
     return True
 
 
+@retry_function
 def timedelta_delay(n, policy):
     return dt.timedelta(seconds=7)
 
 
+@retry_function
 def failing_delay(n, policy):
     raise RuntimeError("no delay for you")
 
 
-NOT_CALLABLE = 42
+def unregistered_delay(n, policy):
+    return 5
+
+
 recorded_calls: list = []
 
 
+@retry_function
 def recording_delay(n, policy):
     recorded_calls.append((n, policy))
     return 2
@@ -399,11 +413,9 @@ def test_policy_error__pickles_with_its_column():
         ({"jitter_window": "-1s"}, "retry.jitter_window", "negative"),
         ({"delays": "1s,2s"}, "retry.delays", "a list of durations"),
         ({"delays": [1, -2]}, "retry.delays[1]", "negative"),
-        ({"function": "nodots"}, "retry.function", "dotted path"),
-        ({"function": "no_such_module_x.f"}, "retry.function", "ModuleNotFoundError"),
-        ({"function": f"{FUNC}.missing"}, "retry.function", "ImportError"),
-        ({"function": f"{FUNC}.NOT_CALLABLE"}, "retry.function", "not a callable"),
-        ({"function": 42}, "retry.function", "dotted path"),
+        ({"function": ""}, "retry.function", "@retry_function"),
+        ({"function": "x" * 301}, "retry.function", "@retry_function"),
+        ({"function": 42}, "retry.function", "@retry_function"),
         ({"non_retryable_errors": "auth.*"}, "retry.non_retryable_errors", "a list of error types"),
         ({"non_retryable_errors": ["auth*"]}, "retry.non_retryable_errors[0]", "'.*'"),
         ({"non_retryable_errors": ["ok", "*"]}, "retry.non_retryable_errors[1]", "'.*'"),
@@ -517,7 +529,7 @@ def test_job_partial__reads_set_columns_and_inherits_empty_ones():
         ("retry_strategy", "soon", "retry.strategy"),
         ("retry_delays_secs", [1, -1], "retry.delays[1]"),
         ("retry_max_delay_secs", -3.0, "retry.max_delay"),
-        ("retry_function", "nowhere.at_all", "retry.function"),
+        ("retry_function", "x" * 301, "retry.function"),
         ("non_retryable_errors", ["x*"], "retry.non_retryable_errors[0]"),
         ("on_exhaustion", "explode", "retry.on_exhaustion"),
     ],
@@ -675,3 +687,39 @@ def test_property__merge_takes_each_field_from_the_latest_layer_that_sets_it(a, 
         if isinstance(expected, list):
             expected = tuple(expected)
         assert getattr(merged, name) == expected
+
+
+# --- registered retry functions -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["os.system", "subprocess.getoutput", f"{FUNC}.unregistered_delay", "no_such_module_x.f"],
+)
+def test_check_registered__refuses_a_function_not_registered_in_code(name):
+    with pytest.raises(PolicyError) as caught:
+        check_registered(validate_partial({"strategy": "function", "function": name}))
+    assert caught.value.field == "retry.function"
+    assert "not a registered retry function" in str(caught.value)
+    assert f"{FUNC}.square_delay" in str(caught.value)  # says which are
+
+
+def test_check_registered__accepts_a_registered_function():
+    check_registered(validate_partial({"strategy": "function", "function": f"{FUNC}.square_delay"}))
+
+
+def test_function_strategy__never_imports_a_stored_name(caplog):
+    # A policy stored before a rename (or written around validation) names a module
+    # nobody registered: it is not imported, and the exponential formula applies.
+    import sys
+
+    p = policy(strategy="function", function="tests.unit.never_imported_module.f", jitter=0)
+    with caplog.at_level(logging.WARNING, logger="django_strait.retry.delays"):
+        assert compute_delay(p, 2, rng=random.Random(0)) == 2.0  # 1 * 2^(2-1)
+    assert "tests.unit.never_imported_module" not in sys.modules
+    assert "not a registered retry function" in caplog.text
+
+
+def test_retry_function__refuses_a_name_another_function_holds():
+    with pytest.raises(ValueError, match="already registered"):
+        retry_function(unregistered_delay, name=f"{FUNC}.square_delay")
