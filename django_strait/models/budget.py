@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+
+from django_strait import bounds
 
 COST_FIELD = {"max_digits": 18, "decimal_places": 6}
 
@@ -16,12 +17,12 @@ class Project(models.Model):
     name = models.SlugField(max_length=200, unique=True)
     daily_budget = models.DecimalField(
         **COST_FIELD,
-        validators=[MinValueValidator(Decimal(0))],
+        validators=bounds.within(*bounds.COST),
         help_text="What the project's jobs may spend per day (in the unit of their costs).",
     )
     soft_limit_ratio = models.FloatField(
         default=0.8,
-        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        validators=bounds.within(*bounds.SOFT_LIMIT_RATIO),
         help_text="At this share of the budget committed, one budget_soft_limit signal a day.",
     )
     created_at = models.DateTimeField(auto_now_add=True)

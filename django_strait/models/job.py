@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import math
-
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxLengthValidator
 from django.db import models
 from django.db.models import Q
 
+from django_strait import bounds
 from django_strait.registry import find_handler, handlers
 
-PRIORITY_VALIDATORS = [MinValueValidator(-100), MaxValueValidator(100)]
+PRIORITY_VALIDATORS = bounds.within(*bounds.PRIORITY)
 
 
 class HttpMethod(models.TextChoices):
@@ -52,7 +51,11 @@ class Job(models.Model):
     """
 
     name = models.SlugField(max_length=200, unique=True)
-    description = models.TextField(blank=True)
+    description = models.TextField(
+        blank=True,
+        max_length=bounds.DESCRIPTION_MAX_LENGTH,
+        validators=[MaxLengthValidator(bounds.DESCRIPTION_MAX_LENGTH)],
+    )
     queue = models.CharField(max_length=100, default="default")
     priority = models.SmallIntegerField(
         default=0, validators=PRIORITY_VALIDATORS, help_text="-100..100; higher runs first."
@@ -71,19 +74,29 @@ class Job(models.Model):
         help_text="The name of a function registered in code with @job or @handler "
         "(its dotted path, e.g. myapp.jobs.send_email).",
     )
-    timeout_secs = models.FloatField(default=30.0, validators=[MinValueValidator(0.001)])
+    timeout_secs = models.FloatField(
+        default=30.0, validators=bounds.within(*bounds.TIMEOUT_SECS, "seconds")
+    )
 
     # Retry policy columns: null means "inherit the default", distinct from any value,
     # so the string columns are nullable too.
-    max_attempts = models.PositiveIntegerField(null=True, blank=True)
+    max_attempts = models.PositiveIntegerField(
+        null=True, blank=True, validators=bounds.within(*bounds.MAX_ATTEMPTS)
+    )
     retry_strategy = models.CharField(  # noqa: DJ001
         max_length=20, choices=RetryStrategy.choices, null=True, blank=True
     )
-    retry_initial_delay_secs = models.FloatField(null=True, blank=True)
-    retry_backoff_coefficient = models.FloatField(null=True, blank=True)
-    retry_max_delay_secs = models.FloatField(null=True, blank=True)
+    retry_initial_delay_secs = models.FloatField(
+        null=True, blank=True, validators=bounds.within(0, bounds.MAX_DURATION_SECS, "seconds")
+    )
+    retry_backoff_coefficient = models.FloatField(
+        null=True, blank=True, validators=bounds.within(*bounds.BACKOFF_COEFFICIENT)
+    )
+    retry_max_delay_secs = models.FloatField(
+        null=True, blank=True, validators=bounds.within(0.001, bounds.MAX_DURATION_SECS, "seconds")
+    )
     retry_delays_secs = models.JSONField(null=True, blank=True)
-    retry_jitter = models.FloatField(null=True, blank=True)
+    retry_jitter = models.FloatField(null=True, blank=True, validators=bounds.within(0, 1))
     retry_function = models.CharField(max_length=300, null=True, blank=True)  # noqa: DJ001
     non_retryable_errors = models.JSONField(default=list, blank=True)
     on_exhaustion = models.CharField(  # noqa: DJ001
@@ -108,17 +121,21 @@ class Job(models.Model):
     max_concurrency = models.PositiveIntegerField(
         null=True,
         blank=True,
-        validators=[MinValueValidator(1)],
-        help_text="Most runs dequeued or executing at once, across all workers; empty = no limit.",
+        validators=bounds.within(*bounds.MAX_CONCURRENCY),
+        help_text="Most runs dequeued or executing at once, across all workers; "
+        "empty or 0 = no limit.",
     )
     rate_limit_max = models.PositiveIntegerField(
         null=True,
         blank=True,
-        validators=[MinValueValidator(1)],
-        help_text="Most runs started per rate_limit_window_secs, across all workers.",
+        validators=bounds.within(*bounds.RATE_LIMIT_MAX),
+        help_text="Most runs started in any span of rate_limit_window_secs, across all workers.",
     )
     rate_limit_window_secs = models.FloatField(
-        null=True, blank=True, help_text="The rate limit's window in seconds (with rate_limit_max)."
+        null=True,
+        blank=True,
+        validators=bounds.within(*bounds.RATE_LIMIT_WINDOW_SECS, "seconds"),
+        help_text="The rate limit's window in seconds (with rate_limit_max).",
     )
 
     # Budgets (DESIGN §5): runs reserve estimated_cost from the project's daily budget.
@@ -135,13 +152,15 @@ class Job(models.Model):
         decimal_places=6,
         null=True,
         blank=True,
-        validators=[MinValueValidator(0)],
+        validators=bounds.within(*bounds.COST),
         help_text="Reserved per attempt before dispatch; an endpoint's Strait-Cost header "
         "replaces it with the actual cost.",
     )
 
     #: Finished runs older than this are pruned (never dead letters); empty = STRAIT default.
-    retention_days = models.PositiveIntegerField(null=True, blank=True)
+    retention_days = models.PositiveIntegerField(
+        null=True, blank=True, validators=bounds.within(*bounds.RETENTION_DAYS)
+    )
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -161,73 +180,134 @@ class Job(models.Model):
         return bool(self.endpoint_url)
 
     def clean(self) -> None:
-        errors: dict[str, list[str]] = {}
-        if bool(self.endpoint_url) == bool(self.handler):
-            msg = "Set exactly one of endpoint_url (an HTTP job) or handler (a Python job)."
-            errors.setdefault("endpoint_url", []).append(msg)
-            errors.setdefault("handler", []).append(msg)
-        # SSRF, early: scheme, host, and private IP literals. Host names are not
-        # resolved here; the worker checks their addresses on every dispatch.
-        from django_strait.conf import strait_settings
-        from django_strait.dispatch.ssrf import url_problem
-
-        allowed = strait_settings.ALLOWED_PRIVATE_NETWORKS
-        if self.endpoint_url and (problem := url_problem(self.endpoint_url, allowed)):
-            errors.setdefault("endpoint_url", []).append(f"{self.endpoint_url}: {problem}.")
-        if not isinstance(self.fallback_endpoint_urls, list) or not all(
-            isinstance(u, str) for u in self.fallback_endpoint_urls
-        ):
-            errors.setdefault("fallback_endpoint_urls", []).append(
-                "A list of http:// or https:// URLs."
-            )
-        else:
-            for i, url in enumerate(self.fallback_endpoint_urls):
-                if problem := url_problem(url, allowed):
-                    errors.setdefault("fallback_endpoint_urls", []).append(
-                        f"Entry {i} ({url}): {problem}."
-                    )
-        if not isinstance(self.headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
-        ):
-            errors.setdefault("headers", []).append("An object of header name -> string value.")
-        else:
-            from django_strait.dispatch.http import is_reserved_header
-
-            reserved = sorted(k for k in self.headers if is_reserved_header(k))
-            if reserved:
-                errors.setdefault("headers", []).append(
-                    f"{', '.join(reserved)}: set by django-strait on every request "
-                    "(Content-Type, Content-Length, Transfer-Encoding, Accept-Encoding, "
-                    "Idempotency-Key and Strait-*); remove them."
-                )
+        errors = definition_problems(self, fields=False)
+        for name, problem in url_problems(self):
+            errors.setdefault(name, []).append(problem)
         if self.handler and find_handler(self.handler) is None:
             errors.setdefault("handler", []).append(handlers.unknown(self.handler))
-        for name, problem in limit_problems(self):
-            errors.setdefault(name, []).append(problem)
-        from django_strait.retry import PolicyError, check_registered, job_partial, resolve
+        from django_strait.retry import PolicyError, check_registered
 
         try:
-            check_registered(job_partial(self))
-            resolve(self)  # the merged policy must hold together too (custom needs delays)
+            check_registered({"function": self.retry_function})
         except PolicyError as exc:
-            errors.setdefault(exc.column or "retry_strategy", []).append(str(exc))
-        from django_strait.duties.scheduler import ScheduleError, check_schedule, check_timezone
-
-        schedule_checks = [(check_schedule, self.schedule)] if self.schedule else []
-        for check, value in [*schedule_checks, (check_timezone, self.timezone)]:
-            try:
-                check(value)
-            except ScheduleError as exc:
-                errors.setdefault(exc.field, []).append(str(exc))
+            errors.setdefault("retry_function", []).append(str(exc))
         if errors:
             raise ValidationError(errors)
+
+
+def definition_problems(job: Job, *, fields: bool = True) -> dict[str, list[str]]:
+    """Return what is wrong with ``job``'s definition, by field; empty when it holds together.
+
+    Pure: reads no table and asks no registry, so the worker can check a row that
+    bypassed validation (raw SQL, an older release) and hold only its runs.
+    ``fields`` also runs each field's own validators (bounds, choices, lengths),
+    which ``full_clean`` runs before ``clean``.
+    """
+    errors: dict[str, list[str]] = {}
+    if fields:
+        try:
+            job.clean_fields(exclude=["project"])
+        except ValidationError as exc:
+            errors.update({name: list(messages) for name, messages in exc.message_dict.items()})
+    for check in (target_problems, limit_problems, policy_problems, schedule_problems):
+        for name, problem in check(job):
+            errors.setdefault(name, []).append(problem)
+    return errors
+
+
+def target_problems(job: Job) -> list[tuple[str, str]]:
+    """Return (field, message) for the target: one of URL or handler, URLs and headers sane."""
+    problems: list[tuple[str, str]] = []
+    if bool(job.endpoint_url) == bool(job.handler):
+        msg = "Set exactly one of endpoint_url (an HTTP job) or handler (a Python job)."
+        problems += [("endpoint_url", msg), ("handler", msg)]
+    return problems + fallback_problems(job) + header_problems(job)
+
+
+def fallback_problems(job: Job) -> list[tuple[str, str]]:
+    """Return (field, message) when the fallbacks are not a short list of URL strings."""
+    fallbacks = job.fallback_endpoint_urls
+    if not isinstance(fallbacks, list) or not all(isinstance(u, str) for u in fallbacks):
+        return [("fallback_endpoint_urls", "A list of http:// or https:// URLs.")]
+    if len(fallbacks) > bounds.MAX_FALLBACK_ENDPOINTS:
+        count = f"{len(fallbacks)} URLs; at most {bounds.MAX_FALLBACK_ENDPOINTS} are allowed."
+        return [("fallback_endpoint_urls", count)]
+    return []
+
+
+def url_problems(job: Job) -> list[tuple[str, str]]:
+    """Return (field, message) for endpoint URLs the SSRF guard would refuse.
+
+    Scheme, host, and hosts written as addresses; host names are resolved only
+    by the worker, which checks every address it connects to on every dispatch
+    (so a stored URL is not held for this: the dispatch refuses it as
+    ``ssrf.blocked``, under the networks allowed then).
+    """
+    from django_strait.conf import strait_settings
+    from django_strait.dispatch.ssrf import url_problem
+
+    allowed = strait_settings.ALLOWED_PRIVATE_NETWORKS
+    problems = []
+    if job.endpoint_url and (problem := url_problem(job.endpoint_url, allowed)):
+        problems.append(("endpoint_url", f"{job.endpoint_url}: {problem}."))
+    fallbacks = job.fallback_endpoint_urls if not fallback_problems(job) else []
+    for i, url in enumerate(fallbacks):
+        if problem := url_problem(url, allowed):
+            problems.append(("fallback_endpoint_urls", f"Entry {i} ({url}): {problem}."))
+    return problems
+
+
+def header_problems(job: Job) -> list[tuple[str, str]]:
+    """Return (field, message) for headers that are not name -> value strings, or are ours."""
+    from django_strait.dispatch.http import is_reserved_header
+
+    headers = job.headers
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        return [("headers", "An object of header name -> string value.")]
+    reserved = sorted(k for k in headers if is_reserved_header(k))
+    if not reserved:
+        return []
+    return [
+        (
+            "headers",
+            f"{', '.join(reserved)}: set by django-strait on every request "
+            "(Content-Type, Content-Length, Transfer-Encoding, Accept-Encoding, "
+            "Idempotency-Key and Strait-*); remove them.",
+        )
+    ]
+
+
+def policy_problems(job: Job) -> list[tuple[str, str]]:
+    """Return (column, message) for retry columns that are not a valid policy, merged or alone."""
+    from django_strait.retry import PolicyError, job_partial, resolve
+
+    try:
+        job_partial(job)
+        resolve(job)  # the merged policy must hold together too (custom needs delays)
+    except PolicyError as exc:
+        return [(exc.column or "retry_strategy", str(exc))]
+    return []
+
+
+def schedule_problems(job: Job) -> list[tuple[str, str]]:
+    """Return (field, message) for a schedule or time zone that cannot be used."""
+    from django_strait.duties.scheduler import ScheduleError, check_schedule, check_timezone
+
+    problems = []
+    schedule_checks = [(check_schedule, job.schedule)] if job.schedule else []
+    for check, value in [*schedule_checks, (check_timezone, job.timezone)]:
+        try:
+            check(value)
+        except ScheduleError as exc:
+            problems.append((exc.field, str(exc)))
+    return problems
 
 
 def limit_problems(job: Job) -> list[tuple[str, str]]:
     """Return (field, message) for each limit column that does not hold together."""
     problems = []
-    if job.max_concurrency is not None and job.max_concurrency < 1:
-        problems.append(("max_concurrency", "A whole number >= 1, or empty for no limit."))
     rate_max, window = job.rate_limit_max, job.rate_limit_window_secs
     if (rate_max is None) != (window is None):
         missing = "rate_limit_window_secs" if window is None else "rate_limit_max"
@@ -236,12 +316,4 @@ def limit_problems(job: Job) -> list[tuple[str, str]]:
         )
     if job.project_id is not None and job.estimated_cost is None:
         problems.append(("estimated_cost", "Required when the job has a project (a cost >= 0)."))
-    if job.estimated_cost is not None and job.estimated_cost < 0:
-        problems.append(("estimated_cost", "A cost >= 0, or empty."))
-    if rate_max is not None and rate_max < 1:
-        problems.append(("rate_limit_max", "A whole number >= 1, or empty for no rate limit."))
-    if window is not None and not (window > 0 and math.isfinite(window)):
-        problems.append(
-            ("rate_limit_window_secs", "A number of seconds > 0, or empty for no rate limit.")
-        )
     return problems

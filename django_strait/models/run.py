@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from django_strait import bounds
 from django_strait.models.job import PRIORITY_VALIDATORS
 from django_strait.states import RunStatus
 
@@ -26,7 +27,10 @@ class JobRun(models.Model):
     #: ``attempt`` at the last replay: the retry budget counts from here.
     attempts_before_replay = models.PositiveIntegerField(default=0, editable=False)
     max_attempts = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Run-level override; empty = the job's policy."
+        null=True,
+        blank=True,
+        validators=bounds.within(*bounds.MAX_ATTEMPTS),
+        help_text="Run-level override; empty = the job's policy.",
     )
     retry_overrides = models.JSONField(
         null=True, blank=True, help_text="Run-level retry policy override (partial)."

@@ -14,10 +14,11 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from django_strait import bounds
 from django_strait.retry.errors import PolicyError
 
 #: The longest accepted duration. It keeps ``now + delay`` far from datetime's year-9999 limit.
-MAX_DURATION = 3650 * 86400.0
+MAX_DURATION = bounds.MAX_DURATION_SECS
 
 DURATION_SYNTAX = (
     "a duration >= 0: seconds as a number (12.5), a number with a unit "

@@ -17,6 +17,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from django_strait import bounds
 from django_strait.callables import NAME_MAX_LENGTH
 from django_strait.retry import functions
 from django_strait.retry.delays import (
@@ -53,7 +54,7 @@ __all__ = [
 
 ON_EXHAUSTION: tuple[str, ...] = ("dead_letter", "discard")
 #: The largest attempt count the ``max_attempts`` columns can store.
-MAX_ATTEMPTS_LIMIT = 2**31 - 1
+MAX_ATTEMPTS_LIMIT = bounds.MAX_ATTEMPTS[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,8 +244,9 @@ _FUNCTION_SYNTAX = (
 )
 _PATTERN = re.compile(r"[^\s*]+(?:\.\*)?")
 _PATTERN_SYNTAX = (
-    "a list of error types, each exact (http.404) or a prefix ending in '.*' (auth.*); "
-    "no other wildcard"
+    f"a list of at most {bounds.MAX_LIST_ENTRIES} error types of at most "
+    f"{bounds.ERROR_TYPE_MAX_LENGTH} characters, each exact (http.404) or a prefix ending in "
+    "'.*' (auth.*); no other wildcard"
 )
 
 
@@ -289,8 +291,9 @@ def _positive_duration(value: Any, field: str) -> float:
 
 def _coefficient(value: Any, field: str) -> float:
     number = _finite(value)
-    if number is None or number < 1:
-        raise PolicyError(field, value, "a number >= 1")
+    low, high = bounds.BACKOFF_COEFFICIENT
+    if number is None or not low <= number <= high:
+        raise PolicyError(field, value, bounds.allowed(low, high))
     return number
 
 
@@ -302,8 +305,16 @@ def _jitter(value: Any, field: str) -> float:
 
 
 def _delays(value: Any, field: str) -> tuple[float, ...]:
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise PolicyError(field, value, f"a list of durations, each {DURATION_SYNTAX}")
+    if (
+        isinstance(value, str | bytes)
+        or not isinstance(value, Sequence)
+        or len(value) > bounds.MAX_LIST_ENTRIES
+    ):
+        raise PolicyError(
+            field,
+            _brief(value),
+            f"a list of at most {bounds.MAX_LIST_ENTRIES} durations, each {DURATION_SYNTAX}",
+        )
     return tuple(parse_duration(item, field=f"{field}[{i}]") for i, item in enumerate(value))
 
 
@@ -329,12 +340,26 @@ def check_registered(values: Mapping[str, Any], *, prefix: str = "retry") -> Non
 
 
 def _error_patterns(value: Any, field: str) -> tuple[str, ...]:
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise PolicyError(field, value, _PATTERN_SYNTAX)
+    if (
+        isinstance(value, str | bytes)
+        or not isinstance(value, Sequence)
+        or len(value) > bounds.MAX_LIST_ENTRIES
+    ):
+        raise PolicyError(field, _brief(value), _PATTERN_SYNTAX)
     for i, pattern in enumerate(value):
-        if not isinstance(pattern, str) or not _PATTERN.fullmatch(pattern):
-            raise PolicyError(f"{field}[{i}]", pattern, _PATTERN_SYNTAX)
+        if (
+            not isinstance(pattern, str)
+            or len(pattern) > bounds.ERROR_TYPE_MAX_LENGTH
+            or not _PATTERN.fullmatch(pattern)
+        ):
+            raise PolicyError(f"{field}[{i}]", _brief(pattern), _PATTERN_SYNTAX)
     return tuple(value)
+
+
+def _brief(value: Any) -> Any:
+    """A value short enough to quote in an error message."""
+    text = repr(value)
+    return value if len(text) <= 200 else f"{text[:150]}... ({len(text)} characters)"
 
 
 def _on_exhaustion(value: Any, field: str) -> str:
