@@ -30,6 +30,7 @@ from django.db import connections
 from django.db.models import Count
 from django.utils import timezone
 
+from django_strait.database import alias
 from django_strait.models import Job, JobRateWindow, JobRun
 from django_strait.resilience.health import concurrency_share, effective_concurrency
 from django_strait.sql import server_bound_cursor
@@ -69,7 +70,7 @@ class Limits:
     @property
     def concurrency(self) -> int | None:
         """The concurrency limit now: max_concurrency, scaled down while the endpoint is degraded."""
-        if self.max_concurrency is None:
+        if not self.max_concurrency:  # None or 0: no limit, as in Strait
             return None
         return effective_concurrency(self.max_concurrency, self.health_score)
 
@@ -98,10 +99,10 @@ class Held:
 
 def is_limited(job: Job) -> bool:
     """Return whether claims of ``job`` need the limit check."""
-    return job.max_concurrency is not None or job.rate_limit_max is not None
+    return bool(job.max_concurrency) or job.rate_limit_max is not None
 
 
-def enforce(pending: Sequence[Pending], *, using: str = "default") -> list[Held]:
+def enforce(pending: Sequence[Pending], *, using: str | None = None) -> list[Held]:
     """Return the runs among ``pending`` that their job's limits hold back; call inside the claim.
 
     ``pending`` are runs this transaction has just claimed (still dequeued), of
@@ -117,7 +118,7 @@ def enforce(pending: Sequence[Pending], *, using: str = "default") -> list[Held]
     for run in pending:
         by_job.setdefault(run.job_id, []).append(run.run_id)
         scores[run.job_id] = run.health_score
-    if connections[using].vendor == "postgresql":
+    if connections[alias(using)].vendor == "postgresql":
         return _enforce_pg(by_job, scores, using)
     limits = _read_limits(sorted(by_job), scores, using)
     held = _over_concurrency(by_job, limits, using)
@@ -137,7 +138,7 @@ WITH v AS (
     SELECT * FROM unnest(%s::bigint[], %s::integer[], %s::float8[]) AS v(job_id, n, share)
 ),
 j AS (
-    SELECT v.job_id, v.n, v.share, j.max_concurrency AS mc, j.rate_limit_max AS rmax,
+    SELECT v.job_id, v.n, v.share, NULLIF(j.max_concurrency, 0) AS mc, j.rate_limit_max AS rmax,
            j.rate_limit_window_secs AS secs
     FROM v JOIN {_JOB_TABLE} AS j ON j.id = v.job_id
 ),
@@ -194,7 +195,7 @@ def _enforce_pg(
 ) -> list[Held]:
     jids = sorted(by_job)
     shares = [concurrency_share(scores.get(j)) for j in jids]
-    with server_bound_cursor(connections[using]) as cursor:
+    with server_bound_cursor(connections[alias(using)]) as cursor:
         cursor.execute(_ENFORCE_PG, [jids, [len(by_job[j]) for j in jids], shares])
         rows = cursor.fetchall()
     until = timezone.now() + CONCURRENCY_WAIT

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import Case, DateTimeField, F, Value, When
+from django.db.models import Case, DateTimeField, F, TextField, Value, When
+from django.db.models.functions import Cast
 from django.utils import timezone
 
+from django_strait.database import alias
 from django_strait.models import (
     AttemptOutcome,
     BudgetLedger,
@@ -34,6 +37,8 @@ from django_strait.resilience import budgets
 from django_strait.resilience import health as endpoint_health
 from django_strait.sql import server_bound_cursor
 from django_strait.states import RunStatus, Transition
+
+logger = logging.getLogger(__name__)
 
 RUN_TABLE = JobRun._meta.db_table
 ATTEMPT_TABLE = RunAttempt._meta.db_table
@@ -62,6 +67,9 @@ class Claimed:
     endpoint: str = ""
     #: What the claim reserved from the job's project budget for this attempt.
     reserved_cost: Decimal | None = None
+    #: Why the stored payload (or retry override) could not be read: the run then
+    #: fails without running (``run.invalid``), a bad row harming only itself.
+    row_error: str = ""
 
     @property
     def budget_used(self) -> int:
@@ -121,15 +129,24 @@ class Recorded:
     lost: list[int] = field(default_factory=list)
 
 
+#: What the claim gate is: claimed runs in, the holds for those that may not start out.
+Gate = Callable[[list[Claimed]], Sequence[Hold]]
+
+#: The error type of a run held because claiming it raised (a bad row, or a bug).
+CLAIM_FAILED_ERROR = "worker.claim_failed"
+#: How long such a run waits before it is claimed again.
+CLAIM_FAILED_WAIT = dt.timedelta(seconds=30)
+
+
 def _is_postgres(using: str) -> bool:
-    return connections[using].vendor == "postgresql"
+    return connections[alias(using)].vendor == "postgresql"
 
 
 # -- claim -----------------------------------------------------------------------
 
 
 def claim(
-    worker_id: str, *, queues: Sequence[str] | None, limit: int, using: str = "default"
+    worker_id: str, *, queues: Sequence[str] | None, limit: int, using: str | None = None
 ) -> list[Claimed]:
     """Move up to ``limit`` due queued runs to dequeued for ``worker_id``; return them."""
     if limit <= 0:
@@ -162,7 +179,7 @@ claimed AS (
 limited AS (
     SELECT j.id FROM {JOB_TABLE} AS j
     WHERE j.id IN (SELECT job_id FROM claimed)
-      AND (j.max_concurrency IS NOT NULL OR j.rate_limit_max IS NOT NULL)
+      AND (j.max_concurrency > 0 OR j.rate_limit_max IS NOT NULL)
     ORDER BY j.id
     FOR NO KEY UPDATE
 )
@@ -179,13 +196,23 @@ def _claim_pg(worker_id, queues, limit, using) -> list[Claimed]:
     else:
         queue_filter, params = "AND queue = ANY(%s)", [list(queues)]
     sql = _CLAIM_PG.format(queue_filter=queue_filter)
-    with server_bound_cursor(connections[using]) as cursor:
+    with server_bound_cursor(connections[alias(using)]) as cursor:
         cursor.execute(sql, [*params, limit, worker_id])
         rows = cursor.fetchall()
-    return [
-        Claimed(rid, job_id, _load(payload), attempt, before, max_att, _load(overrides), used)
-        for rid, job_id, payload, attempt, before, max_att, overrides, used in rows
-    ]
+    return [_claimed(*row) for row in rows]
+
+
+def _claimed(rid, job_id, payload, attempt, before, max_att, overrides, used) -> Claimed:
+    """Build a Claimed from a row whose JSON columns come as text, decoding them guarded."""
+    run = Claimed(rid, job_id, None, attempt, before, max_att, None, used)
+    try:
+        run.payload = _load(payload)
+        run.retry_overrides = _load(overrides)
+    except (ValueError, RecursionError) as exc:
+        run.row_error = (
+            f"the stored payload or retry override cannot be read: {type(exc).__name__}: {exc}"
+        )
+    return run
 
 
 def _load(value: Any) -> Any:
@@ -231,15 +258,18 @@ def _claim_orm_once(worker_id, queues, limit, using) -> tuple[int, list[Claimed]
         .values_list(
             "id",
             "job_id",
-            "payload",
+            # As text, decoded guarded by _claimed: one unreadable row must not fail the claim.
+            Cast("payload", TextField()),
             "attempt",
             "attempts_before_replay",
             "max_attempts",
-            "retry_overrides",
+            Cast("retry_overrides", TextField()),
             "endpoint_used",
         )
     )
-    return len(ids), [Claimed(*row) for row in rows]
+    by_id = {row[0]: _claimed(*row) for row in rows}
+    # In claim order (priority, then due time): limits and budgets admit the first ones.
+    return len(ids), [by_id[rid] for rid in ids if rid in by_id]
 
 
 # -- start / unclaim ---------------------------------------------------------------
@@ -254,7 +284,7 @@ RETURNING id, attempt, started_at
 """
 
 
-def start(worker_id: str, runs: Sequence[Claimed], *, using: str = "default") -> list[Claimed]:
+def start(worker_id: str, runs: Sequence[Claimed], *, using: str | None = None) -> list[Claimed]:
     """Move claimed runs to executing, spending an attempt; return those that moved.
 
     A run canceled between claim and start is left out.
@@ -263,7 +293,7 @@ def start(worker_id: str, runs: Sequence[Claimed], *, using: str = "default") ->
         return []
     by_id = {r.id: r for r in runs}
     if _is_postgres(using):
-        with server_bound_cursor(connections[using]) as cursor:
+        with server_bound_cursor(connections[alias(using)]) as cursor:
             cursor.execute(_START_PG, [list(by_id), worker_id])
             rows = cursor.fetchall()
     else:
@@ -278,7 +308,7 @@ def start(worker_id: str, runs: Sequence[Claimed], *, using: str = "default") ->
 
 def _start_orm(worker_id, ids, using):
     now = timezone.now()
-    with transaction.atomic(using=using):
+    with transaction.atomic(using=alias(using)):
         JobRun.objects.using(using).filter(
             pk__in=ids, status=RunStatus.DEQUEUED, claimed_by=worker_id
         ).update(
@@ -300,8 +330,9 @@ def claim_and_start(
     *,
     queues: Sequence[str] | None,
     limit: int,
-    gate: Callable[[list[Claimed]], Sequence[Hold]] | None = None,
-    using: str = "default",
+    gate: Gate | None = None,
+    isolate: bool = False,
+    using: str | None = None,
 ) -> list[Claimed]:
     """Claim up to ``limit`` due runs and start those the gate lets through, in one transaction.
 
@@ -318,20 +349,65 @@ def claim_and_start(
     delivered at least once), and the attempt's result is still recorded with a
     durable commit. It saves one disk flush per batch, which is most of a
     batch's claim time on a plain disk.
+
+    ``isolate`` (after a claim failed) gates and starts each job's runs in a
+    savepoint of its own, so that one bad job's runs are held and the rest start.
     """
-    with transaction.atomic(using=using):
+    with transaction.atomic(using=alias(using)):
         if _is_postgres(using):
-            with connections[using].cursor() as cursor:
+            with connections[alias(using)].cursor() as cursor:
                 cursor.execute("SET LOCAL synchronous_commit TO OFF")
         claimed = claim(worker_id, queues=queues, limit=limit, using=using)
         if not claimed:
             return []
-        holds = gate(claimed) if gate is not None else ()
-        if holds:
-            hold(worker_id, holds, using=using)
-            held = {h.run_id for h in holds}
-            claimed = [run for run in claimed if run.id not in held]
-        return start(worker_id, claimed, using=using)
+        if isolate:
+            return _gate_and_start_by_job(worker_id, claimed, gate, using)
+        return _gate_and_start(worker_id, claimed, gate, using)
+
+
+def _gate_and_start(
+    worker_id: str, claimed: list[Claimed], gate: Gate | None, using: str
+) -> list[Claimed]:
+    holds = gate(claimed) if gate is not None else ()
+    if holds:
+        hold(worker_id, holds, using=using)
+        held = {h.run_id for h in holds}
+        claimed = [run for run in claimed if run.id not in held]
+    return start(worker_id, claimed, using=using)
+
+
+def _gate_and_start_by_job(
+    worker_id: str, claimed: list[Claimed], gate: Gate | None, using: str
+) -> list[Claimed]:
+    """Gate and start each job's runs in a savepoint of their own; hold a job's runs that fail.
+
+    After a claim failed: whatever one job's row or runs make the gate or the
+    start raise, only that job's runs wait (``worker.claim_failed``), with the
+    error on them and in the log; every other job's runs start.
+    """
+    by_job: dict[int, list[Claimed]] = {}
+    for run in claimed:
+        by_job.setdefault(run.job_id, []).append(run)
+    started: list[Claimed] = []
+    for job_id, runs in by_job.items():
+        try:
+            with transaction.atomic(using=alias(using)):
+                started += _gate_and_start(worker_id, runs, gate, using)
+        except Exception as exc:
+            logger.exception(
+                "claiming runs %s of job id %s failed; holding them for %ss",
+                [r.id for r in runs],
+                job_id,
+                CLAIM_FAILED_WAIT.total_seconds(),
+            )
+            until = timezone.now() + CLAIM_FAILED_WAIT
+            reason = f"claiming this run failed inside the worker: {type(exc).__name__}: {exc}"
+            held = [
+                Hold(r.id, until, CLAIM_FAILED_ERROR, reason[:4000], attempt_row=False)
+                for r in runs
+            ]
+            hold(worker_id, held, using=using)
+    return started
 
 
 _HOLD_PG = f"""
@@ -358,7 +434,7 @@ WHERE v.attempt_row
 """
 
 
-def hold(worker_id: str, holds: Sequence[Hold], *, using: str = "default") -> None:
+def hold(worker_id: str, holds: Sequence[Hold], *, using: str | None = None) -> None:
     """Put claimed runs back to queued until their ``available_at``; no attempt is spent.
 
     The run shows why it waits: its ``error_type`` and ``last_error`` are the hold's.
@@ -378,7 +454,7 @@ def hold(worker_id: str, holds: Sequence[Hold], *, using: str = "default") -> No
             [h.endpoint for h in holds],
             [h.attempt_row for h in holds],
         ]
-        with server_bound_cursor(connections[using]) as cursor:
+        with server_bound_cursor(connections[alias(using)]) as cursor:
             cursor.execute(_HOLD_PG, [*columns, worker_id, worker_id])
         return
     _hold_orm(worker_id, holds, using)
@@ -425,7 +501,7 @@ def _short_circuited(h: Hold, number: int, now: dt.datetime, worker_id: str) -> 
     )
 
 
-def unclaim(worker_id: str, run_ids: Sequence[int], *, using: str = "default") -> int:
+def unclaim(worker_id: str, run_ids: Sequence[int], *, using: str | None = None) -> int:
     """Put claimed-but-unstarted runs back to queued; no attempt is spent."""
     if not run_ids:
         return 0
@@ -442,7 +518,7 @@ def unclaim(worker_id: str, run_ids: Sequence[int], *, using: str = "default") -
     )
 
 
-def heartbeat(worker_id: str, run_ids: Sequence[int], *, using: str = "default") -> int:
+def heartbeat(worker_id: str, run_ids: Sequence[int], *, using: str | None = None) -> int:
     """Mark runs this worker holds as alive (one statement for all of them)."""
     if not run_ids:
         return 0
@@ -465,7 +541,7 @@ def record(
     records: Sequence[Record],
     *,
     health: Sequence[endpoint_health.Sample] = (),
-    using: str = "default",
+    using: str | None = None,
 ) -> Recorded:
     """Apply each record's transition and append its attempt row, atomically.
 
@@ -636,7 +712,7 @@ def _record_pg(worker_id, records, health, spends, using) -> Recorded:
         *_health_columns(health),
         *_ledger_columns(spends),
     ]
-    with server_bound_cursor(connections[using]) as cursor:
+    with server_bound_cursor(connections[alias(using)]) as cursor:
         cursor.execute(_RECORD_PG, params)
         moved = dict(cursor.fetchall())
     return Recorded(moved, [r.run_id for r in records if r.run_id not in moved])
@@ -644,7 +720,7 @@ def _record_pg(worker_id, records, health, spends, using) -> Recorded:
 
 def _record_orm(worker_id, records, health, spends, using) -> Recorded:
     done = Recorded()
-    with transaction.atomic(using=using):
+    with transaction.atomic(using=alias(using)):
         for rec in records:
             if _record_one_orm(worker_id, rec, using):
                 done.moved[rec.run_id] = (
@@ -676,7 +752,7 @@ def _rollup_orm(records: Sequence[Record], moved: dict[int, str], using: str) ->
         if rec.run_id in moved:
             minute = rec.finished_at.replace(second=0, microsecond=0)
             groups.setdefault((minute, rec.job_id, moved[rec.run_id]), []).append(rec.duration_ms)
-    connection = connections[using]
+    connection = connections[alias(using)]
     with connection.cursor() as cursor:
         for (minute, job_id, status), durations in groups.items():
             stamp = connection.ops.adapt_datetimefield_value(minute)

@@ -23,6 +23,7 @@ from django.db import connections, transaction
 from django.db.models import Q
 from django.db.models.functions import Coalesce
 
+from django_strait.database import alias
 from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt
 from django_strait.outcome import failure
 from django_strait.resilience.budgets import Spend, settle
@@ -100,7 +101,7 @@ def rescue_stale(
     stale_after: float,
     waiting_stale_after: float,
     batch_size: int = 500,
-    using: str = "default",
+    using: str | None = None,
     rng: random.Random | None = None,
 ) -> dict[str, int]:
     """Rescue every stale run, one transaction per batch; return counts by what happened."""
@@ -127,13 +128,34 @@ def rescue_batch(
     stale_after: float,
     waiting_stale_after: float,
     limit: int,
-    using: str = "default",
+    using: str | None = None,
     rng: random.Random | None = None,
 ) -> dict[str, int]:
     """Rescue up to ``limit`` stale runs in one transaction; return counts by what happened."""
     rng = rng or random.Random()
+    try:
+        return _rescue_batch(
+            now, stale_after, waiting_stale_after, limit, using, rng, isolate=False
+        )
+    except Exception:
+        # One run's row may spoil the batch (its update or its job's policy raising):
+        # rescue the batch again with each run in a savepoint, so only that run waits.
+        logger.exception("rescuing a batch of stale runs failed; rescuing them one by one")
+        return _rescue_batch(now, stale_after, waiting_stale_after, limit, using, rng, isolate=True)
+
+
+def _rescue_batch(
+    now: dt.datetime,
+    stale_after: float,
+    waiting_stale_after: float,
+    limit: int,
+    using: str | None,
+    rng: random.Random,
+    *,
+    isolate: bool,
+) -> dict[str, int]:
     counts: Counter[str] = Counter(dict.fromkeys(COUNT_KEYS, 0))
-    with transaction.atomic(using=using):
+    with transaction.atomic(using=alias(using)):
         stale = select_stale(
             now,
             stale_after=stale_after,
@@ -143,15 +165,51 @@ def rescue_batch(
         )
         counts["selected"] = len(stale)
         policies = _Policies(using)
-        rescued = []
+        rescued: list[tuple[Stale, Transition, str]] = []
         for run in stale:
-            ended = _rescue_one(run, now, stale_after, policies, rng, using)
-            if ended is not None:
-                rescued.append(run)
+            done = _rescue_guarded(run, now, stale_after, policies, rng, using, isolate)
+            if done is not None:
+                rescued.append((run, *done))
                 counts["rescued"] += 1
-                counts[COUNT_FOR[ended]] += 1
-        _settle_lost(rescued, now, using)
+                counts[COUNT_FOR[done[0]]] += 1
+        _settle_lost([run for run, _, _ in rescued], now, using)
+        # Said once the rescues are committed: a reaper that dies first rescued nothing.
+        transaction.on_commit(lambda: _log_rescued(rescued), using=alias(using))
     return dict(counts)
+
+
+def _rescue_guarded(
+    run: Stale,
+    now: dt.datetime,
+    stale_after: float,
+    policies: _Policies,
+    rng: random.Random,
+    using: str | None,
+    isolate: bool,
+) -> tuple[Transition, str] | None:
+    """Rescue one run; with ``isolate``, in a savepoint, leaving it (logged) if it fails."""
+    if not isolate:
+        return _rescue_one(run, now, stale_after, policies, rng, using)
+    try:
+        with transaction.atomic(using=alias(using)):
+            return _rescue_one(run, now, stale_after, policies, rng, using)
+    except Exception:
+        logger.exception(
+            "run %s cannot be rescued; left as it is for a person to look at", run.id,
+            extra={"run_id": run.id, "job_id": run.job_id},
+        )  # fmt: skip
+        return None
+
+
+def _log_rescued(rescued: list[tuple[Stale, Transition, str]]) -> None:
+    for run, ended, error in rescued:
+        logger.warning(
+            "run %s: %s; %s",
+            run.id,
+            error,
+            ended.label,
+            extra={"run_id": run.id, "job_id": run.job_id, "attempt": run.lost_attempt},
+        )
 
 
 def _settle_lost(runs: list[Stale], now: dt.datetime, using: str) -> None:
@@ -189,7 +247,7 @@ def select_stale(
         )
         .order_by("id")
     )
-    if connections[using].vendor == "postgresql":
+    if connections[alias(using)].vendor == "postgresql":
         # Another reaper (a round that overlapped a change of leader) skips what we hold.
         runs = runs.select_for_update(skip_locked=True, of=("self",))
     return [Stale(*row) for row in runs.values_list(*_FIELDS)[:limit]]
@@ -201,9 +259,9 @@ def _rescue_one(
     stale_after: float,
     policies: _Policies,
     rng: random.Random,
-    using: str,
-) -> Transition | None:
-    """Move one stale run to system_failed and on; return where it ended (None: it moved)."""
+    using: str | None,
+) -> tuple[Transition, str] | None:
+    """Move one stale run to system_failed and on; return where it ended and why (None: it moved)."""
     error = _lost_error(run, now, stale_after)
     # Cancel was asked while the attempt ran: the attempt has now ended (lost), so
     # the run is canceled, as it would have been when the attempt returned.
@@ -215,14 +273,7 @@ def _rescue_one(
     ended = first
     if first is Transition.RESCUE:
         ended = _apply(run, _decide(run, now, policies.get(run), rng), now, using)
-    logger.warning(
-        "run %s: %s; %s",
-        run.id,
-        error,
-        ended.label,
-        extra={"run_id": run.id, "job_id": run.job_id, "attempt": run.lost_attempt},
-    )
-    return ended
+    return ended, error
 
 
 def _lost_error(run: Stale, now: dt.datetime, stale_after: float) -> str:

@@ -11,6 +11,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_strait import signals
+from django_strait.database import alias
 from django_strait.models import JobRun
 from django_strait.states import RunStatus, Transition
 from django_strait.transitions.errors import InvalidTransition
@@ -20,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 def apply(run_id: int, transition: Transition, **updates: Any) -> JobRun:
     """Move one run through ``transition`` if its status allows; return it fresh."""
-    with transaction.atomic():
+    with transaction.atomic(using=alias()):
         moved = JobRun.objects.filter(pk=run_id, status__in=transition.sources).update(
             status=transition.target, updated_at=timezone.now(), **updates
         )
@@ -75,7 +76,7 @@ def replay_many(
     moved = 0
     for start in range(0, len(ids), batch_size):
         chunk = ids[start : start + batch_size]
-        with transaction.atomic():
+        with transaction.atomic(using=alias()):
             moved += JobRun.objects.filter(
                 pk__in=chunk, status__in=Transition.REPLAY.sources
             ).update(status=Transition.REPLAY.target, **_replay_updates(by, timezone.now()))

@@ -1,8 +1,14 @@
 """The worker's view of ``Job`` rows: loaded once per batch, refreshed after a TTL.
 
-A run carries only its job id; executing it needs the handler (registered in code),
-the HTTP target and the merged retry policy. Rows older than ``ttl`` seconds are
-reloaded with the next claim, so edits in the admin reach running workers.
+A run carries only its job id; executing it needs the handler (registered in
+code), the HTTP target and the merged retry policy. Rows older than ``ttl``
+seconds are reloaded with the next claim, so edits in the admin reach running
+workers.
+
+Every row is checked as it loads, with the same rules as every write path
+(``models.job.definition_problems``): a row that bypassed them (raw SQL, an
+older release) is kept with its problems, and the claim gate holds its runs
+(``job.invalid``) instead of letting it fail a statement for every job.
 """
 
 from __future__ import annotations
@@ -11,13 +17,14 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django_strait.dispatch.failover import endpoints_of
 from django_strait.models import Job
+from django_strait.models.job import definition_problems
 from django_strait.registry import find_handler, handlers
-from django_strait.retry import PolicyError, RetryPolicy, resolve
+from django_strait.retry import BUILTIN, PolicyError, RetryPolicy, resolve
 
 logger = logging.getLogger(__name__)
 
@@ -37,16 +44,26 @@ class JobInfo:
     handler_error: str = ""
     #: An HTTP job's endpoints, primary first, then its fallbacks.
     endpoints: tuple[str, ...] = ()
+    #: What is wrong with the row, by field: its runs are held until it is fixed.
+    problems: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return self.row.name
 
+    @property
+    def invalid(self) -> bool:
+        return bool(self.problems)
+
+    def describe_problems(self) -> str:
+        """The problems on one line, field by field."""
+        return "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in self.problems.items())
+
 
 class Catalog:
-    """Job rows by id, with their imported handlers and merged policies."""
+    """Job rows by id, with their registered handlers and merged policies."""
 
-    def __init__(self, *, ttl: float = 5.0, using: str = "default") -> None:
+    def __init__(self, *, ttl: float = 5.0, using: str | None = None) -> None:
         self.ttl = ttl
         self.using = using
         self._jobs: dict[int, JobInfo] = {}
@@ -55,7 +72,9 @@ class Catalog:
     def timeout_of(self, job_id: int) -> float:
         """Return a loaded job's timeout in seconds (the default if it is not loaded)."""
         info = self._jobs.get(job_id)
-        return info.row.timeout_secs if info is not None else DEFAULT_TIMEOUT_SECS
+        return (
+            info.row.timeout_secs if info is not None and not info.invalid else DEFAULT_TIMEOUT_SECS
+        )
 
     def ensure(self, job_ids: Iterable[int]) -> None:
         """Load the jobs among ``job_ids`` that are missing or stale (DB thread only)."""
@@ -67,8 +86,17 @@ class Catalog:
         }
         if not wanted:
             return
-        for row in Job.objects.using(self.using).filter(pk__in=wanted):
-            self._jobs[row.pk] = self._load(row, now)
+        for jid, info in self._read(wanted, now).items():
+            if info.invalid and not self._was_invalid(jid, info):
+                logger.error(
+                    "job %s (id %s) has an invalid definition; its runs are held until it is "
+                    "fixed: %s",
+                    info.name,
+                    jid,
+                    info.describe_problems(),
+                    extra={"job": info.name},
+                )
+            self._jobs[jid] = info
         self._policies = {k: v for k, v in self._policies.items() if k[0] not in wanted}
 
     def get(self, job_id: int) -> JobInfo:
@@ -78,29 +106,63 @@ class Catalog:
     def policy(
         self, info: JobInfo, max_attempts: int | None, overrides: dict | None
     ) -> RetryPolicy:
-        """Return the run's policy: the job's, with the run's overrides merged in."""
+        """Return the run's policy: the job's, with the run's overrides merged in.
+
+        A run whose stored overrides are not a valid policy (written around
+        validation) runs on its job's policy, and the worker says so.
+        """
         if max_attempts is None and not overrides:
             return info.policy
-        key = (info.row.pk, max_attempts, json.dumps(overrides, sort_keys=True))
+        key = (info.row.pk, max_attempts, json.dumps(overrides, sort_keys=True, default=str))
         policy = self._policies.get(key)
         if policy is None:
-            policy = self._policies[key] = resolve(info.row, max_attempts, overrides)
+            try:
+                policy = resolve(info.row, max_attempts, overrides)
+            except PolicyError as exc:
+                logger.error(
+                    "a run of job %s has an invalid retry override (%s); using the job's policy",
+                    info.name,
+                    exc,
+                )
+                policy = info.policy
+            self._policies[key] = policy
         return policy
 
-    def _load(self, row: Job, now: float) -> JobInfo:
+    def _was_invalid(self, job_id: int, info: JobInfo) -> bool:
+        # Log a bad row when it turns bad (or first loads), not on every reload.
+        before = self._jobs.get(job_id)
+        return before is not None and before.problems == info.problems
+
+    def _read(self, wanted: set[int], now: float) -> dict[int, JobInfo]:
         try:
-            policy = resolve(row)
-        except PolicyError as exc:
-            # A row saved around validation (raw SQL, old data): run it on the
-            # defaults rather than stall its runs, and say so.
-            logger.error("job %s has an invalid retry policy (%s); using defaults", row.name, exc)
-            policy = resolve(Job(name=row.name))
-        if not row.handler:
-            endpoints = endpoints_of(row.endpoint_url, row.fallback_endpoint_urls)
-            return JobInfo(row, policy, now, endpoints=endpoints)
-        found = find_handler(row.handler)
-        if found is None:
-            problem = handlers.unknown(row.handler)
-            logger.error("job %s: handler %s", row.name, problem)
-            return JobInfo(row, policy, now, handler_error=problem)
-        return JobInfo(row, policy, now, handler=found)
+            rows = list(Job.objects.using(self.using).filter(pk__in=wanted))
+        except Exception:
+            # One row the ORM cannot even build (e.g. JSON nested past Python's
+            # recursion limit) must not stop the others: read them one by one.
+            return {jid: self._read_one(jid, now) for jid in wanted}
+        return {row.pk: _load(row, now) for row in rows}
+
+    def _read_one(self, job_id: int, now: float) -> JobInfo:
+        try:
+            return _load(Job.objects.using(self.using).get(pk=job_id), now)
+        except Exception as exc:
+            logger.exception("job id %s cannot be read", job_id)
+            row = Job(pk=job_id, name=f"(job id {job_id})")
+            problem = f"the row cannot be read ({type(exc).__name__}: {exc})"[:1000]
+            return JobInfo(row, BUILTIN, now, problems={"row": [problem]})
+
+
+def _load(row: Job, now: float) -> JobInfo:
+    problems = definition_problems(row)
+    if problems:
+        return JobInfo(row, BUILTIN, now, problems=problems)
+    policy = resolve(row)
+    if not row.handler:
+        endpoints = endpoints_of(row.endpoint_url, row.fallback_endpoint_urls)
+        return JobInfo(row, policy, now, endpoints=endpoints)
+    found = find_handler(row.handler)
+    if found is None:
+        problem = handlers.unknown(row.handler)
+        logger.error("job %s: handler %s", row.name, problem)
+        return JobInfo(row, policy, now, handler_error=problem)
+    return JobInfo(row, policy, now, handler=found)

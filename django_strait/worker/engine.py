@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from django_strait import signals
 from django_strait.conf import strait_settings
+from django_strait.database import alias
 from django_strait.dispatch import failover
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.python import RunContext, is_async, run_python, settle
@@ -60,6 +61,15 @@ T = TypeVar("T")
 RECORD_BATCH_MAX = 500
 #: Retry decision used when deciding itself failed (a bug, not the run's fault).
 FALLBACK_RETRY_SECONDS = 60.0
+#: Seconds between tries while the database does not answer at start-up: doubling, capped.
+DATABASE_RETRY_FIRST = 0.5
+DATABASE_RETRY_MAX = 30.0
+#: The error type of an attempt whose run's own row cannot be read: it fails, unrun.
+INVALID_RUN_ERROR = "run.invalid"
+#: The error type of a run held because its job's row is not a valid definition.
+INVALID_JOB_ERROR = "job.invalid"
+#: How long such a run waits before it is looked at again (a fixed row frees it then).
+INVALID_JOB_WAIT = dt.timedelta(seconds=30)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +93,7 @@ class WorkerConfig:
     metrics_port: int | None = None
     result_max_bytes: int = 65536
     user_agent: str = "django-strait"
-    using: str = "default"
+    using: str | None = None
 
 
 @dataclass(slots=True)
@@ -142,6 +152,10 @@ class Worker:
         self._signals = 0
         self._recording = False
         self._singles = 0  # records left to write one at a time after a batch was refused
+        #: The last claim failed: claim the next batch job by job (``batch.claim_and_start``).
+        self._isolate = False
+        #: A claim failed job by job too (the database is down, say): wait before the next.
+        self._isolated_claim_failed = False
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -199,8 +213,12 @@ class Worker:
             limit=cfg.concurrency,
             allowed_networks=strait_settings.ALLOWED_PRIVATE_NETWORKS,
         )
-        await self._http.start()
         self._duty_db = ThreadPoolExecutor(1, thread_name_prefix="strait-duty")
+        if not await self._wait_for_database():
+            await self._close_pools()
+            logger.info("worker %s stopped before its database answered", cfg.worker_id)
+            return
+        await self._http.start()
         self._metrics = self._serve_metrics()
         self._listener = self._start_listener()
         await self._db(self._duty_db, self._register)
@@ -229,11 +247,37 @@ class Worker:
         if self._metrics is not None:
             self._metrics.close()
         await self._db(self._duty_db, self._unregister)
+        await self._close_pools()
+        self._sync.close()
+        logger.info("worker %s stopped: %s", self.config.worker_id, self.stats.line())
+
+    async def _close_pools(self) -> None:
         for pool in (self._claim_db, self._record_db, self._duty_db):
             await self._db(pool, connections.close_all)
             pool.shutdown(wait=True)
-        self._sync.close()
-        logger.info("worker %s stopped: %s", self.config.worker_id, self.stats.line())
+
+    async def _wait_for_database(self) -> bool:
+        """Wait until the database answers, trying again with a capped backoff; False if stopped.
+
+        Workers restart in any order in production: one started before its
+        database waits for it, saying so once per try, instead of exiting.
+        """
+        alias = self.config.using
+        delay = DATABASE_RETRY_FIRST
+        while not self._stopping:
+            try:
+                await self._db(self._duty_db, _ping, alias)
+                return True
+            except Exception as exc:
+                logger.warning(
+                    "database %r is not answering (%s); trying again in %.1fs",
+                    alias,
+                    _one_line(exc),
+                    delay,
+                )
+            await _wait_event(self._work, delay)  # a stop sets it
+            delay = min(delay * 2, DATABASE_RETRY_MAX)
+        return False
 
     def _install_signal_handlers(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -340,6 +384,8 @@ class Worker:
             want = min(free, cfg.batch_size)
             runs = await self._claim(want)
             if runs is None:  # the claim failed: not a sign that the queue is empty
+                if not self._isolated_claim_failed:
+                    continue  # claim again at once, job by job
                 await asyncio.sleep(cfg.poll_interval)
                 continue
             for run in runs:
@@ -368,23 +414,32 @@ class Worker:
         await _wait_event(self._work, self.config.poll_interval)
 
     async def _claim(self, limit: int) -> list[Claimed] | None:
+        isolate = self._isolate
         try:
-            runs = await self._db(self._claim_db, self._claim_and_start, limit)
+            runs = await self._db(self._claim_db, self._claim_and_start, limit, isolate)
         except Exception:
-            logger.exception("claim failed; retrying in %ss", self.config.poll_interval)
+            if isolate:
+                logger.exception("claim failed; retrying in %ss", self.config.poll_interval)
+            else:
+                # Perhaps one job's row or runs: claim again at once, job by job.
+                logger.exception("claim failed; claiming again job by job")
+            self._isolated_claim_failed = isolate
+            self._isolate = True
             return None
+        self._isolate = self._isolated_claim_failed = False
         self.stats.claimed += len(runs)
         if self._metrics is not None:
             self._metrics.observe_claimed(len(runs))
         return runs
 
-    def _claim_and_start(self, limit: int) -> list[Claimed]:
+    def _claim_and_start(self, limit: int, isolate: bool = False) -> list[Claimed]:
         cfg = self.config
         started = batch.claim_and_start(
             cfg.worker_id,
             queues=cfg.queues,
             limit=limit,
             gate=self._gate,
+            isolate=isolate,
             using=cfg.using,
         )
         if signals.listened(signals.run_started):
@@ -402,13 +457,25 @@ class Worker:
         """
         self.catalog.ensure({r.job_id for r in claimed})
         holds: list[Hold] = []
-        for step in (self._limit_holds, self._circuit_holds, self._budget_holds):
+        steps = (self._invalid_holds, self._limit_holds, self._circuit_holds, self._budget_holds)
+        for step in steps:
             more = step(claimed)
             if more:
                 held = {h.run_id for h in more}
                 claimed = [run for run in claimed if run.id not in held]
                 holds += more
         return holds
+
+    def _invalid_holds(self, claimed: list[Claimed]) -> list[Hold]:
+        """Return the runs of jobs whose row is not a valid definition: held until it is fixed."""
+        until = timezone.now() + INVALID_JOB_WAIT
+        held = []
+        for run in claimed:
+            info = self.catalog.get(run.job_id)
+            if info.invalid:
+                reason = f"job {info.name} is not a valid definition: {info.describe_problems()}"
+                held.append(Hold(run.id, until, INVALID_JOB_ERROR, trim(reason), attempt_row=False))
+        return held
 
     def _limit_holds(self, claimed: list[Claimed]) -> list[Hold]:
         """Return the runs their job's concurrency or rate limit holds back (no attempt row)."""
@@ -471,7 +538,7 @@ class Worker:
     def _spawn(self, run: Claimed) -> None:
         info = self.catalog.get(run.job_id)
         handler = info.handler
-        if handler is not None and not is_async(handler):
+        if handler is not None and not is_async(handler) and not run.row_error:
             self._inflight[run.id] = None
             context = self._context(run, info)
             self._sync.submit((run, time.monotonic()), handler, run.payload, context)
@@ -506,6 +573,8 @@ class Worker:
 
     async def _dispatch(self, info: JobInfo, run: Claimed) -> Outcome:
         row = info.row
+        if run.row_error:
+            return failure(INVALID_RUN_ERROR, run.row_error, retryable=False)
         if row.endpoint_url:
             return await self._http.dispatch(
                 HttpRequest(
@@ -804,12 +873,24 @@ async def _wait_event(event: asyncio.Event, timeout: float | None) -> None:
         pass
 
 
+def _ping(alias: str) -> None:
+    """Open (or check) this thread's connection to ``alias``; raise if the database is away."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {first}"[:300]
+
+
 def _guarded(using: str, fn: Callable[..., T], *args: Any) -> T:
     """Call ``fn`` on a DB thread, dropping a broken connection so the next call reconnects."""
     try:
         return fn(*args)
     except Exception:
-        connections[using].close_if_unusable_or_obsolete()
+        connections[alias(using)].close_if_unusable_or_obsolete()
         raise
 
 

@@ -445,3 +445,41 @@ def test_reaper__judges_staleness_by_the_now_it_is_given():
     early = reaper().run_once(NOW - dt.timedelta(seconds=2))
 
     assert early.counts["rescued"] == 0 and fresh(run).status == "executing"
+
+
+# -- isolation and logging -----------------------------------------------------------
+
+
+def test_rescue__a_run_whose_rescue_raises_leaves_the_others_rescued(caplog):
+    good = silent_run("executing", STALE + 30)
+    bad = silent_run("executing", STALE + 30)
+    # A job row the reaper cannot read (JSON past Python's recursion limit): resolving
+    # the bad run's policy raises, and only it must stay where it is.
+    depth = 995 if connection.vendor == "sqlite" else 5000
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {JobRun._meta.get_field('job').related_model._meta.db_table} "
+            "SET non_retryable_errors = %s WHERE id = %s",
+            ["[" * depth + "]" * depth, bad.job_id],
+        )
+
+    result = reaper().run_once(NOW)
+
+    assert result.counts["rescued"] == 1
+    assert fresh(good).status == "queued"
+    assert fresh(bad).status == "executing"
+    assert f"run {bad.pk} cannot be rescued" in caplog.text
+
+
+def test_rescue__logs_each_rescue_only_once_it_is_committed(
+    caplog, django_capture_on_commit_callbacks
+):
+    run = silent_run("executing", STALE + 30)
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        rescue_stale(NOW, stale_after=STALE, waiting_stale_after=WAITING_STALE)
+    assert f"run {run.pk}: worker w-lost lost" not in caplog.text  # not before the commit
+
+    for callback in callbacks:
+        callback()
+    assert f"run {run.pk}: worker w-lost lost" in caplog.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -44,3 +45,26 @@ def _answer(status: int, raw: bytes, headers: Any) -> Answer:
     except ValueError:
         body = raw.decode("utf-8", "replace")
     return Answer(status, body, dict(headers.items()))
+
+
+def run_burst_worker(env: dict[str, str], *args: str, timeout: float = 90) -> tuple[int, str]:
+    """Run one ``run_strait_worker --burst`` process to its end; return its exit code and output.
+
+    The process is killed if it has not exited within ``timeout`` (or the test fails).
+    """
+    from tests.conftest import worker_command
+
+    worker = subprocess.Popen(
+        worker_command("--burst", "--worker-id", "security-w0", *args),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        output = worker.communicate(timeout=timeout)[0]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    return worker.returncode, output

@@ -9,7 +9,6 @@ functions are now names looked up among the functions registered in code.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -21,8 +20,7 @@ from django.urls import reverse
 from django_strait import trigger
 from django_strait.api.auth import issue_key
 from django_strait.models import Job, JobRun
-from tests.conftest import worker_command
-from tests.security.live import call
+from tests.security.live import call, run_burst_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -117,19 +115,6 @@ def canary_file(tmp_path, worker_env):
     return path
 
 
-def run_burst_worker(env) -> str:
-    worker = subprocess.Popen(
-        worker_command("--burst", "--worker-id", "sec-w0"),
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    try:
-        return worker.communicate(timeout=60)[0]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
-
-
 def test_worker__a_row_naming_an_unregistered_handler_runs_nothing(worker_env, canary_file):
     # A row written around every surface (raw SQL): the worker looks the name up only.
     Job.objects.create(name="x", handler="tests.testapp.jobs.noop")
@@ -139,7 +124,7 @@ def test_worker__a_row_naming_an_unregistered_handler_runs_nothing(worker_env, c
         )
     run = trigger("x", "id")
 
-    output = run_burst_worker(worker_env)
+    _, output = run_burst_worker(worker_env)
 
     run.refresh_from_db()
     assert (run.status, run.error_type, run.attempt, run.result) == (
@@ -160,7 +145,7 @@ def test_worker__a_row_naming_an_unregistered_retry_function_retries_without_it(
         )
     run = trigger("x", {})
 
-    output = run_burst_worker(worker_env)
+    _, output = run_burst_worker(worker_env)
 
     run.refresh_from_db()
     assert (run.status, run.error_type, run.attempt) == ("queued", "python.ValueError", 1), output

@@ -1,0 +1,161 @@
+"""A bad definition harms only its own runs: the worker survives any one bad row.
+
+Finding 2 of the trust-boundaries issue: ``{"timeout_secs": 1e308}`` or a rate
+window of ``1e308`` seconds made every claim fail (OverflowError, datetime
+overflow), so no job ran and ``--burst`` never exited. Each row here is written
+with raw SQL, around every validation, and a real worker process drains the
+queue: the bad job's runs are held (or dead-lettered, for a run's own bad row)
+with a clear error, and the good job's runs complete.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+
+from django_strait import trigger, trigger_many
+from django_strait.models import Job, JobRun
+from tests.integration.factories import make_job
+from tests.security.live import run_burst_worker
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+JOB_TABLE = Job._meta.db_table
+RUN_TABLE = JobRun._meta.db_table
+
+
+def set_columns(table: str, pk: int, **values) -> None:
+    """Write columns with raw SQL: no model, no validator, no serializer."""
+    assignments = ", ".join(f"{column} = %s" for column in values)
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {table} SET {assignments} WHERE id = %s", [*values.values(), pk])
+
+
+def nested() -> str:
+    """JSON text nested past Python's recursion limit (1,000 frames).
+
+    SQLite's JSON_VALID check takes at most 1,000 levels, and the worker's
+    thread is some frames deep already: 995 is past Python's limit there.
+    """
+    depth = 995 if connection.vendor == "sqlite" else 5000
+    return '{"a": ' * depth + "1" + "}" * depth
+
+
+@pytest.fixture
+def good_runs() -> list[JobRun]:
+    return trigger_many("test-noop", [{"i": i} for i in range(20)])
+
+
+def assert_all_completed(runs: list[JobRun], output: str) -> None:
+    statuses = set(
+        JobRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)
+    )
+    assert statuses == {"completed"}, output
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "field"),
+    [
+        ("timeout_secs", 1e308, "timeout_secs"),
+        ("rate_limit_window_secs", 1e308, "rate_limit_window_secs"),
+        ("max_concurrency", 10**9, "max_concurrency"),
+        ("retry_backoff_coefficient", 0.5, "retry_backoff_coefficient"),
+        ("priority", 30000, "priority"),
+    ],
+)
+def test_worker__a_job_row_out_of_bounds_holds_only_its_own_runs(
+    worker_env, http_server, good_runs, column, value, field
+):
+    bad = make_job("bad", endpoint_url=http_server.url("/bad"), rate_limit_max=5,
+                   rate_limit_window_secs=60)  # fmt: skip
+    bad_runs = trigger_many("bad", [{"i": i} for i in range(3)])
+    set_columns(JOB_TABLE, bad.pk, **{column: value})
+
+    code, output = run_burst_worker(worker_env)
+
+    assert code == 0, output  # --burst drained what it could and exited
+    assert_all_completed(good_runs, output)
+    for run in JobRun.objects.filter(pk__in=[r.pk for r in bad_runs]):
+        assert (run.status, run.error_type, run.attempt) == ("queued", "job.invalid", 0)
+        assert f"{field}:" in run.last_error
+    assert http_server.requests == []  # nothing reached the bad job's endpoint
+    assert "has an invalid definition" in output
+
+
+def test_worker__a_fixed_row_frees_its_held_runs(worker_env, good_runs):
+    bad = make_job("bad")
+    run = trigger("bad", {})
+    set_columns(JOB_TABLE, bad.pk, timeout_secs=float("inf"))
+    run_burst_worker(worker_env)
+    run.refresh_from_db()
+    assert (run.status, run.error_type) == ("queued", "job.invalid")
+
+    Job.objects.filter(pk=bad.pk).update(timeout_secs=30)
+    JobRun.objects.filter(pk=run.pk).update(available_at=run.created_at)  # skip the wait
+    code, output = run_burst_worker(worker_env)
+
+    run.refresh_from_db()
+    assert (code, run.status) == (0, "completed"), output
+
+
+def test_worker__a_job_row_it_cannot_even_read_holds_only_its_own_runs(worker_env, good_runs):
+    bad = make_job("bad")
+    run = trigger("bad", {})
+    with connection.cursor() as cursor:  # JSON nested past Python's recursion limit
+        cursor.execute(f"UPDATE {JOB_TABLE} SET headers = %s WHERE id = %s", [nested(), bad.pk])
+
+    code, output = run_burst_worker(worker_env)
+
+    assert code == 0, output
+    assert_all_completed(good_runs, output)
+    run.refresh_from_db()
+    assert (run.status, run.error_type) == ("queued", "job.invalid")
+    assert "cannot be read (RecursionError" in run.last_error
+
+
+def test_worker__a_run_row_it_cannot_read_fails_alone_without_running(worker_env, good_runs):
+    bad = trigger("test-echo", {})
+    set_columns(RUN_TABLE, bad.pk, payload=nested())
+
+    code, output = run_burst_worker(worker_env)
+
+    assert code == 0, output
+    assert_all_completed(good_runs, output)
+    # (Read column by column: this process cannot decode the payload either.)
+    status, error_type, attempt, last_error, result = JobRun.objects.values_list(
+        "status", "error_type", "attempt", "last_error", "result"
+    ).get(pk=bad.pk)
+    assert (status, error_type, attempt, result) == ("dead_letter", "run.invalid", 1, None)
+    assert "RecursionError" in last_error
+
+
+def test_worker__a_run_with_a_bad_retry_override_retries_on_its_jobs_policy(worker_env):
+    run = trigger("test-boom", {})  # max_attempts=2, initial_delay 1s
+    set_columns(RUN_TABLE, run.pk, retry_overrides=json.dumps({"initial_delay": "soon"}))
+
+    code, output = run_burst_worker(worker_env)
+
+    run.refresh_from_db()
+    assert (code, run.status, run.attempt, run.error_type) == (0, "queued", 1, "python.ValueError")
+    assert "invalid retry override" in output
+
+
+@pytest.mark.postgres
+def test_worker__a_row_that_makes_the_claim_raise_holds_only_its_jobs_runs(worker_env, good_runs):
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: SQLite's integers do not overflow at 2**31")
+    make_job("bad")
+    run = trigger("bad", {})
+    # Valid by every check the worker makes, and yet starting it overflows the integer column.
+    set_columns(RUN_TABLE, run.pk, attempt=2**31 - 1, attempts_before_replay=2**31 - 1)
+
+    code, output = run_burst_worker(worker_env)
+
+    assert code == 0, output
+    assert_all_completed(good_runs, output)
+    run.refresh_from_db()
+    assert (run.status, run.error_type) == ("queued", "worker.claim_failed")
+    assert "out of range" in run.last_error
+    assert "claiming again job by job" in output
