@@ -7,15 +7,18 @@
 | ``django_strait.E003`` | a value in ``settings.STRAIT`` is not allowed |
 | ``django_strait.E004`` | a ``STRAIT_*`` environment variable holds a value that is not allowed |
 | ``django_strait.W001`` | a ``STRAIT_*`` environment variable that Strait does not read (a typo?) |
+| ``django_strait.E005`` | ``STRAIT["DATABASE"]`` is not ``"default"`` but ``StraitRouter`` is not installed |
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core import checks
 
 from django_strait.conf import SettingError, UnknownSettingError, strait_settings
+from django_strait.database import StraitRouter
 
 TAG = "django_strait"
 
@@ -25,7 +28,29 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     """Report every bad ``STRAIT`` setting and ``STRAIT_*`` environment variable."""
     messages: list[checks.CheckMessage] = [_error(exc) for exc in strait_settings.errors()]
     messages.extend(_unknown_env_var(name) for name in strait_settings.unknown_env_vars())
+    if not messages:
+        messages.extend(_router_missing())
     return messages
+
+
+ROUTER = "django_strait.database.StraitRouter"
+
+
+def _router_missing() -> list[checks.CheckMessage]:
+    """Without the router, the admin, the API and trigger() would use "default" (DESIGN §14)."""
+    if strait_settings.DATABASE == "default":
+        return []
+    routers = getattr(settings, "DATABASE_ROUTERS", [])
+    if any(r == ROUTER or isinstance(r, StraitRouter) for r in routers):
+        return []
+    return [
+        checks.Error(
+            f"STRAIT['DATABASE'] is {strait_settings.DATABASE!r}, but DATABASE_ROUTERS does not "
+            f"include {ROUTER!r}: the admin, the REST API and trigger() would use 'default'.",
+            hint=f"Add {ROUTER!r} to settings.DATABASE_ROUTERS.",
+            id="django_strait.E005",
+        )
+    ]
 
 
 def _error(exc: SettingError) -> checks.Error:

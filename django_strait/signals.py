@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.dispatch import Signal
 
+from django_strait.database import alias
 from django_strait.states import RunStatus
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ def send_enqueued(job: str, runs: Sequence[JobRun], *, using: str | None = None)
         return
     new = [run for run in runs if not getattr(run, "idempotency_hit", False)]
     if new:
-        transaction.on_commit(lambda: _send_enqueued(job, new), using=using)
+        transaction.on_commit(lambda: _send_enqueued(job, new), using=alias(using))
 
 
 def _send_enqueued(job: str, runs: Sequence[JobRun]) -> None:

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from django_strait import registry, signals
 from django_strait.conf import strait_settings
+from django_strait.database import alias
 from django_strait.models import Job, JobRun
 from django_strait.sql import server_bound_cursor
 
@@ -99,7 +100,7 @@ def trigger(
 
 def _insert_once(run: JobRun) -> JobRun:
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=alias()):
             run.save(force_insert=True)
         run.idempotency_hit = False
         return run
@@ -220,7 +221,7 @@ def _insert_many_orm(opts, payloads, keys, batch_size) -> tuple[list[JobRun], se
     ]
     if keys is None:
         return JobRun.objects.bulk_create(runs, batch_size=batch_size), set()
-    with transaction.atomic():
+    with transaction.atomic(using=alias()):
         existing = set(
             JobRun.objects.filter(job=opts.job, idempotency_key__in=keys).values_list(
                 "pk", flat=True
@@ -257,7 +258,7 @@ def _insert_many_pg(opts, payloads, texts, keys, batch_size) -> tuple[list[JobRu
     )
     runs: list[JobRun] = []
     created: set[int] = set()  # with keys: the rows this call inserted (RETURNING skips conflicts)
-    with transaction.atomic(), server_bound_cursor(connection) as cursor:
+    with transaction.atomic(using=alias()), server_bound_cursor(connection) as cursor:
         for start in range(0, len(texts), batch_size):
             chunk = texts[start : start + batch_size]
             chunk_keys = keys[start : start + batch_size] if keys else [None] * len(chunk)

@@ -72,7 +72,7 @@ def show_circuit(url: str, state: str | None) -> SafeString | str:
 
 
 def read_sparklines(
-    urls: Iterable[str], now: dt.datetime, using: str = "default"
+    urls: Iterable[str], now: dt.datetime, using: str | None = None
 ) -> dict[str, list[float]]:
     """Return the scores of each URL over the sparkline window, oldest first: one query."""
     rows = (

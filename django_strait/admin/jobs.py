@@ -23,6 +23,7 @@ from django.utils import timezone
 from django_strait.admin import endpoints
 from django_strait.admin.forms import TriggerForm
 from django_strait.admin.overview import overview_view
+from django_strait.database import alias
 from django_strait.models import Job, JobRun, RunRollup
 from django_strait.states import TERMINAL
 from django_strait.triggering import TriggerError, trigger
@@ -248,7 +249,7 @@ class JobAdmin(admin.ModelAdmin):
     def _trigger(self, form: TriggerForm, jobs: list[Job]) -> list[JobRun] | None:
         try:
             # All or none: a bad option refuses every job, not the ones after the first.
-            with transaction.atomic():
+            with transaction.atomic(using=alias()):
                 return [trigger(job.name, **form.trigger_options()) for job in jobs]
         except TriggerError as exc:
             form.add_trigger_error(exc)

@@ -83,7 +83,7 @@ class Overview:
         return sum(c.total for c in self.throughput)
 
 
-def read_overview(now: dt.datetime | None = None, using: str = "default") -> Overview:
+def read_overview(now: dt.datetime | None = None, using: str | None = None) -> Overview:
     """Read everything the overview page shows."""
     now = now or timezone.now()
     throughput, outcomes = _throughput(now, using)

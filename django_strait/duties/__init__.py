@@ -11,7 +11,7 @@ from __future__ import annotations
 from django_strait.duties.base import Duty
 
 
-def default_duties(*, using: str = "default") -> list[Duty]:
+def default_duties(*, using: str | None = None) -> list[Duty]:
     """The duties every worker takes part in, configured from ``STRAIT``."""
     from django_strait.duties.pruner import Pruner
     from django_strait.duties.reaper import Reaper

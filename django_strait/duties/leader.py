@@ -15,6 +15,8 @@ from contextlib import contextmanager
 
 from django.db import connections, transaction
 
+from django_strait.database import alias
+
 #: Namespace for our advisory lock keys (first argument of the two-int form).
 LOCK_NAMESPACE = 0x5374  # "St"
 
@@ -25,10 +27,10 @@ def lock_key(duty: str) -> int:
 
 
 @contextmanager
-def lead(duty: str, *, using: str = "default") -> Iterator[bool]:
+def lead(duty: str, *, using: str | None = None) -> Iterator[bool]:
     """Open a transaction and yield whether this caller leads ``duty`` for it."""
-    with transaction.atomic(using=using):
-        connection = connections[using]
+    with transaction.atomic(using=alias(using)):
+        connection = connections[alias(using)]
         if connection.vendor != "postgresql":
             yield True
             return

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from django.db.models import Count, Q, QuerySet
 
+from django_strait.database import alias
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
 from django_strait.states import RunStatus
@@ -51,7 +52,7 @@ class PruneCount:
     runs: int
 
 
-def prunable(selection: PruneSelection, now: dt.datetime, *, using: str = "default") -> QuerySet:
+def prunable(selection: PruneSelection, now: dt.datetime, *, using: str | None = None) -> QuerySet:
     """Return the runs ``selection`` lets go at ``now`` (unordered, unsliced)."""
     from django_strait.models import Job, JobRun
 
@@ -78,7 +79,7 @@ def _cutoffs(own_days, selection: PruneSelection, now: dt.datetime) -> Q:
 
 
 def preview(
-    selection: PruneSelection, now: dt.datetime, *, using: str = "default"
+    selection: PruneSelection, now: dt.datetime, *, using: str | None = None
 ) -> list[PruneCount]:
     """Return how many runs per job and status a prune at ``now`` would delete."""
     rows = (
@@ -102,7 +103,7 @@ class Pruner:
     #: Batches per round; None = until nothing is left (the command's choice).
     max_batches: int | None = DEFAULT_MAX_BATCHES
     retention_days: int = 30
-    using: str = "default"
+    using: str | None = None
 
     def __post_init__(self) -> None:
         if not self.interval > 0:
@@ -115,7 +116,7 @@ class Pruner:
             raise ValueError(f"retention_days: must be >= 1, got {self.retention_days!r}")
 
     @classmethod
-    def from_settings(cls, using: str = "default", **options) -> Pruner:
+    def from_settings(cls, using: str | None = None, **options) -> Pruner:
         """Build the pruner from PRUNE_INTERVAL, PRUNE_BATCH_SIZE and RETENTION_DAYS."""
         from django_strait.conf import strait_settings
 
@@ -123,7 +124,7 @@ class Pruner:
             interval=strait_settings.PRUNE_INTERVAL,
             batch_size=strait_settings.PRUNE_BATCH_SIZE,
             retention_days=strait_settings.RETENTION_DAYS,
-            using=using,
+            using=alias(using),
             **options,
         )
 

@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from django_strait.database import alias
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
 from django_strait.duties.registry import forget_silent
@@ -46,7 +47,7 @@ class Reaper:
     interval: float
     forget_after: float | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
-    using: str = "default"
+    using: str | None = None
 
     def __post_init__(self) -> None:
         for option in ("stale_after", "waiting_stale_after", "interval"):
@@ -68,7 +69,7 @@ class Reaper:
             raise PolicyError("Reaper.batch_size", size, "an integer >= 1")
 
     @classmethod
-    def from_settings(cls, using: str = "default", **options: Any) -> Reaper:
+    def from_settings(cls, using: str | None = None, **options: Any) -> Reaper:
         """Build a reaper from STALE_AFTER, WAITING_STALE_AFTER and REAPER_INTERVAL."""
         from django_strait.conf import strait_settings
 
@@ -77,7 +78,7 @@ class Reaper:
             "waiting_stale_after": strait_settings.WAITING_STALE_AFTER,
             "interval": strait_settings.REAPER_INTERVAL,
         }
-        return cls(using=using, **{**defaults, **options})
+        return cls(using=alias(using), **{**defaults, **options})
 
     def run_once(self, now: dt.datetime, *, rng: random.Random | None = None) -> DutyResult:
         """Do one round if this caller leads it; return what was done."""

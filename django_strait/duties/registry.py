@@ -31,7 +31,7 @@ def alive_since(now: dt.datetime, stale_after: float) -> dt.datetime:
 
 
 def register(
-    worker_id: str, *, queues: Sequence[str], concurrency: int, using: str = "default"
+    worker_id: str, *, queues: Sequence[str], concurrency: int, using: str | None = None
 ) -> None:
     """Record that ``worker_id`` started here and now (replacing a row of the same id)."""
     now = timezone.now()
@@ -50,7 +50,7 @@ def register(
     )
 
 
-def touch(worker_id: str, *, in_flight: int, using: str = "default") -> bool:
+def touch(worker_id: str, *, in_flight: int, using: str | None = None) -> bool:
     """Mark ``worker_id`` as seen now with ``in_flight`` runs; False if its row is gone.
 
     The row is gone when the reaper forgot the worker (it was silent past
@@ -63,12 +63,12 @@ def touch(worker_id: str, *, in_flight: int, using: str = "default") -> bool:
     )
 
 
-def unregister(worker_id: str, *, using: str = "default") -> None:
+def unregister(worker_id: str, *, using: str | None = None) -> None:
     """Delete ``worker_id``'s row: it exits cleanly and holds no runs."""
     WorkerProcess.objects.using(using).filter(worker_id=worker_id).delete()
 
 
-def forget_silent(before: dt.datetime, *, using: str = "default") -> int:
+def forget_silent(before: dt.datetime, *, using: str | None = None) -> int:
     """Delete rows of workers last seen before ``before``; return how many.
 
     A worker that still heartbeats a run after ``before`` is alive whatever its

@@ -12,6 +12,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from django_strait.database import alias
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
 from django_strait.models import EndpointHealth, HealthSample
@@ -30,11 +31,11 @@ class HealthSampler:
 
     interval: float = DEFAULT_INTERVAL
     keep: dt.timedelta = DEFAULT_KEEP
-    using: str = "default"
+    using: str | None = None
 
     @classmethod
-    def from_settings(cls, using: str = "default", **options: Any) -> HealthSampler:
-        return cls(using=using, **options)
+    def from_settings(cls, using: str | None = None, **options: Any) -> HealthSampler:
+        return cls(using=alias(using), **options)
 
     def run_once(self, now: dt.datetime) -> DutyResult:
         """Sample every endpoint touched within ``keep``, and forget older samples."""

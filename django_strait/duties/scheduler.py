@@ -20,6 +20,7 @@ from croniter import croniter
 from django.db import transaction
 from django.db.models import Q
 
+from django_strait.database import alias
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
 
@@ -230,7 +231,7 @@ class Scheduler:
     interval: float = 1.0
     #: Seconds a tick stays on time; None = max(60 s, 2 x interval).
     grace: float | None = None
-    using: str = "default"
+    using: str | None = None
 
     def __post_init__(self) -> None:
         if not self.interval > 0:
@@ -239,11 +240,11 @@ class Scheduler:
             raise ValueError(f"grace: must be > 0 seconds or None, got {self.grace!r}")
 
     @classmethod
-    def from_settings(cls, using: str = "default") -> Scheduler:
+    def from_settings(cls, using: str | None = None) -> Scheduler:
         """Build the scheduler from ``STRAIT["SCHEDULER_INTERVAL"]``."""
         from django_strait.conf import strait_settings
 
-        return cls(interval=strait_settings.SCHEDULER_INTERVAL, using=using)
+        return cls(interval=strait_settings.SCHEDULER_INTERVAL, using=alias(using))
 
     @property
     def grace_seconds(self) -> float:
@@ -271,7 +272,7 @@ class Scheduler:
     def _round_for(self, job, now: dt.datetime, counts: Counter) -> None:
         try:
             # A savepoint per job: one bad job rolls back alone and the others still fire.
-            with transaction.atomic(using=self.using):
+            with transaction.atomic(using=alias(self.using)):
                 if job.enabled:
                     counts["jobs"] += 1
                     self._fire_due(job, now, counts)

@@ -78,7 +78,7 @@ def _held(holds: list[Admission]) -> Admission:
 class CircuitBreaker:
     """Circuits of every endpoint this worker calls, shared by its claim and record threads."""
 
-    def __init__(self, *, using: str = "default", ttl: float = CACHE_TTL) -> None:
+    def __init__(self, *, using: str | None = None, ttl: float = CACHE_TTL) -> None:
         self.using = using
         self.ttl = ttl
         self._lock = threading.Lock()

@@ -30,6 +30,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
+from django_strait.database import alias
 from django_strait.models import BudgetLedger, JobRun, Project
 from django_strait.sql import server_bound_cursor
 from django_strait.states import RunStatus
@@ -90,7 +91,7 @@ def next_day_starts(day: dt.date) -> dt.datetime:
 
 
 def reserve(
-    pending: Sequence[Pending], *, now: dt.datetime, using: str = "default"
+    pending: Sequence[Pending], *, now: dt.datetime, using: str | None = None
 ) -> tuple[dict[int, Decimal], list[Held]]:
     """Reserve each run's cost in claim order; return the reservations and the runs that wait.
 
@@ -160,9 +161,9 @@ SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM r)
 
 
 def _lock_ledgers(project_ids: list[int], day: dt.date, using: str) -> dict[int, BudgetLedger]:
-    if connections[using].vendor != "postgresql":
+    if connections[alias(using)].vendor != "postgresql":
         return _lock_ledgers_orm(project_ids, day, using)
-    with server_bound_cursor(connections[using]) as cursor:
+    with server_bound_cursor(connections[alias(using)]) as cursor:
         cursor.execute(_LOCK_PG, [day, project_ids])
         rows = cursor.fetchall()
     ledgers = {}
@@ -199,7 +200,7 @@ def _write_reservations(
 ) -> None:
     if not added:
         return
-    if connections[using].vendor == "postgresql":
+    if connections[alias(using)].vendor == "postgresql":
         pids = sorted(added)
         params = [
             [ledgers[p].pk for p in pids],
@@ -208,7 +209,7 @@ def _write_reservations(
             list(reserved),
             list(reserved.values()),
         ]
-        with server_bound_cursor(connections[using]) as cursor:
+        with server_bound_cursor(connections[alias(using)]) as cursor:
             cursor.execute(_RESERVE_PG, params)
         return
     for pid in added:
@@ -248,7 +249,7 @@ def by_ledger(spends: Iterable[Spend]) -> dict[tuple[int, dt.date], tuple[Decima
     return dict(sorted(totals.items()))
 
 
-def settle(spends: Sequence[Spend], *, using: str = "default") -> None:
+def settle(spends: Sequence[Spend], *, using: str | None = None) -> None:
     """Turn reservations into what the attempts cost; call in the record's transaction.
 
     On PostgreSQL the worker's record statement does this itself
@@ -270,11 +271,11 @@ def settle(spends: Sequence[Spend], *, using: str = "default") -> None:
     check_soft_limits(spends, using=using)
 
 
-def check_soft_limits(spends: Sequence[Spend], *, using: str = "default") -> None:
+def check_soft_limits(spends: Sequence[Spend], *, using: str | None = None) -> None:
     """After settling: a project that spent more than it reserved may cross its soft limit."""
     for (project_id, day), (released, spent) in by_ledger(spends).items():
         if spent > released:
-            with transaction.atomic(using=using):
+            with transaction.atomic(using=alias(using)):
                 _announce_on_commit(_check_soft_limit(project_id, day, using), using)
 
 
@@ -300,7 +301,7 @@ def _crosses_soft_limit(ledger: BudgetLedger) -> bool:
 
 def _announce_on_commit(ledgers: list[BudgetLedger], using: str) -> None:
     if ledgers:
-        transaction.on_commit(lambda: _announce(ledgers), using=using)
+        transaction.on_commit(lambda: _announce(ledgers), using=alias(using))
 
 
 def _announce(ledgers: Iterable[BudgetLedger]) -> None:
@@ -325,7 +326,7 @@ def _announce(ledgers: Iterable[BudgetLedger]) -> None:
 # -- a raised budget -----------------------------------------------------------------
 
 
-def release_waiting(project: Project, *, using: str = "default") -> int:
+def release_waiting(project: Project, *, using: str | None = None) -> int:
     """Make the runs waiting for ``project``'s budget due now (after its budget was raised).
 
     Runs that still do not fit are held again at their next claim.

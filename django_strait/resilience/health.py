@@ -101,7 +101,7 @@ def summarize(answers: Iterable[Answer], *, alpha: float) -> list[Sample]:
     return samples
 
 
-def write(samples: Iterable[Sample], *, using: str = "default") -> None:
+def write(samples: Iterable[Sample], *, using: str | None = None) -> None:
     """Fold samples into their rows with the ORM (SQLite; PostgreSQL does it inside the record)."""
     for s in samples:
         rows = EndpointHealth.objects.using(using).filter(endpoint_url=s.endpoint_url)
@@ -141,7 +141,7 @@ class Health:
         return self.level == HealthLevel.UNHEALTHY
 
 
-def load_unwell(*, using: str = "default") -> dict[str, Health]:
+def load_unwell(*, using: str | None = None) -> dict[str, Health]:
     """Return the endpoints that are degraded or unhealthy (usually none)."""
     rows = (
         EndpointHealth.objects.using(using)
@@ -169,7 +169,7 @@ def admit(
 
 
 def win_probe(
-    url: str, *, now: dt.datetime, cooldown: dt.timedelta, using: str = "default"
+    url: str, *, now: dt.datetime, cooldown: dt.timedelta, using: str | None = None
 ) -> bool:
     """Take the one probe of an unhealthy endpoint for this cooldown; False if another worker did."""
     due = Q(probe_started_at__isnull=True) | Q(probe_started_at__lte=now - cooldown)

@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_strait import signals
+from django_strait.database import alias
 from django_strait.models import EndpointCircuit
 from django_strait.resilience.policy import (
     CLOSED,
@@ -40,7 +41,7 @@ def as_circuit(row: EndpointCircuit) -> Circuit:
     return Circuit(row.endpoint_url, *(getattr(row, name) for name in _FIELDS))
 
 
-def load_active(*, using: str = "default") -> dict[str, Circuit]:
+def load_active(*, using: str | None = None) -> dict[str, Circuit]:
     """Return every circuit that is not closed or has failures counted, by URL."""
     rows = EndpointCircuit.objects.using(using).filter(~Q(state=CLOSED) | Q(failures__gt=0))
     return {row.endpoint_url: as_circuit(row) for row in rows}
@@ -77,7 +78,7 @@ def apply_results(
     """
     if not results:
         return []
-    with transaction.atomic(using=using):
+    with transaction.atomic(using=alias(using)):
         _ensure_rows([url for url, res in results.items() if Result.FAILURE in res], now, using)
         rows = (
             EndpointCircuit.objects.using(using)
@@ -121,7 +122,7 @@ def _save(row: EndpointCircuit, circuit: Circuit, now: dt.datetime, using: str) 
 
 def _announce_on_commit(changes: list[Change], using: str) -> None:
     if changes:
-        transaction.on_commit(lambda: _announce(changes), using=using)
+        transaction.on_commit(lambda: _announce(changes), using=alias(using))
 
 
 def _announce(changes: Iterable[Change]) -> None:
@@ -146,19 +147,19 @@ def _announce(changes: Iterable[Change]) -> None:
         )
 
 
-def reset_circuit(url: str, *, using: str = "default") -> bool:
+def reset_circuit(url: str, *, using: str | None = None) -> bool:
     """Close ``url``'s circuit and forget its failures; True if it was not already so."""
     return _reset(EndpointCircuit.objects.using(using).filter(endpoint_url=url), using) > 0
 
 
-def reset_all(*, using: str = "default") -> int:
+def reset_all(*, using: str | None = None) -> int:
     """Close every circuit and forget every failure count; return how many changed."""
     return _reset(EndpointCircuit.objects.using(using).all(), using)
 
 
 def _reset(rows, using: str) -> int:
     now = timezone.now()
-    with transaction.atomic(using=using):
+    with transaction.atomic(using=alias(using)):
         found = list(
             rows.select_for_update()
             .filter(~Q(state=CLOSED) | Q(failures__gt=0))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
@@ -394,3 +395,21 @@ def test_worker__counts_finished_attempts_per_minute_in_the_rollup(burst):
         ("test-actions", "dead_letter"): 1,
         ("test-boom", "queued"): 1,
     }
+
+
+@pytest.mark.parametrize(
+    ("strait", "named"),
+    [
+        ({"POLL_INTERVAL": "soon"}, "STRAIT.POLL_INTERVAL"),
+        ({"WORKER_CONCURRENCY": 0}, "STRAIT.WORKER_CONCURRENCY"),
+        ({"DEFAULT_RETRY": {"jitter": 7}}, "STRAIT.DEFAULT_RETRY.jitter"),
+    ],
+)
+def test_worker_command__bad_settings_raise_at_once_from_call_command(settings, strait, named):
+    # call_command runs no system checks: the command itself must refuse to start.
+    trigger("test-noop", {})
+    settings.STRAIT = strait
+
+    with pytest.raises(CommandError, match=named):
+        call_command("run_strait_worker", burst=True, worker_id="bad-settings", verbosity=0)
+    assert JobRun.objects.get().status == "queued"

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import pytest
+from django.conf import settings
 from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
@@ -12,6 +16,9 @@ from django_strait.checks import check_settings
 
 # Settings are read from a clean environment (tests/unit/conftest.py).
 pytestmark = pytest.mark.usefixtures("clean_strait_env")
+
+
+JOBS_DB = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
 
 
 def run() -> list[checks.CheckMessage]:
@@ -134,3 +141,25 @@ def test_check__a_default_retry_function_not_registered_is_e003():
     assert message.id == "django_strait.E003"
     assert "STRAIT.DEFAULT_RETRY.function" in message.msg
     assert "'os.system' is not a registered retry function" in message.msg
+
+
+@contextlib.contextmanager
+def another_database(**more):
+    """A second DATABASES alias "jobs" for STRAIT["DATABASE"] (Django warns about the override)."""
+    databases = {**settings.DATABASES, "jobs": {"ENGINE": "django.db.backends.sqlite3"}}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Overriding setting DATABASES")
+        with override_settings(DATABASES=databases, STRAIT={"DATABASE": "jobs"}, **more):
+            yield
+
+
+def test_check__another_database_without_the_router_is_e005():
+    with another_database():
+        [message] = run()
+    assert message.id == "django_strait.E005"
+    assert "django_strait.database.StraitRouter" in message.hint
+
+
+def test_check__another_database_with_the_router_passes():
+    with another_database(DATABASE_ROUTERS=["django_strait.database.StraitRouter"]):
+        assert run() == []

@@ -8,7 +8,7 @@ import os
 import socket
 import uuid
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from django_strait.worker.engine import Worker, WorkerConfig
 
@@ -89,9 +89,23 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options) -> None:
+        refuse_bad_settings()
         if options["verbosity"] >= 1:
             show_worker_logs(verbose=options["verbosity"] >= 2)
         Worker(build_config(options)).run()
+
+
+def refuse_bad_settings() -> None:
+    """Raise naming every bad STRAIT setting: a worker must not start on them.
+
+    ``manage.py`` runs the system checks first, but ``call_command`` does not.
+    """
+    from django_strait.conf import strait_settings
+
+    errors = strait_settings.errors()
+    if errors:
+        listed = "\n".join(f"- {error}" for error in errors)
+        raise CommandError(f"the STRAIT settings are not valid:\n{listed}")
 
 
 def show_worker_logs(*, verbose: bool) -> None:
