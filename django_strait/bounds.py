@@ -58,16 +58,32 @@ def within(low: Any, high: Any, unit: str = "") -> list[Any]:
     and infinity, which compare as in range.
     """
     message = f"must be {allowed(low, high, unit)}; got %(show_value)s"
-    return [
-        MinValueValidator(low, message=message),
-        MaxValueValidator(high, message=message),
-        FINITE,
-    ]
+    return [FINITE, AtLeast(low, message=message), AtMost(high, message=message)]
 
 
 def allowed(low: Any, high: Any, unit: str = "") -> str:
     """Say what a range allows: 'a number from 1 to 100 seconds'."""
     return f"a number from {_show(low)} to {_show(high)}{f' {unit}' if unit else ''}"
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, Decimal):
+        return value.is_finite()
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+class AtLeast(MinValueValidator):
+    """Django's minimum check, leaving NaN and infinity to FINITE (a NaN Decimal cannot compare)."""
+
+    def compare(self, a: Any, b: Any) -> bool:
+        return _finite(a) and super().compare(a, b)
+
+
+class AtMost(MaxValueValidator):
+    """Django's maximum check, leaving NaN and infinity to FINITE."""
+
+    def compare(self, a: Any, b: Any) -> bool:
+        return _finite(a) and super().compare(a, b)
 
 
 @deconstructible
@@ -77,8 +93,7 @@ class FiniteValidator:
     message = "must be a finite number; got %(value)s"
 
     def __call__(self, value: Any) -> None:
-        finite = value.is_finite() if isinstance(value, Decimal) else math.isfinite(value)
-        if not finite:
+        if not _finite(value):
             raise ValidationError(self.message, code="finite", params={"value": value})
 
     def __eq__(self, other: object) -> bool:
@@ -110,5 +125,5 @@ def _show(number: Any) -> str:
     if isinstance(number, int):
         return f"{number:,}" if abs(number) < 10**15 else f"{number:.3e}"
     if isinstance(number, Decimal):
-        return f"{number.normalize():f}"
+        return f"{number.normalize():,f}"
     return f"{number:g}"

@@ -12,7 +12,7 @@ from typing import Any
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from django_strait import registry, signals
+from django_strait import bounds, registry, signals
 from django_strait.conf import strait_settings
 from django_strait.database import alias
 from django_strait.models import Job, JobRun
@@ -354,9 +354,7 @@ def _when(delay: Any, run_at: dt.datetime | None) -> dt.datetime:
     if delay is not None and run_at is not None:
         raise TriggerError("delay", "give delay or run_at, not both")
     if run_at is not None:
-        if not isinstance(run_at, dt.datetime) or timezone.is_naive(run_at):
-            raise TriggerError("run_at", f"must be a timezone-aware datetime, got {run_at!r}")
-        return run_at
+        return _check_run_at(run_at, now)
     if delay is None:
         return now
     from django_strait.retry import PolicyError, parse_duration
@@ -366,6 +364,24 @@ def _when(delay: Any, run_at: dt.datetime | None) -> dt.datetime:
     except PolicyError as exc:
         raise TriggerError("delay", f"{exc.problem}; must be {exc.allowed}") from None
     return now + dt.timedelta(seconds=seconds)
+
+
+#: The earliest run_at accepted (earlier would be due now anyway).
+RUN_AT_EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_RUN_AT_RANGE = "a timezone-aware datetime from 1970-01-01T00:00:00Z to ten years from now"
+
+
+def _check_run_at(run_at: Any, now: dt.datetime) -> dt.datetime:
+    if not isinstance(run_at, dt.datetime) or timezone.is_naive(run_at):
+        raise TriggerError("run_at", f"must be {_RUN_AT_RANGE}, got {run_at!r}")
+    try:
+        utc = run_at.astimezone(dt.UTC)  # 9999-12-31T23:59:59-14:00 is past year 9999 in UTC
+    except OverflowError:
+        utc = None
+    latest = now + dt.timedelta(seconds=bounds.MAX_DURATION_SECS)
+    if utc is None or not RUN_AT_EARLIEST <= utc <= latest:
+        raise TriggerError("run_at", f"must be {_RUN_AT_RANGE}, got {run_at.isoformat()}")
+    return utc
 
 
 def _check_priority(priority: Any) -> int:

@@ -93,6 +93,10 @@ def test_trigger__racing_triggers_with_one_key_make_one_run():
     assert JobRun.objects.filter(idempotency_key="once").count() == 1
 
 
+FAR_WEST = dt.timezone(dt.timedelta(hours=-14))
+FAR_EAST = dt.timezone(dt.timedelta(hours=14))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field", "words"),
     [
@@ -104,6 +108,9 @@ def test_trigger__racing_triggers_with_one_key_make_one_run():
         ({"delay": "soon"}, "delay", ""),
         ({"delay": "1s", "run_at": timezone.now()}, "delay", "not both"),
         ({"run_at": dt.datetime(2026, 1, 1)}, "run_at", "timezone-aware"),
+        ({"run_at": dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=FAR_WEST)}, "run_at", "ten years"),
+        ({"run_at": dt.datetime(1, 1, 1, tzinfo=FAR_EAST)}, "run_at", "from 1970-01-01"),
+        ({"run_at": dt.datetime(2090, 1, 1, tzinfo=dt.UTC)}, "run_at", "ten years"),
         ({"priority": 500}, "priority", "-100 to 100"),
         ({"priority": "high"}, "priority", "-100 to 100"),
         ({"queue": ""}, "queue", "non-empty"),
