@@ -186,20 +186,10 @@ class Job(models.Model):
                     errors.setdefault("fallback_endpoint_urls", []).append(
                         f"Entry {i} ({url}): {problem}."
                     )
-        if not isinstance(self.headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
-        ):
-            errors.setdefault("headers", []).append("An object of header name -> string value.")
-        else:
-            from django_strait.dispatch.http import is_reserved_header
+        from django_strait.dispatch.http import header_problems
 
-            reserved = sorted(k for k in self.headers if is_reserved_header(k))
-            if reserved:
-                errors.setdefault("headers", []).append(
-                    f"{', '.join(reserved)}: set by django-strait on every request "
-                    "(Content-Type, Content-Length, Transfer-Encoding, Accept-Encoding, "
-                    "Idempotency-Key and Strait-*); remove them."
-                )
+        if problems := header_problems(self.headers):
+            errors.setdefault("headers", []).extend(problems)
         if self.handler and find_handler(self.handler) is None:
             errors.setdefault("handler", []).append(handlers.unknown(self.handler))
         for name, problem in limit_problems(self):
