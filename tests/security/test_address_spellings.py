@@ -210,7 +210,7 @@ def test_dispatch__hex_spelling_of_an_allowed_address__refused_without_a_request
 
 @pytest.mark.django_db(transaction=True)
 @override_settings(STRAIT=STRAIT)
-def test_worker__row_with_a_hex_loopback_fallback__refused_before_resolution(burst, http_server):
+def test_worker__row_with_a_hex_loopback_fallback__refused_without_a_request(burst, http_server):
     port = http_server.httpd.server_address[1]
     Job.objects.create(name="hook", endpoint_url=http_server.url("/down"), max_attempts=2)
     with connection.cursor() as cursor:
