@@ -1,4 +1,4 @@
-"""Forms of the admin's own pages: trigger a job, replay a run with an edited payload."""
+"""Forms of the admin's own pages: a job (secrets write-only), trigger it, replay a run."""
 
 from __future__ import annotations
 
@@ -7,7 +7,24 @@ from typing import Any
 
 from django import forms
 
+from django_strait.models import Job
 from django_strait.triggering import TriggerError
+
+#: What the admin shows in place of a stored header value; posted back, it keeps the value.
+MASK = "••••••"
+
+SECRET_SET = "A secret is set (write-only: it is never shown)."
+SECRET_UNSET = "No secret is set."
+SECRET_EDIT = {
+    True: " Leave this empty to keep it, type a new one to replace it, or tick “Clear the "
+    "secret” to remove it.",
+    False: " Type one to sign every request (Strait-Signature).",
+}
+HEADERS_HELP = (
+    f"A JSON object of header name to value. Stored values are shown as {MASK}: leave "
+    f"{MASK} to keep a header's value, type a value to replace it, remove the line to "
+    "drop the header."
+)
 
 PAYLOAD_HELP = 'JSON: an object such as {"order_id": 42}, a list, a string, a number or null.'
 
@@ -74,3 +91,93 @@ class ReplayPayloadForm(TriggerErrorMixin, forms.Form):
     """The payload a run is replayed with, prefilled with its current one."""
 
     payload = PayloadField(required=False, help_text=PAYLOAD_HELP + " Empty: {}.")
+
+
+def secret_state(secret: str) -> str:
+    """Return what a page says about a job's signing secret: whether one is set."""
+    return SECRET_SET if secret else SECRET_UNSET
+
+
+def masked(headers: object) -> object:
+    """Return ``headers`` with every value replaced by the mask (anything else as it is)."""
+    if not isinstance(headers, dict):
+        return {}
+    return dict.fromkeys(headers, MASK)
+
+
+def unmasked(edited: object, stored: object) -> object:
+    """Return the headers to save: a masked value takes the value stored under that name."""
+    if not isinstance(edited, dict):
+        return edited  # Job.clean says what headers must be
+    kept = stored if isinstance(stored, dict) else {}
+    missing = [name for name, value in edited.items() if value == MASK and name not in kept]
+    if missing:
+        raise forms.ValidationError(
+            [
+                f"header {name!r}: no value is stored under this name to keep; "
+                f"allowed: {MASK} only for a stored header, else type the value"
+                for name in missing
+            ]
+        )
+    return {name: kept[name] if value == MASK else value for name, value in edited.items()}
+
+
+class JobForm(forms.ModelForm):
+    """A job: its signing secret and header values are written here, never shown again."""
+
+    signing_secret = forms.CharField(
+        label="Signing secret",
+        required=False,
+        max_length=Job._meta.get_field("signing_secret").max_length,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+    )
+    clear_signing_secret = forms.BooleanField(label="Clear the secret", required=False)
+    headers = forms.JSONField(
+        label="Headers",
+        required=False,
+        help_text=HEADERS_HELP,
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "class": "vLargeTextField"}),
+    )
+
+    class Meta:
+        model = Job
+        fields = ("signing_secret", "headers")  # the admin adds the rest from its fieldsets
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        stored = self.instance if self.instance.pk else None
+        self._secret = stored.signing_secret if stored else ""
+        self._headers = stored.headers if stored else {}
+        # The form's initial values are what it renders and what "changed" compares with.
+        self.initial["signing_secret"] = ""
+        self.initial["headers"] = masked(self._headers)
+        self.fields["signing_secret"].help_text = (
+            secret_state(self._secret) + SECRET_EDIT[bool(self._secret)]
+        )
+
+    def clean_headers(self) -> object:
+        edited = self.cleaned_data.get("headers")
+        return unmasked({} if edited is None else edited, self._headers)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        typed = cleaned.get("signing_secret", "")
+        if cleaned.get("clear_signing_secret"):
+            if typed:
+                self.add_error(
+                    "signing_secret", "Type a new secret or tick “Clear the secret”, not both."
+                )
+            else:
+                cleaned["signing_secret"] = ""
+        elif not typed:
+            cleaned["signing_secret"] = self._secret
+        return cleaned
+
+    @property
+    def changed_data(self) -> list[str]:
+        """Name the fields whose saved value changes (the secret once, whichever box did it)."""
+        changed = set(super().changed_data) - {"signing_secret", "clear_signing_secret"}
+        secret = getattr(self, "cleaned_data", {}).get("signing_secret", self._secret)
+        if secret != self._secret:
+            changed.add("signing_secret")
+        return [name for name in self.fields if name in changed]

@@ -19,9 +19,11 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils import timezone
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString
 
 from django_strait.admin import endpoints
-from django_strait.admin.forms import TriggerForm
+from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
 from django_strait.admin.overview import overview_view
 from django_strait.database import alias
 from django_strait.models import Job, JobRun, RunRollup
@@ -91,6 +93,8 @@ class JobAdmin(admin.ModelAdmin):
     search_fields = ("name", "endpoint_url", "handler")
     actions = ("trigger_now", "pause_selected", "resume_selected")
     change_form_template = "admin/django_strait/job_change_form.html"
+    # The signing secret and header values are written, never shown (DESIGN §14).
+    form = JobForm
     readonly_fields = ("created_at", "updated_at")
     # A URL typed without a scheme means https (Django 6's default; 5.x warns without it).
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
@@ -120,6 +124,29 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="target")
     def target(self, job: Job) -> str:
         return job.endpoint_url or job.handler
+
+    @admin.display(description="signing secret")
+    def signing_secret_state(self, job: Job) -> str:
+        return secret_state(job.signing_secret)
+
+    @admin.display(description="headers")
+    def masked_headers(self, job: Job) -> SafeString | str:
+        names = job.headers if isinstance(job.headers, dict) else {}
+        return format_html_join("", "{}: {}<br>", ((name, MASK) for name in names)) or "-"
+
+    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> list[Any]:
+        # Django shows a read-only page's fields with their values: show the secret's
+        # state and the header names instead. An editable page can clear the secret.
+        if obj is not None and not self.has_change_permission(request, obj):
+            swap = {"signing_secret": ("signing_secret_state",), "headers": ("masked_headers",)}
+        elif obj is not None:
+            swap = {"signing_secret": ("signing_secret", "clear_signing_secret")}
+        else:
+            swap = {}
+        return [
+            (title, {**options, "fields": _swapped(options["fields"], swap)})
+            for title, options in super().get_fieldsets(request, obj)
+        ]
 
     @admin.display(description="last outcome (24 h)")
     def last_outcome(self, job: Job) -> str:
@@ -254,6 +281,10 @@ class JobAdmin(admin.ModelAdmin):
         except TriggerError as exc:
             form.add_trigger_error(exc)
             return None
+
+
+def _swapped(fields: Sequence[str], swap: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    return tuple(name for field in fields for name in swap.get(field, (field,)))
 
 
 def _stats_of(job: Job) -> JobStats:

@@ -5,7 +5,8 @@ worker's own network (a database admin page, a cloud metadata service at
 169.254.169.254). Three places check the same rule, :func:`refusal`:
 
 - before a request, the URL itself: scheme, host, and a host written as an IP
-  address (aiohttp does not pass those through a resolver);
+  address in any spelling (:func:`host_address`, the one reader of such hosts, also
+  used when a job is saved, so that both checks agree);
 - :class:`GuardedResolver`, aiohttp's resolver for host names: it drops refused
   addresses from what it returns, and aiohttp connects only to returned addresses,
   so a name that resolves to a public address now and a private one later (DNS
@@ -19,10 +20,12 @@ Verdicts are cached per address, so the hot path is a dictionary lookup.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
@@ -33,6 +36,7 @@ __all__ = [
     "AddressRefused",
     "GuardedResolver",
     "Refusal",
+    "host_address",
     "is_forbidden",
     "refusal",
     "url_problem",
@@ -154,21 +158,38 @@ def is_forbidden(address: Address | str, allowed: Iterable[Network] = ()) -> boo
     return refusal(address, allowed) is not None
 
 
+#: What admits a refused address.
+ALLOW_LIST = "not in ALLOWED_PRIVATE_NETWORKS"
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """A refused address: which, why, and the host name that led to it."""
+    """A refused address: which, why, the host that led to it, and what would admit it.
+
+    ``fix`` is :data:`ALLOW_LIST` when listing a network would admit the address;
+    a host that spells an address oddly, or spells none, is refused whatever the list.
+    """
 
     address: str
     reason: str
     host: str = ""
+    fix: str = ALLOW_LIST
 
     @property
     def message(self) -> str:
         """Return the error message recorded on the attempt."""
         via = f" for host {self.host}" if self.host and self.host != self.address else ""
+        return f"refused to connect to {self.address} ({self.reason}){via}: {self.fix}"
+
+    @property
+    def problem(self) -> str:
+        """Return the error given when a job naming this host is saved."""
+        if self.fix != ALLOW_LIST:
+            return f"{self.address} is {self.reason}; {self.fix}"
+        written = f"; written {self.host}" if self.host and self.host != self.address else ""
         return (
-            f"refused to connect to {self.address} ({self.reason}){via}: "
-            "not in ALLOWED_PRIVATE_NETWORKS"
+            f"{self.address} ({self.reason}{written}) is not a public address; allowed: public "
+            'addresses, and networks listed in STRAIT["ALLOWED_PRIVATE_NETWORKS"]'
         )
 
 
@@ -180,17 +201,68 @@ class AddressRefused(OSError):
         self.refusal = refused
 
 
-def _ip_literal(host: str) -> Address | None:
-    """Return ``host`` as an address when it is written as one."""
+#: One part of an IPv4 address as inet_aton and the WHATWG URL parser read it:
+#: hexadecimal after 0x ("0x" alone is 0), octal after a leading 0, else decimal.
+_IPV4_PART = re.compile(r"0[xX][0-9a-fA-F]*|[0-9]+")
+
+
+def host_address(host: str) -> Address | None:
+    """Return the address a URL's host denotes, in any spelling, or None for a host name.
+
+    The one reader of hosts for the check on save and the check before dispatch.
+    ``host`` is the host as yarl gives it (aiohttp's view: lower case, IDNA applied,
+    IPv6 without brackets). Every spelling that the resolver's ``inet_aton`` reads
+    as an address is read here as the same address (``0x7f000001``, ``0177.0.0.1``,
+    ``127.1``, ``2130706433``), and so is what the WHATWG URL parser reads (a
+    trailing dot, percent-escapes). Raise ValueError for a host written as an
+    address that denotes none (``256.0.0.1``, ``1.2.3.4.5``).
+    """
+    text = unquote(host)
+    if ":" in text:
+        return ipaddress.IPv6Address(text)
+    parts = text.split(".")
+    if len(parts) > 1 and not parts[-1]:
+        parts.pop()  # the root's empty label of a fully qualified name
+    if not _IPV4_PART.fullmatch(parts[-1]):
+        return None  # a name: only a name's last label is not a number
+    return _ipv4(parts)
+
+
+def _ipv4(parts: list[str]) -> ipaddress.IPv4Address:
+    if len(parts) > 4:
+        raise ValueError(f"{len(parts)} parts")
+    *leading, last = (_ipv4_number(part) for part in parts)
+    # The last number fills the bytes the others leave: 127.1 is 127.0.0.1.
+    if any(n > 255 for n in leading) or last >= 256 ** (4 - len(leading)):
+        raise ValueError("a number out of range")
+    return ipaddress.IPv4Address(sum(n << 8 * (3 - i) for i, n in enumerate(leading)) + last)
+
+
+def _ipv4_number(part: str) -> int:
+    if not _IPV4_PART.fullmatch(part):
+        raise ValueError(f"{part!r} is not a number")
+    if part[:2].lower() == "0x":
+        return int(part[2:] or "0", 16)
+    if len(part) > 1 and part.startswith("0"):
+        if part.strip("01234567"):
+            raise ValueError(f"{part} starts with 0 but is not octal")
+        return int(part, 8)
+    return int(part)
+
+
+_WRITE_PLAINLY = (
+    "write an IPv4 address as four numbers 0-255 (10.20.0.5), an IPv6 address in "
+    "brackets ([fd00::5]), or a host name"
+)
+
+
+def _is_plain(host: str) -> bool:
+    # What aiohttp connects to without a resolver: a dotted quad, or an IPv6 address.
     try:
-        return ipaddress.ip_address(host)
+        ipaddress.ip_address(host)
     except ValueError:
-        return None
-
-
-def _looks_numeric(host: str) -> bool:
-    # aiohttp's own test for "an IP literal, do not resolve": such a host must parse here.
-    return ":" in host or host.replace(".", "").isdigit()
+        return False
+    return True
 
 
 def url_problem(url: str, allowed: Iterable[Network] = ()) -> str | None:
@@ -210,22 +282,26 @@ def url_problem(url: str, allowed: Iterable[Network] = ()) -> str | None:
     if not host:
         return "the URL has no host"
     literal = _literal_refusal(host, allowed)
-    if literal is None:
-        return None
-    return (
-        f"{literal.address} ({literal.reason}) is not a public address; allowed: public "
-        'addresses, and networks listed in STRAIT["ALLOWED_PRIVATE_NETWORKS"]'
-    )
+    return None if literal is None else literal.problem
 
 
 def _literal_refusal(host: str, allowed: Iterable[Network]) -> Refusal | None:
-    address = _ip_literal(host)
+    """Return the refusal of a URL's host written as an address (in any spelling), or None."""
+    try:
+        address = host_address(host)
+    except ValueError as exc:
+        return Refusal(host, f"not a valid IP address: {exc}", fix=_WRITE_PLAINLY)
     if address is None:
-        if _looks_numeric(host):
-            return Refusal(host, "not a plain IP address")
         return None
     reason = refusal(address, allowed)
-    return Refusal(str(address), reason) if reason is not None else None
+    plain = _is_plain(host)
+    if reason is not None:
+        return Refusal(str(address), reason, host="" if plain else host)
+    if not plain:
+        # aiohttp refuses 127.1 outright and resolves 0x7f000001 through the C library:
+        # only the plain spelling is called, the same way on every worker.
+        return Refusal(host, f"{address} written another way", fix=f"write it as {address}")
+    return None
 
 
 class AddressGuard:

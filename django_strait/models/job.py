@@ -258,25 +258,10 @@ def url_problems(job: Job) -> list[tuple[str, str]]:
 
 
 def header_problems(job: Job) -> list[tuple[str, str]]:
-    """Return (field, message) for headers that are not name -> value strings, or are ours."""
-    from django_strait.dispatch.http import is_reserved_header
+    """Return (field, message) for headers the worker could not send (dispatch.http's rules)."""
+    from django_strait.dispatch.http import header_problems as rules
 
-    headers = job.headers
-    if not isinstance(headers, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        return [("headers", "An object of header name -> string value.")]
-    reserved = sorted(k for k in headers if is_reserved_header(k))
-    if not reserved:
-        return []
-    return [
-        (
-            "headers",
-            f"{', '.join(reserved)}: set by django-strait on every request "
-            "(Content-Type, Content-Length, Transfer-Encoding, Accept-Encoding, "
-            "Idempotency-Key and Strait-*); remove them.",
-        )
-    ]
+    return [("headers", problem) for problem in rules(job.headers)]
 
 
 def policy_problems(job: Job) -> list[tuple[str, str]]:

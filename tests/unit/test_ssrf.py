@@ -157,7 +157,9 @@ def test_refusal_message__ip_literal__omits_the_host():
         ("http://10.0.0.5:8080/hook", "10.0.0.5 (private) is not a public address"),
         ("http://169.254.169.254/latest/", "169.254.169.254 (link-local) is not a public address"),
         ("http://[::1]:8000/", "::1 (loopback) is not a public address"),
-        ("http://127.1/", "127.1 (not a plain IP address) is not a public address"),
+        ("http://127.1/", "127.0.0.1 (loopback; written 127.1) is not a public address"),
+        ("http://0x7f000001/", "127.0.0.1 (loopback; written 0x7f000001) is not a public address"),
+        ("http://256.0.0.1/", "256.0.0.1 is not a valid IP address: a number out of range"),
     ],
 )
 def test_url_problem__bad_url__says_what_is_wrong(url, expected):
