@@ -12,7 +12,8 @@ class StraitConfig(AppConfig):
     def ready(self) -> None:
         from django.utils.module_loading import autodiscover_modules
 
-        from django_strait import checks  # noqa: F401  (registers the system checks)
+        # Imported for what they register: the system checks, the model signal receivers.
+        from django_strait import checks, receivers  # noqa: F401
 
         # Like admin.py for the admin: every installed app's jobs.py is imported, so
         # workers and web processes know the same @job handlers.

@@ -1,7 +1,7 @@
 """The value an executor returns: what happened on one attempt, nothing persisted.
 
 Executors (HTTP, Python) turn a run into an :class:`Outcome`; the worker's
-recorder maps it to one transition (``django_strait.worker.decide``).
+completer maps it to one transition (``django_strait.decisions``).
 """
 
 from __future__ import annotations

@@ -27,11 +27,13 @@ from django.db import transaction
 from django.dispatch import Signal
 
 from django_strait.database import alias
+from django_strait.models import EndpointCircuit, JobRun, Project
 from django_strait.states import RunStatus
 
 if TYPE_CHECKING:
-    from django_strait.models import JobRun
-    from django_strait.transitions.batch import Claimed, Record, Recorded
+    from django_strait.resilience.budgets import LedgerDay
+    from django_strait.resilience.policy import Change
+    from django_strait.storage.values import Claimed, Record, Recorded, Rescued
 
 logger = logging.getLogger(__name__)
 
@@ -70,20 +72,14 @@ SIGNAL_FOR_STATUS: Mapping[str, Signal] = {
 }
 
 
-def _sender():
-    from django_strait.models import JobRun
-
-    return JobRun
-
-
 def listened(signal: Signal) -> bool:
     """Return whether any receiver is connected to ``signal`` for runs."""
     # ``receivers`` is a plain list: this is the whole cost when nobody listens.
-    return bool(signal.receivers) and signal.has_listeners(_sender())
+    return bool(signal.receivers) and signal.has_listeners(JobRun)
 
 
 def _send(signal: Signal, **kwargs: Any) -> None:
-    signal.send_robust(sender=_sender(), **kwargs)
+    signal.send_robust(sender=JobRun, **kwargs)
 
 
 # -- enqueued ----------------------------------------------------------------------
@@ -161,7 +157,7 @@ def send_recorded(
 ) -> None:
     """Send the signal for each record whose run moved, by the status it moved to.
 
-    ``recorded`` is what ``transitions.batch.record`` returned: its ``moved`` is
+    ``recorded`` is what ``transitions.record`` returned: its ``moved`` is
     the truth (a run whose cancel was asked meanwhile is canceled, whatever its
     record said); records of lost runs send nothing.
     """
@@ -225,29 +221,101 @@ def _names(
     missing = [rid for rid in run_ids if rid not in given]
     if not missing:
         return given
-    from django_strait.models import JobRun
-
     runs = JobRun.objects.db_manager(using).filter(pk__in=missing)
     found = dict(runs.values_list("id", "job__name"))
     return {**given, **found}
 
 
+# -- the reaper ----------------------------------------------------------------------
+
+
+def send_rescued(rescued: Sequence[Rescued]) -> None:
+    """Send the signal of each rescued run's end, as a worker would for a failed attempt.
+
+    The rescued run's attempt was lost with its worker (``outcome`` ``system_failed``,
+    ``error_type`` ``worker.lost``).
+    """
+    if not rescued or not any(listened(s) for s in SIGNAL_FOR_STATUS.values()):
+        return
+    names = _names([r.run.id for r in rescued], None, None)
+    for r in rescued:
+        status = r.transition.target
+        signal = SIGNAL_FOR_STATUS.get(status)
+        if signal is None or not listened(signal):
+            continue
+        _send(
+            signal,
+            run_id=r.run.id,
+            job=names.get(r.run.id, ""),
+            attempt=r.run.lost_attempt,
+            status=status,
+            duration_ms=None,
+            error=r.error,
+            error_type="worker.lost",
+            outcome="system_failed",
+            endpoint="",
+            status_code=None,
+            available_at=r.available_at,
+        )
+
+
+# -- circuits ------------------------------------------------------------------------
+
+
+def announce_circuit_changes(changes: Iterable[Change]) -> None:
+    """Log and send ``circuit_opened`` / ``circuit_closed`` (``sender=EndpointCircuit``) for each change.
+
+    Keyword arguments: ``endpoint_url``, ``failures`` (consecutive) and
+    ``previous_state``. A circuit going half-open (a probe) is not announced.
+    """
+    for change in changes:
+        circuit = change.circuit
+        if circuit.state == "half_open":
+            continue
+        opened = circuit.state == "open"
+        if opened:
+            logger.warning(
+                "circuit opened for %s after %s consecutive failures",
+                circuit.endpoint_url,
+                circuit.failures,
+            )
+        else:
+            logger.info("circuit closed for %s", circuit.endpoint_url)
+        (circuit_opened if opened else circuit_closed).send_robust(
+            sender=EndpointCircuit,
+            endpoint_url=circuit.endpoint_url,
+            failures=circuit.failures,
+            previous_state=change.previous_state,
+        )
+
+
 # -- budgets -----------------------------------------------------------------------
 
 
-def send_budget_soft_limit(project: Any, ledger: Any) -> None:
-    """Send ``budget_soft_limit`` (``sender=Project``) for a project's day.
+def announce_budget_soft_limits(ledgers: Iterable[LedgerDay]) -> None:
+    """Log and send ``budget_soft_limit`` (``sender=Project``) for each day that crossed it.
 
     Keyword arguments: ``project`` (the ``Project``), ``day`` (a date),
     ``daily_budget``, ``spent``, ``reserved`` (Decimals) and ``ratio`` (the
     project's ``soft_limit_ratio``).
     """
-    budget_soft_limit.send_robust(
-        sender=type(project),
-        project=project,
-        day=ledger.day,
-        daily_budget=project.daily_budget,
-        spent=ledger.spent,
-        reserved=ledger.reserved,
-        ratio=project.soft_limit_ratio,
-    )
+    for ledger in ledgers:
+        project = Project.objects.get(pk=ledger.project_id)
+        logger.warning(
+            "project %s has committed %s of its daily budget of %s on %s (soft limit %.0f%%)",
+            project.name,
+            f"{ledger.committed.normalize():f}",
+            f"{project.daily_budget.normalize():f}",
+            ledger.day,
+            project.soft_limit_ratio * 100,
+            extra={"project": project.name, "budget_day": str(ledger.day)},
+        )
+        budget_soft_limit.send_robust(
+            sender=Project,
+            project=project,
+            day=ledger.day,
+            daily_budget=project.daily_budget,
+            spent=ledger.spent,
+            reserved=ledger.reserved,
+            ratio=project.soft_limit_ratio,
+        )

@@ -79,3 +79,16 @@ class Transition(enum.Enum):
 def allowed(transition: Transition, status: str) -> bool:
     """Return whether ``transition`` may start from ``status``."""
     return status in transition.sources
+
+
+class InvalidTransition(Exception):
+    """A transition was asked of a run whose status does not allow it."""
+
+    def __init__(self, run_id: int, status: str, transition: Transition) -> None:
+        allowed = ", ".join(sorted(transition.sources))
+        super().__init__(
+            f"run {run_id} is {status}: cannot {transition.label} it (allowed from: {allowed})"
+        )
+        self.run_id = run_id
+        self.status = status
+        self.transition = transition

@@ -9,14 +9,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from django_strait import bounds, registry, signals
 from django_strait.conf import strait_settings
-from django_strait.database import alias
 from django_strait.models import Job, JobRun
-from django_strait.sql import server_bound_cursor
+from django_strait.retry import (
+    PolicyError,
+    check_registered,
+    parse_duration,
+    resolve,
+    validate_partial,
+)
+from django_strait.storage import backend
 
 logger = logging.getLogger(__name__)
 
@@ -75,102 +80,28 @@ def trigger(
     of making a second one (``run.idempotency_hit`` is then True).
     """
     key = _check_key(idempotency_key, "idempotency_key")
-    if max_attempts is None and retry is None and _fast_path(name):
-        # One round trip: the job's defaults are read inside the INSERT.
+    storage = backend()
+    if max_attempts is None and retry is None and _may_insert_by_name(name):
+        # One round trip where the backend can: the job's defaults are read by the INSERT.
         text = _payload_text(payload, "payload")
-        run = _insert_by_name(
-            name, {} if payload is None else payload, text, key,
+        run = storage.insert_by_name(
+            name, {} if payload is None else payload, text, key=key,
             available_at=_when(delay, run_at),
             priority=None if priority is None else _check_priority(priority),
             queue=None if queue is None else _check_queue(queue),
         )  # fmt: skip
         if run is not None:
-            signals.send_enqueued(name, [run])
+            signals.send_enqueued(name, [run], using=storage.alias)
             return run
     opts = _options(name, delay, run_at, priority, queue, max_attempts, retry)
-    run = opts.new_run(check_payload(payload), key)
-    if key is None:
-        run.save(force_insert=True)
-        run.idempotency_hit = False
-    else:
-        run = _insert_once(run)
-    signals.send_enqueued(opts.job.name, [run])
+    run = storage.insert_one(opts.new_run(check_payload(payload), key))
+    signals.send_enqueued(opts.job.name, [run], using=storage.alias)
     return run
 
 
-def _insert_once(run: JobRun) -> JobRun:
-    try:
-        with transaction.atomic(using=alias()):
-            run.save(force_insert=True)
-        run.idempotency_hit = False
-        return run
-    except IntegrityError:
-        existing = JobRun.objects.filter(job=run.job, idempotency_key=run.idempotency_key).first()
-        if existing is None:  # the conflict was something else
-            raise
-        existing.idempotency_hit = True
-        return existing
-
-
-def _fast_path(name: Any) -> bool:
-    # PostgreSQL only, and once a @job handler's row has been synced in this process.
-    return (
-        isinstance(name, str)
-        and connections[JobRun.objects.db].vendor == "postgresql"
-        and registry.is_synced_or_plain(name)
-    )
-
-
-_BY_NAME_KEEP = ("payload", "idempotency_key", "job", "queue", "priority", "available_at")
-
-
-def _insert_by_name(name, payload, text, key, *, available_at, priority, queue) -> JobRun | None:
-    """INSERT one run reading job id, queue and priority from the job row, in one statement.
-
-    Returns None when nothing was inserted (no such job, or the key is taken):
-    the caller then takes the slow path, which says which.
-    """
-    template = JobRun(available_at=available_at, created_at=timezone.now())
-    connection = connections[JobRun.objects.db]
-    fields = [f for f in JobRun._meta.concrete_fields if not f.primary_key]
-    constant = {
-        f.column: f.get_db_prep_save(f.pre_save(template, add=True), connection)
-        for f in fields
-        if f.name not in _BY_NAME_KEEP
-    }
-    returning = ", ".join(f"r.{f.column}" for f in JobRun._meta.concrete_fields)
-    sql = (
-        f"INSERT INTO {JobRun._meta.db_table} AS r "
-        f"(payload, idempotency_key, job_id, queue, priority, available_at, {', '.join(constant)}) "
-        f"SELECT %s::jsonb, %s, j.id, COALESCE(%s, j.queue), COALESCE(%s, j.priority), %s, "
-        f"{', '.join(['%s'] * len(constant))} FROM {Job._meta.db_table} j WHERE j.name = %s "
-        f"{'ON CONFLICT DO NOTHING ' if key else ''}RETURNING {returning}"
-    )
-    params = [text, key, queue, priority, available_at, *constant.values(), name]
-    with server_bound_cursor(connection) as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    run = JobRun.from_db(JobRun.objects.db, None, _decoded(row))
-    run.payload = payload
-    run.idempotency_hit = False
-    return run
-
-
-def _decoded(row: tuple) -> list:
-    # Server-side binding returns jsonb already decoded; from_db expects JSONField text.
-    import json as _json
-
-    values = list(row)
-    for i, f in enumerate(JobRun._meta.concrete_fields):
-        if (
-            f.get_internal_type() == "JSONField"
-            and values[i] is not None
-            and not isinstance(values[i], str)
-        ):
-            values[i] = _json.dumps(values[i])
-    return values
+def _may_insert_by_name(name: Any) -> bool:
+    # Once a @job handler's row has been synced in this process (or it is no @job).
+    return isinstance(name, str) and registry.is_synced_or_plain(name)
 
 
 def trigger_many(
@@ -195,94 +126,24 @@ def trigger_many(
     payloads = [{} if p is None else p for p in payloads]
     texts = [_payload_text(p, f"payloads[{i}]") for i, p in enumerate(payloads)]
     keys = None if idempotency_keys is None else _check_keys(idempotency_keys, len(texts))
-    if connections[JobRun.objects.db].vendor == "postgresql":
-        runs, created = _insert_many_pg(opts, payloads, texts, keys, batch_size)
-    else:
-        runs, created = _insert_many_orm(opts, payloads, keys, batch_size)
+    storage = backend()
+    template = opts.new_run({}, None)
+    runs, created = storage.insert_many(template, payloads, texts, keys, batch_size)
     if keys is None:
         for run in runs:
             run.idempotency_hit = False
-        signals.send_enqueued(opts.job.name, runs)
+        signals.send_enqueued(opts.job.name, runs, using=storage.alias)
         return runs
     # Keys already used return the run that holds them, in the caller's order.
     by_key = {
-        r.idempotency_key: r for r in JobRun.objects.filter(job=opts.job, idempotency_key__in=keys)
+        r.idempotency_key: r
+        for r in JobRun.objects.using(storage.alias).filter(job=opts.job, idempotency_key__in=keys)
     }
     for run in by_key.values():
         run.idempotency_hit = run.pk not in created
-    signals.send_enqueued(opts.job.name, [r for r in by_key.values() if r.pk in created])
+    made = [r for r in by_key.values() if r.pk in created]
+    signals.send_enqueued(opts.job.name, made, using=storage.alias)
     return [by_key[k] for k in keys]
-
-
-def _insert_many_orm(opts, payloads, keys, batch_size) -> tuple[list[JobRun], set[int]]:
-    """bulk_create; with keys, which runs this call made (exact: SQLite serializes writers)."""
-    runs = [
-        opts.new_run(p, k) for p, k in zip(payloads, keys or [None] * len(payloads), strict=True)
-    ]
-    if keys is None:
-        return JobRun.objects.bulk_create(runs, batch_size=batch_size), set()
-    with transaction.atomic(using=alias()):
-        existing = set(
-            JobRun.objects.filter(job=opts.job, idempotency_key__in=keys).values_list(
-                "pk", flat=True
-            )
-        )
-        JobRun.objects.bulk_create(runs, batch_size=batch_size, ignore_conflicts=True)
-        made = JobRun.objects.filter(job=opts.job, idempotency_key__in=keys).exclude(
-            pk__in=existing
-        )
-        return runs, set(made.values_list("pk", flat=True))
-
-
-def _insert_many_pg(opts, payloads, texts, keys, batch_size) -> tuple[list[JobRun], set[int]]:
-    """One INSERT per batch: payloads and keys as arrays, every other column a constant.
-
-    The constants come from a template run prepared by its own fields, so model
-    defaults are never copied here by hand. ``bulk_create`` prepares ~20 fields
-    per object and splices them one parameter each; this is several times faster.
-    """
-    template = opts.new_run({}, None)
-    connection = connections[JobRun.objects.db]
-    fields = [f for f in JobRun._meta.concrete_fields if not f.primary_key]
-    constant = {
-        f.column: f.get_db_prep_save(f.pre_save(template, add=True), connection)
-        for f in fields
-        if f.name not in ("payload", "idempotency_key")
-    }
-    columns = ", ".join(["payload", "idempotency_key", *constant])
-    conflict = "ON CONFLICT DO NOTHING" if keys else ""
-    sql = (
-        f"INSERT INTO {JobRun._meta.db_table} ({columns}) "
-        f"SELECT v.payload::jsonb, v.key, {', '.join(['%s'] * len(constant))} "
-        f"FROM unnest(%s::text[], %s::varchar[]) AS v(payload, key) {conflict} RETURNING id"
-    )
-    runs: list[JobRun] = []
-    created: set[int] = set()  # with keys: the rows this call inserted (RETURNING skips conflicts)
-    with transaction.atomic(using=alias()), server_bound_cursor(connection) as cursor:
-        for start in range(0, len(texts), batch_size):
-            chunk = texts[start : start + batch_size]
-            chunk_keys = keys[start : start + batch_size] if keys else [None] * len(chunk)
-            cursor.execute(sql, [*constant.values(), chunk, chunk_keys])
-            ids = [row[0] for row in cursor.fetchall()]
-            if keys:
-                created.update(ids)
-            else:
-                runs.extend(_built(template, ids, payloads[start : start + len(chunk)]))
-    return runs, created
-
-
-def _built(template: JobRun, ids: list[int], payloads: list[Any]) -> list[JobRun]:
-    """Runs as the INSERT made them, built the way querysets build rows (positionally)."""
-    fields = JobRun._meta.concrete_fields
-    values = [getattr(template, f.attname) for f in fields]
-    pk_at = next(i for i, f in enumerate(fields) if f.primary_key)
-    payload_at = next(i for i, f in enumerate(fields) if f.name == "payload")
-    db = JobRun.objects.db
-    runs = []
-    for pk, payload in zip(ids, payloads, strict=True):
-        values[pk_at], values[payload_at] = pk, payload
-        runs.append(JobRun.from_db(db, None, values))
-    return runs
 
 
 def _options(name, delay, run_at, priority, queue, max_attempts, retry) -> RunOptions:
@@ -357,8 +218,6 @@ def _when(delay: Any, run_at: dt.datetime | None) -> dt.datetime:
         return _check_run_at(run_at, now)
     if delay is None:
         return now
-    from django_strait.retry import PolicyError, parse_duration
-
     try:
         seconds = parse_duration(delay, field="delay")
     except PolicyError as exc:
@@ -421,8 +280,6 @@ def _check_keys(keys: Sequence[Any], count: int) -> list[str]:
 
 
 def _check_retry(job: Job, max_attempts: Any, retry: Any) -> dict[str, Any] | None:
-    from django_strait.retry import PolicyError, check_registered, resolve, validate_partial
-
     if max_attempts is not None and (
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
     ):
@@ -434,7 +291,7 @@ def _check_retry(job: Job, max_attempts: Any, retry: Any) -> dict[str, Any] | No
     try:
         overrides = validate_partial(retry or {}, prefix="retry")
         check_registered(overrides)
-        resolve(job, max_attempts, overrides)  # the merged whole must hold together too
+        resolve(job, max_attempts, overrides, defaults=strait_settings.DEFAULT_RETRY)
     except PolicyError as exc:
         raise TriggerError(exc.field, f"{exc.problem}; must be {exc.allowed}") from None
     return {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()} or None

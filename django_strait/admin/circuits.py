@@ -10,8 +10,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from django_strait.admin import endpoints
+from django_strait.circuits import reset_circuit
 from django_strait.models import EndpointCircuit
-from django_strait.resilience import reset_circuit
 
 #: Closing circuits by hand: one permission wherever the action is offered.
 RESET_PERMISSION = "django_strait.reset_endpointcircuit"

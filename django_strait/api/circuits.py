@@ -15,9 +15,9 @@ from django_strait.api.filters import PAGING, refuse_unknown
 from django_strait.api.pagination import Keyset, page_serializer, paginate
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import CircuitResetSerializer, CircuitSerializer
+from django_strait.circuits import reset_circuit
 from django_strait.models import EndpointCircuit
 from django_strait.models.health import health_subqueries
-from django_strait.resilience import reset_circuit
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from django_strait.api.serializers import (
     RunSummarySerializer,
 )
 from django_strait.models import DeadLetter
-from django_strait.transitions.single import REPLAY_BATCH_SIZE
+from django_strait.transitions.people import REPLAY_BATCH_SIZE
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,11 @@ from typing import ClassVar
 
 from django.db.models import Count, Q, QuerySet
 
+from django_strait.conf import strait_settings
 from django_strait.database import alias
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
+from django_strait.models import Job, JobRun
 from django_strait.states import RunStatus
 
 logger = logging.getLogger(__name__)
@@ -54,8 +56,6 @@ class PruneCount:
 
 def prunable(selection: PruneSelection, now: dt.datetime, *, using: str | None = None) -> QuerySet:
     """Return the runs ``selection`` lets go at ``now`` (unordered, unsliced)."""
-    from django_strait.models import Job, JobRun
-
     runs = JobRun.objects.using(using).filter(status__in=PRUNABLE)
     if selection.job is not None:
         runs = runs.filter(job__name=selection.job)
@@ -118,8 +118,6 @@ class Pruner:
     @classmethod
     def from_settings(cls, using: str | None = None, **options) -> Pruner:
         """Build the pruner from PRUNE_INTERVAL, PRUNE_BATCH_SIZE and RETENTION_DAYS."""
-        from django_strait.conf import strait_settings
-
         return cls(
             interval=strait_settings.PRUNE_INTERVAL,
             batch_size=strait_settings.PRUNE_BATCH_SIZE,
@@ -154,8 +152,6 @@ class Pruner:
         return DutyResult(self.name, led=True, counts={"deleted": deleted, "batches": batches})
 
     def _delete_batch(self, selection: PruneSelection, now: dt.datetime) -> int:
-        from django_strait.models import JobRun
-
         ids = list(
             prunable(selection, now, using=self.using)
             .order_by()

@@ -4,7 +4,7 @@ Every ``interval`` seconds one host (the leader of the round) looks for runs a
 worker holds (dequeued, executing) with no heartbeat for ``stale_after``, and
 waiting runs silent for ``waiting_stale_after``; each becomes system_failed with
 a ``worker.lost`` attempt and then is retried, dead-lettered or discarded by its
-retry policy (``django_strait.transitions.rescue``). It also deletes the
+retry policy (``django_strait.transitions.rescue_batch``). It also deletes the
 registry rows of workers not seen for ``forget_after``.
 """
 
@@ -16,12 +16,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from django_strait.conf import strait_settings
 from django_strait.database import alias
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
 from django_strait.duties.registry import forget_silent
 from django_strait.retry import PolicyError, parse_duration
-from django_strait.transitions.rescue import rescue_batch
+from django_strait.storage import backend
+from django_strait.transitions import rescue_batch
 
 #: Most runs rescued in one transaction.
 DEFAULT_BATCH_SIZE = 500
@@ -71,8 +73,6 @@ class Reaper:
     @classmethod
     def from_settings(cls, using: str | None = None, **options: Any) -> Reaper:
         """Build a reaper from STALE_AFTER, WAITING_STALE_AFTER and REAPER_INTERVAL."""
-        from django_strait.conf import strait_settings
-
         defaults = {
             "stale_after": strait_settings.STALE_AFTER,
             "waiting_stale_after": strait_settings.WAITING_STALE_AFTER,
@@ -103,8 +103,8 @@ class Reaper:
                     stale_after=self.stale_after,
                     waiting_stale_after=self.waiting_stale_after,
                     limit=self.batch_size,
-                    using=self.using,
                     rng=rng,
+                    storage=backend(self.using),
                 )
             counts.update({k: v for k, v in batch.items() if k in COUNTS})
             if batch["selected"] < self.batch_size or not batch["rescued"]:

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from django_strait.transitions.batch import Record, Recorded
+    from django_strait.storage.values import Record, Recorded
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from django_strait.models.budget import BudgetLedger, Project
 from django_strait.models.circuit import CircuitState, EndpointCircuit
 from django_strait.models.health import EndpointHealth, HealthLevel, HealthSample
 from django_strait.models.job import HttpMethod, Job, MissedTicks, OnExhaustion, Overlap
-from django_strait.models.limits import JobRateWindow
+from django_strait.models.limits import JobRateAdmission
 from django_strait.models.rollup import RunRollup
 from django_strait.models.run import DeadLetter, JobRun
 from django_strait.models.worker import WorkerProcess
@@ -24,7 +24,7 @@ __all__ = [
     "HealthSample",
     "HttpMethod",
     "Job",
-    "JobRateWindow",
+    "JobRateAdmission",
     "MissedTicks",
     "JobRun",
     "OnExhaustion",

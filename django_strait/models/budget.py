@@ -34,13 +34,6 @@ class Project(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def save(self, *args, **kwargs) -> None:
-        super().save(*args, **kwargs)
-        # A raised budget frees the runs that were waiting for one, now rather than tomorrow.
-        from django_strait.resilience.budgets import release_waiting
-
-        release_waiting(self, using=kwargs.get("using") or self._state.db or "default")
-
 
 class BudgetLedger(models.Model):
     """One project's day: what is reserved by runs in flight and what was spent."""

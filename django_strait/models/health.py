@@ -12,18 +12,9 @@ from django.db.models import Case, F, Value, When
 from django.db.models.functions import Greatest
 from django.db.models.lookups import GreaterThan, GreaterThanOrEqual
 
-#: Above this score an endpoint is healthy: its jobs run at full concurrency.
-HEALTHY_ABOVE = 60.0
-#: Below this score an endpoint is unhealthy: its runs are held like an open circuit.
-UNHEALTHY_BELOW = 30.0
-#: A degraded job's concurrency at UNHEALTHY_BELOW, as a share of its max_concurrency.
-DEGRADED_FLOOR = 0.25
+from django_strait.resilience.health import HEALTHY_ABOVE, UNHEALTHY_BELOW, HealthLevel
 
-
-class HealthLevel(models.TextChoices):
-    HEALTHY = "healthy", "Healthy"
-    DEGRADED = "degraded", "Degraded"
-    UNHEALTHY = "unhealthy", "Unhealthy"
+__all__ = ["EndpointHealth", "HealthLevel", "HealthSample", "health_subqueries"]
 
 
 def score_expression() -> models.Expression:

@@ -8,7 +8,12 @@ from django.db import models
 from django.db.models import Q
 
 from django_strait import bounds
+from django_strait.conf import strait_settings
+from django_strait.cron import ScheduleError, check_schedule, check_timezone
+from django_strait.dispatch.http import header_problems as dispatch_header_problems
+from django_strait.dispatch.ssrf import url_problem
 from django_strait.registry import find_handler, handlers
+from django_strait.retry import PolicyError, check_registered, job_partial, resolve
 
 PRIORITY_VALIDATORS = bounds.within(*bounds.PRIORITY)
 
@@ -185,8 +190,6 @@ class Job(models.Model):
             errors.setdefault(name, []).append(problem)
         if self.handler and find_handler(self.handler) is None:
             errors.setdefault("handler", []).append(handlers.unknown(self.handler))
-        from django_strait.retry import PolicyError, check_registered
-
         try:
             check_registered({"function": self.retry_function})
         except PolicyError as exc:
@@ -243,9 +246,6 @@ def url_problems(job: Job) -> list[tuple[str, str]]:
     (so a stored URL is not held for this: the dispatch refuses it as
     ``ssrf.blocked``, under the networks allowed then).
     """
-    from django_strait.conf import strait_settings
-    from django_strait.dispatch.ssrf import url_problem
-
     allowed = strait_settings.ALLOWED_PRIVATE_NETWORKS
     problems = []
     if job.endpoint_url and (problem := url_problem(job.endpoint_url, allowed)):
@@ -259,18 +259,14 @@ def url_problems(job: Job) -> list[tuple[str, str]]:
 
 def header_problems(job: Job) -> list[tuple[str, str]]:
     """Return (field, message) for headers the worker could not send (dispatch.http's rules)."""
-    from django_strait.dispatch.http import header_problems as rules
-
-    return [("headers", problem) for problem in rules(job.headers)]
+    return [("headers", problem) for problem in dispatch_header_problems(job.headers)]
 
 
 def policy_problems(job: Job) -> list[tuple[str, str]]:
     """Return (column, message) for retry columns that are not a valid policy, merged or alone."""
-    from django_strait.retry import PolicyError, job_partial, resolve
-
     try:
         job_partial(job)
-        resolve(job)  # the merged policy must hold together too (custom needs delays)
+        resolve(job, defaults=strait_settings.DEFAULT_RETRY)  # the merged whole must hold too
     except PolicyError as exc:
         return [(exc.column or "retry_strategy", str(exc))]
     return []
@@ -278,8 +274,6 @@ def policy_problems(job: Job) -> list[tuple[str, str]]:
 
 def schedule_problems(job: Job) -> list[tuple[str, str]]:
     """Return (field, message) for a schedule or time zone that cannot be used."""
-    from django_strait.duties.scheduler import ScheduleError, check_schedule, check_timezone
-
     problems = []
     schedule_checks = [(check_schedule, job.schedule)] if job.schedule else []
     for check, value in [*schedule_checks, (check_timezone, job.timezone)]:

@@ -1,26 +1,26 @@
-"""Counter rows for a job's rate limit, shared by every worker (DESIGN §5)."""
+"""The log of a rate-limited job's admissions, shared by every worker (DESIGN §5)."""
 
 from __future__ import annotations
 
 from django.db import models
 
 
-class JobRateWindow(models.Model):
-    """How many runs of a job started in one fixed rate-limit window.
+class JobRateAdmission(models.Model):
+    """How many runs of a job one claim let start, and when: a sliding log.
 
-    Windows are aligned to the Unix epoch (``floor(epoch / window) * window``)
-    so every worker agrees on them. Claims keep at most the current window of a
-    job: older rows are deleted by the statement that counts in a new one.
+    A claim counts the job's admissions in the last ``rate_limit_window_secs``
+    and adds its own, at most up to ``rate_limit_max``; entries older than the
+    window are deleted by the same statement. So no span of that length ever
+    holds more than ``rate_limit_max`` starts, across every worker and host.
     """
 
     job = models.ForeignKey("django_strait.Job", on_delete=models.CASCADE, related_name="+")
-    window_start = models.DateTimeField()
-    count = models.PositiveIntegerField(default=0)
+    #: The claim's transaction time: the started runs' ``started_at``.
+    admitted_at = models.DateTimeField()
+    count = models.PositiveIntegerField()
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["job", "window_start"], name="strait_rate_window_uniq")
-        ]
+        indexes = [models.Index(fields=["job", "admitted_at"], name="strait_rate_admission")]
 
     def __str__(self) -> str:
-        return f"{self.job_id} @ {self.window_start:%Y-%m-%d %H:%M:%S}: {self.count}"
+        return f"{self.job_id} @ {self.admitted_at:%Y-%m-%d %H:%M:%S.%f}: {self.count}"

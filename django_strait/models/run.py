@@ -125,18 +125,6 @@ class JobRun(models.Model):
         """Attempts spent since the last replay."""
         return self.attempt - self.attempts_before_replay
 
-    def replay(self, *, by: str = "") -> JobRun:
-        """Queue this run again with a fresh attempt budget; ``by`` says who asked."""
-        from django_strait import transitions
-
-        return transitions.replay(self.pk, by=by)
-
-    def cancel(self) -> JobRun:
-        """Cancel this run (after the current attempt returns, if one is running)."""
-        from django_strait import transitions
-
-        return transitions.cancel(self.pk)
-
 
 class DeadLetterManager(models.Manager):
     def get_queryset(self):

@@ -1,9 +1,8 @@
-"""The protection layer (DESIGN §5): circuit breakers per endpoint URL.
+"""The protection layer's rules (DESIGN §5), as pure functions of their inputs and ``now``.
 
-``reset_circuit(url)`` and ``reset_all()`` close circuits from code; the admin
-action and ``manage.py strait_circuits --reset`` call the same functions.
+Circuit decisions (:mod:`.policy`), endpoint health (:mod:`.health`),
+concurrency and rate limits (:mod:`.limits`) and budgets (:mod:`.budgets`).
+The storage backends apply them to rows; the worker's claim gate
+(``worker.gate``) and its circuit cache (:mod:`.breaker`) ask them what the rows
+mean. Close circuits from code with ``django_strait.circuits.reset_circuit``.
 """
-
-from django_strait.resilience.store import reset_all, reset_circuit
-
-__all__ = ["reset_all", "reset_circuit"]

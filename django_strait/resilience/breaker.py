@@ -19,9 +19,10 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
+from django_strait import signals
 from django_strait.resilience import health as endpoint_health
-from django_strait.resilience import store
 from django_strait.resilience.policy import (
     PROBE_MARGIN,
     Admission,
@@ -32,6 +33,9 @@ from django_strait.resilience.policy import (
     classify,
     probing,
 )
+
+if TYPE_CHECKING:
+    from django_strait.storage import Storage
 
 #: Seconds between reloads of the cached circuits.
 CACHE_TTL = 1.0
@@ -78,8 +82,8 @@ def _held(holds: list[Admission]) -> Admission:
 class CircuitBreaker:
     """Circuits of every endpoint this worker calls, shared by its claim and record threads."""
 
-    def __init__(self, *, using: str | None = None, ttl: float = CACHE_TTL) -> None:
-        self.using = using
+    def __init__(self, storage: Storage, *, ttl: float = CACHE_TTL) -> None:
+        self.storage = storage
         self.ttl = ttl
         self._lock = threading.Lock()
         self._circuits: dict[str, Circuit] = {}
@@ -92,8 +96,8 @@ class CircuitBreaker:
         """Reload the circuits from the database if the cache is older than ``ttl``."""
         if not force and time.monotonic() - self._loaded_at < self.ttl:
             return
-        circuits = store.load_active(using=self.using)
-        unwell = endpoint_health.load_unwell(using=self.using)
+        circuits = self.storage.load_active_circuits()
+        unwell = self.storage.load_unwell_endpoints()
         with self._lock:
             self._circuits, self._unwell = circuits, unwell
             self._loaded_at = time.monotonic()
@@ -168,8 +172,8 @@ class CircuitBreaker:
             return admission
         assert circuit is not None
         lost_before = now - timeout - PROBE_MARGIN
-        won = store.win_probe(
-            url, now=now, cooldown=cooldown, lost_before=lost_before, using=self.using
+        won = self.storage.win_circuit_probe(
+            url, now=now, cooldown=cooldown, lost_before=lost_before
         )
         # Won or not, the circuit is half-open now (this worker's probe or another's).
         self._put([probing(circuit, now)])
@@ -183,7 +187,7 @@ class CircuitBreaker:
         if admission.verdict is not Verdict.PROBE:
             return admission
         assert health is not None
-        won = endpoint_health.win_probe(url, now=now, cooldown=cooldown, using=self.using)
+        won = self.storage.win_health_probe(url, now=now, cooldown=cooldown)
         probed = replace(health, probe_started_at=now)
         with self._lock:
             self._unwell[url] = probed
@@ -222,8 +226,9 @@ class CircuitBreaker:
         worth = {url: res for url, res in results.items() if self._worth_writing(url, res)}
         if not worth:
             return []
-        written = store.apply_results(worth, now=now, threshold=threshold, using=self.using)
+        written, changes = self.storage.apply_circuit_results(worth, now=now, threshold=threshold)
         self._put(written)
+        signals.announce_circuit_changes(changes)
         return written
 
     def _worth_writing(self, url: str, results: list[Result]) -> bool:

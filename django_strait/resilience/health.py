@@ -1,8 +1,8 @@
 """Endpoint health (DESIGN §5): a score from every result, and what each level allows.
 
 Each batch of results a worker records is summarized per endpoint
-(:func:`summarize`) and folded into the endpoint's ``EndpointHealth`` row in
-the same statement as the results (``transitions.batch.record``). A batch of
+(:func:`summarize`) and folded into the endpoint's ``EndpointHealth`` row with
+the results (a part of the record: ``storage.record_parts``). A batch of
 ``n`` results moves each EWMA as ``n`` steps of weight ``alpha`` toward the
 batch's mean would: ``new = old x (1 - alpha)^n + mean x (1 - (1 - alpha)^n)``.
 The latency term is the EWMA of each batch's 95th-percentile duration.
@@ -24,24 +24,42 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import F, Q
+from django.db import models
 
-from django_strait.models import EndpointHealth, HealthLevel
-from django_strait.models.health import DEGRADED_FLOOR, HEALTHY_ABOVE, UNHEALTHY_BELOW
 from django_strait.resilience.policy import Admission, Result, Verdict, classify
+
+#: Above this score an endpoint is healthy: its jobs run at full concurrency.
+HEALTHY_ABOVE = 60.0
+#: Below this score an endpoint is unhealthy: its runs are held like an open circuit.
+UNHEALTHY_BELOW = 30.0
+#: A degraded job's concurrency at UNHEALTHY_BELOW, as a share of its max_concurrency.
+DEGRADED_FLOOR = 0.25
+
+
+class HealthLevel(models.TextChoices):
+    """Where an endpoint's score puts it."""
+
+    HEALTHY = "healthy", "Healthy"
+    DEGRADED = "degraded", "Degraded"
+    UNHEALTHY = "unhealthy", "Unhealthy"
+
 
 #: The error type of a run held because its endpoint is unhealthy.
 UNHEALTHY_ERROR = "health.unhealthy"
 
 __all__ = [
+    "DEGRADED_FLOOR",
+    "HEALTHY_ABOVE",
+    "UNHEALTHY_BELOW",
     "Health",
+    "HealthLevel",
     "Sample",
     "admit",
+    "capped_concurrency",
+    "concurrency_share",
     "effective_concurrency",
-    "load_unwell",
+    "fold",
     "summarize",
-    "win_probe",
-    "write",
 ]
 
 
@@ -101,27 +119,17 @@ def summarize(answers: Iterable[Answer], *, alpha: float) -> list[Sample]:
     return samples
 
 
-def write(samples: Iterable[Sample], *, using: str | None = None) -> None:
-    """Fold samples into their rows with the ORM (SQLite; PostgreSQL does it inside the record)."""
-    for s in samples:
-        rows = EndpointHealth.objects.using(using).filter(endpoint_url=s.endpoint_url)
-        fresh = 1.0 - s.keep
-        updated = rows.update(
-            success_rate=F("success_rate") * s.keep + s.success * fresh,
-            failure_rate=F("failure_rate") * s.keep + s.failure * fresh,
-            latency_p95_ms=F("latency_p95_ms") * s.keep + s.p95_ms * fresh,
-            timeout_ms=s.timeout_ms,
-            samples=F("samples") + s.count,
-        )
-        if not updated:
-            EndpointHealth.objects.using(using).create(
-                endpoint_url=s.endpoint_url,
-                success_rate=s.keep + s.success * fresh,
-                failure_rate=s.failure * fresh,
-                latency_p95_ms=s.p95_ms,
-                timeout_ms=s.timeout_ms,
-                samples=s.count,
-            )
+def fold(old: float, new: float, keep: float) -> float:
+    """Return an EWMA moved by a batch: the old value weighs ``keep``, the batch's the rest.
+
+    The one definition: the PostgreSQL record statement writes the same sum.
+    """
+    return old * keep + new * (1.0 - keep)
+
+
+#: A new endpoint's EWMAs before its first batch: all answers good, none failing.
+FRESH_SUCCESS_RATE = 1.0
+FRESH_FAILURE_RATE = 0.0
 
 
 # -- levels at claim -----------------------------------------------------------------
@@ -141,16 +149,6 @@ class Health:
         return self.level == HealthLevel.UNHEALTHY
 
 
-def load_unwell(*, using: str | None = None) -> dict[str, Health]:
-    """Return the endpoints that are degraded or unhealthy (usually none)."""
-    rows = (
-        EndpointHealth.objects.using(using)
-        .exclude(level=HealthLevel.HEALTHY)
-        .values_list("endpoint_url", "score", "level", "probe_started_at")
-    )
-    return {url: Health(url, score, level, probe) for url, score, level, probe in rows}
-
-
 def admit(
     health: Health | None, *, now: dt.datetime, cooldown: dt.timedelta, may_probe: bool
 ) -> Admission:
@@ -168,18 +166,6 @@ def admit(
     return Admission(Verdict.HOLD, until, _reason(health), error_type=UNHEALTHY_ERROR)
 
 
-def win_probe(
-    url: str, *, now: dt.datetime, cooldown: dt.timedelta, using: str | None = None
-) -> bool:
-    """Take the one probe of an unhealthy endpoint for this cooldown; False if another worker did."""
-    due = Q(probe_started_at__isnull=True) | Q(probe_started_at__lte=now - cooldown)
-    return bool(
-        EndpointHealth.objects.using(using)
-        .filter(due, endpoint_url=url, level=HealthLevel.UNHEALTHY)
-        .update(probe_started_at=now)
-    )
-
-
 def concurrency_share(score: float | None) -> float:
     """Return the share of max_concurrency a job may use at this endpoint score."""
     if score is None or score > HEALTHY_ABOVE:
@@ -190,9 +176,14 @@ def concurrency_share(score: float | None) -> float:
     return DEGRADED_FLOOR + (1.0 - DEGRADED_FLOOR) * span
 
 
+def capped_concurrency(max_concurrency: int, share: float) -> int:
+    """Return ``max_concurrency`` scaled by ``share``, at least 1 (PostgreSQL's limit statement too)."""
+    return max(1, math.floor(max_concurrency * share))
+
+
 def effective_concurrency(max_concurrency: int, score: float | None) -> int:
     """Return a job's concurrency limit at its endpoint's score (at least 1)."""
-    return max(1, math.floor(max_concurrency * concurrency_share(score)))
+    return capped_concurrency(max_concurrency, concurrency_share(score))
 
 
 def _reason(health: Health) -> str:

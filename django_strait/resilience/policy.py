@@ -41,6 +41,14 @@ class Circuit:
         return self.state == CLOSED and self.failures == 0
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A circuit whose state changed, and the state it left."""
+
+    circuit: Circuit
+    previous_state: str
+
+
 class Verdict(enum.Enum):
     """What the gate does with a run of an HTTP job."""
 

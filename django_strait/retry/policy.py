@@ -169,17 +169,20 @@ def resolve(
     run_overrides: Mapping[str, Any] | None = None,
     *,
     step: Mapping[str, Any] | None = None,
+    defaults: RetryPolicy,
 ) -> RetryPolicy:
-    """Return the policy for a run: defaults < settings < job < workflow step < run override."""
-    from django_strait.conf import strait_settings
+    """Return the policy for a run: ``defaults`` (the settings' policy) < job < workflow step < run.
 
+    Pass ``strait_settings.DEFAULT_RETRY`` as ``defaults``: it already merges the
+    built-in defaults with ``STRAIT["DEFAULT_RETRY"]`` and its environment.
+    """
     attempts = None
     if run_max_attempts is not None:
         attempts = {
             "max_attempts": validate_field("max_attempts", run_max_attempts, field="max_attempts")
         }
     job_layer = job_partial(job) if job is not None else None
-    return merge(strait_settings.DEFAULT_RETRY, job_layer, step, run_overrides, attempts)
+    return merge(defaults, job_layer, step, run_overrides, attempts)
 
 
 def is_non_retryable(error_type: str, patterns: Sequence[str]) -> bool:

@@ -1,13 +1,29 @@
-"""The one module that changes ``JobRun.status`` (DESIGN §2).
+"""The named transitions of runs (DESIGN §2): the one way anything changes ``JobRun.status``.
 
-Every change is a named :class:`~django_strait.states.Transition` applied as a
-guarded update (``WHERE status IN (allowed)``). People's actions (replay, cancel,
-drop) live in :mod:`.single`; the worker's batched claim/start/record in
-:mod:`.batch`. Admin actions, API views and commands call these; nothing else
-writes ``status``.
+Each is a guarded change through the storage backend (``django_strait.storage``)
+that refuses a run whose status its transition (``states.Transition``) does
+not allow, and sends its own signals. People's transitions (replay, cancel,
+discard) are in :mod:`.people`; the worker's batched ones (claim and start,
+record, put back, heartbeat) in :mod:`.worker`; the reaper's rescue in
+:mod:`.reaper`. Admin actions, API views, commands, the worker and the duties
+call these; nothing else writes ``status``.
 """
 
-from django_strait.transitions.errors import InvalidTransition
-from django_strait.transitions.single import cancel, discard, replay, replay_many
+from django_strait.states import InvalidTransition
+from django_strait.transitions.people import cancel, discard, replay, replay_many
+from django_strait.transitions.reaper import rescue_batch, rescue_stale
+from django_strait.transitions.worker import claim_and_start, heartbeat, record, unclaim
 
-__all__ = ["InvalidTransition", "cancel", "discard", "replay", "replay_many"]
+__all__ = [
+    "InvalidTransition",
+    "cancel",
+    "claim_and_start",
+    "discard",
+    "heartbeat",
+    "record",
+    "replay",
+    "replay_many",
+    "rescue_batch",
+    "rescue_stale",
+    "unclaim",
+]

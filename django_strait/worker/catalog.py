@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django_strait.conf import strait_settings
 from django_strait.dispatch.failover import endpoints_of
 from django_strait.models import Job
 from django_strait.models.job import definition_problems
@@ -117,7 +118,7 @@ class Catalog:
         policy = self._policies.get(key)
         if policy is None:
             try:
-                policy = resolve(info.row, max_attempts, overrides)
+                policy = resolve(info.row, max_attempts, overrides, defaults=_defaults())
             except PolicyError as exc:
                 logger.error(
                     "a run of job %s has an invalid retry override (%s); using the job's policy",
@@ -156,7 +157,7 @@ def _load(row: Job, now: float) -> JobInfo:
     problems = definition_problems(row)
     if problems:
         return JobInfo(row, BUILTIN, now, problems=problems)
-    policy = resolve(row)
+    policy = resolve(row, defaults=_defaults())
     if not row.handler:
         endpoints = endpoints_of(row.endpoint_url, row.fallback_endpoint_urls)
         return JobInfo(row, policy, now, endpoints=endpoints)
@@ -166,3 +167,7 @@ def _load(row: Job, now: float) -> JobInfo:
         logger.error("job %s: handler %s", row.name, problem)
         return JobInfo(row, policy, now, handler_error=problem)
     return JobInfo(row, policy, now, handler=found)
+
+
+def _defaults() -> RetryPolicy:
+    return strait_settings.DEFAULT_RETRY

@@ -15,8 +15,7 @@ import time
 
 from django.utils import timezone
 
-from django_strait.models import JobRun
-from django_strait.states import RunStatus
+from django_strait.storage import Storage
 
 #: Least seconds between two direct writes for one run.
 MIN_INTERVAL = 1.0
@@ -25,9 +24,9 @@ MIN_INTERVAL = 1.0
 class Heartbeats:
     """Heartbeats asked for by handlers of one worker."""
 
-    def __init__(self, worker_id: str, using: str) -> None:
+    def __init__(self, worker_id: str, storage: Storage) -> None:
         self.worker_id = worker_id
-        self.using = using
+        self.storage = storage
         self.marked: set[int] = set()
         self._last: dict[int, float] = {}
         self._loop_thread = threading.get_ident()
@@ -45,9 +44,7 @@ class Heartbeats:
         if now - self._last.get(run_id, 0.0) < MIN_INTERVAL:
             return
         self._last[run_id] = now
-        JobRun.objects.using(self.using).filter(
-            pk=run_id, status=RunStatus.EXECUTING, claimed_by=self.worker_id
-        ).update(heartbeat_at=timezone.now())
+        self.storage.heartbeat(self.worker_id, [run_id], now=timezone.now())
         # The handler thread's connection is closed when the handler returns.
 
     def forget(self, run_id: int) -> None:

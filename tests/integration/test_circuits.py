@@ -14,8 +14,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_strait import signals, trigger_many
+from django_strait.circuits import reset_all, reset_circuit
 from django_strait.models import EndpointCircuit, Job, JobRun, RunAttempt
-from django_strait.resilience import reset_all, reset_circuit, store
+from django_strait.storage import backend
 from tests.conftest import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -283,8 +284,8 @@ def test_win_probe__two_connections_racing_exactly_one_wins(http_server):
         EndpointCircuit.objects.filter(pk=row.pk).update(
             state="open", opened_at=now - cooldown - dt.timedelta(seconds=1), probe_started_at=None
         )
-        assert sum(race(2, lambda: store.win_probe(
-            url, now=now, cooldown=cooldown, lost_before=now - dt.timedelta(hours=1), using="default"
+        assert sum(race(2, lambda: backend().win_circuit_probe(
+            url, now=now, cooldown=cooldown, lost_before=now - dt.timedelta(hours=1)
         ))) == 1  # fmt: skip
 
 

@@ -79,7 +79,9 @@ def test_health__no_second_statement_per_batch(burst, http_server):
     from django.test.utils import CaptureQueriesContext
 
     from django_strait.resilience.health import Answer, summarize
-    from django_strait.transitions import batch
+    from django_strait.states import Transition
+    from django_strait.storage import Record, RecordBatch, backend
+    from django_strait.storage import postgres as pg_storage
 
     if connection.vendor != "postgresql":
         pytest.skip("SQLite writes health with the ORM in the record's transaction")
@@ -87,10 +89,10 @@ def test_health__no_second_statement_per_batch(burst, http_server):
     runs = trigger_many("hook", [{}])
     JobRun.objects.filter(pk=runs[0].pk).update(status="executing", claimed_by="w", attempt=1)
     now = timezone.now()
-    rec = batch.Record(
+    rec = Record(
         run_id=runs[0].pk,
         attempt=1,
-        transition=batch.Transition.COMPLETE,
+        transition=Transition.COMPLETE,
         started_at=now,
         finished_at=now,
         duration_ms=5,
@@ -102,7 +104,7 @@ def test_health__no_second_statement_per_batch(burst, http_server):
     samples = summarize([Answer(rec.endpoint, True, "", 200, 5, 30.0)], alpha=0.1)
 
     statements = []
-    real = batch.server_bound_cursor
+    real = pg_storage.server_bound_cursor
 
     class Counted:  # the real cursor, its statements noted
         def __init__(self, cursor):
@@ -120,12 +122,12 @@ def test_health__no_second_statement_per_batch(burst, http_server):
         with real(conn) as cursor:
             yield Counted(cursor)
 
-    batch.server_bound_cursor = counted
+    pg_storage.server_bound_cursor = counted
     try:
         with CaptureQueriesContext(connection) as orm_queries:
-            batch.record("w", [rec], health=samples)
+            backend().record(RecordBatch("w", [rec], samples))
     finally:
-        batch.server_bound_cursor = real
+        pg_storage.server_bound_cursor = real
 
     assert len(statements) == 1 and orm_queries.captured_queries == []
     assert JobRun.objects.get(pk=runs[0].pk).status == "completed"

@@ -26,7 +26,7 @@ from django_strait.models import (
     WorkerProcess,
 )
 from django_strait.states import Transition
-from django_strait.transitions.batch import Record, Recorded
+from django_strait.storage import Record, Recorded
 from tests.integration.factories import make_job, make_run
 
 urlpatterns = [path("metrics/", include("django_strait.metrics.urls"))]

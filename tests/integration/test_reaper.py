@@ -14,7 +14,7 @@ from django_strait.duties.leader import lead
 from django_strait.duties.reaper import Reaper
 from django_strait.models import JobRun, RunAttempt, WorkerProcess
 from django_strait.retry import PolicyError
-from django_strait.transitions.rescue import rescue_stale
+from django_strait.transitions import rescue_stale
 from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db

@@ -50,7 +50,7 @@ def test_send_enqueued__leaves_out_runs_returned_for_a_reused_idempotency_key(li
 
 
 def test_send_recorded__looks_up_job_names_it_was_not_given(listen):
-    from django_strait.transitions.batch import Record, Recorded
+    from django_strait.storage import Record, Recorded
 
     got = listen(signals.run_succeeded)
     run = make_run(status="completed")

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from django.db import connection
 
-from django_strait import trigger
+from django_strait import transitions, trigger
 from django_strait.models import JobRun
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
@@ -64,7 +64,7 @@ def test_replay__wakes_an_idle_worker(idle_worker):
     run = trigger("test-actions", {"action": "dead_letter"})
     wait_for(run.pk, "dead_letter")
 
-    run.replay(by="tester")
+    transitions.replay(run.pk, by="tester")
 
     deadline = time.monotonic() + 30
     while JobRun.objects.get(pk=run.pk).attempt < 2 and time.monotonic() < deadline:

@@ -9,9 +9,10 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from django_strait import trigger, trigger_many
+from django_strait import transitions, trigger, trigger_many
 from django_strait.models import Job, JobRun, RunAttempt
-from django_strait.transitions import batch
+from django_strait.states import Transition
+from django_strait.storage import Record, RecordBatch, backend
 from tests.conftest import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -205,46 +206,41 @@ def test_worker__a_handler_not_registered_in_code_is_dead_lettered_unrun(burst):
     assert run.result is None
 
 
-def test_worker__cancel_while_executing_cancels_when_the_attempt_returns(burst):
+def claim(worker_id: str, limit: int) -> list:
+    storage = backend()
+    with storage.atomic():
+        return storage.claim(worker_id, queues=(), limit=limit, now=timezone.now())
+
+
+def claim_and_start_one(worker_id: str):
+    [claimed] = claim(worker_id, 1)
+    return backend().start(worker_id, [claimed], now=timezone.now())[0]
+
+
+def completed(run_id: int, worker_id: str, job_id: int = 0) -> RecordBatch:
+    now = timezone.now()
+    rec = Record(
+        run_id, 1, Transition.COMPLETE, now, now, 1, "succeeded", result="x", job_id=job_id
+    )
+    return RecordBatch(worker_id, [rec])
+
+
+def test_worker__cancel_while_executing_cancels_when_the_attempt_returns():
     run = trigger("test-noop", {})
-    [claimed] = batch.claim("w1", queues=None, limit=1)
-    batch.start("w1", [claimed])
-    run.cancel()  # executing: only flagged
+    claim_and_start_one("w1")
+    transitions.cancel(run.pk)  # executing: only flagged
 
     assert JobRun.objects.get(pk=run.pk).status == "executing"
-    from django_strait.states import Transition
-    from django_strait.transitions.batch import Record
-
-    now = timezone.now()
-    done = batch.record(
-        "w1",
-        [
-            Record(
-                run.pk,
-                1,
-                Transition.COMPLETE,
-                now,
-                now,
-                1,
-                "succeeded",
-                result="x",
-                job_id=run.job_id,
-            )
-        ],
-    )
+    done = transitions.record(completed(run.pk, "w1", run.job_id))
     assert done.moved == {run.pk: "canceled"}
     assert RunAttempt.objects.get(run=run).outcome == "succeeded"
 
 
 def test_record__ignores_a_run_no_longer_held_by_this_worker():
     run = trigger("test-noop", {})
-    [claimed] = batch.claim("w1", queues=None, limit=1)
-    batch.start("w1", [claimed])
-    from django_strait.states import Transition
-    from django_strait.transitions.batch import Record
+    claim_and_start_one("w1")
 
-    now = timezone.now()
-    done = batch.record("w2", [Record(run.pk, 1, Transition.COMPLETE, now, now, 1, "succeeded")])
+    done = transitions.record(completed(run.pk, "w2", run.job_id))
 
     assert done.lost == [run.pk] and not done.moved
     assert JobRun.objects.get(pk=run.pk).status == "executing"
@@ -254,8 +250,8 @@ def test_record__ignores_a_run_no_longer_held_by_this_worker():
 def test_claim__never_hands_the_same_run_to_two_workers():
     trigger_many("test-noop", [{}] * 10)
 
-    first = batch.claim("w1", queues=None, limit=6)
-    second = batch.claim("w2", queues=None, limit=6)
+    first = claim("w1", 6)
+    second = claim("w2", 6)
 
     assert len(first) == 6 and len(second) == 4
     assert not {r.id for r in first} & {r.id for r in second}
@@ -271,9 +267,9 @@ def test_trigger__refuses_a_payload_with_a_nul_character():
 
 def test_unclaim__puts_unstarted_runs_back_without_spending_an_attempt():
     trigger_many("test-noop", [{}] * 3)
-    claimed = batch.claim("w1", queues=None, limit=3)
+    claimed = claim("w1", 3)
 
-    assert batch.unclaim("w1", [r.id for r in claimed]) == 3
+    assert transitions.unclaim("w1", [r.id for r in claimed]) == 3
 
     assert list(
         JobRun.objects.order_by().values_list("status", "attempt", "claimed_by").distinct()

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
+from django_strait.decisions import decide, trim
 from django_strait.outcome import Action, action, failure, success
 from django_strait.retry import BUILTIN, merge
 from django_strait.states import Transition
-from django_strait.worker.decide import decide, trim
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 POLICY = merge(BUILTIN, {"jitter": 0, "initial_delay": 10, "max_attempts": 3})

@@ -559,7 +559,7 @@ def test_job_partial__custom_strategy_with_explicit_empty_delays_list_inherits_d
 )
 def test_resolve__layers_settings_job_step_and_run():
     job = Job(name="j", max_attempts=6, retry_strategy="linear", retry_max_delay_secs=600.0)
-    assert resolve(job) == merge(
+    assert resolve(job, defaults=strait_settings.DEFAULT_RETRY) == merge(
         BUILTIN,
         {
             "max_attempts": 6,
@@ -569,7 +569,10 @@ def test_resolve__layers_settings_job_step_and_run():
             "max_delay": 600,
         },
     )
-    got = resolve(job, 9, {"max_attempts": 2, "initial_delay": "1s"}, step={"strategy": "fixed"})
+    got = resolve(
+        job, 9, {"max_attempts": 2, "initial_delay": "1s"}, step={"strategy": "fixed"},
+        defaults=strait_settings.DEFAULT_RETRY,
+    )  # fmt: skip
     assert (got.max_attempts, got.initial_delay, got.strategy, got.max_delay, got.jitter) == (
         9,  # run_max_attempts beats the run's retry override
         1.0,
@@ -577,23 +580,26 @@ def test_resolve__layers_settings_job_step_and_run():
         600.0,
         0.0,
     )
-    run_wins = resolve(job, None, {"strategy": "exponential"}, step={"strategy": "fixed"})
+    run_wins = resolve(
+        job, None, {"strategy": "exponential"}, step={"strategy": "fixed"},
+        defaults=strait_settings.DEFAULT_RETRY,
+    )  # fmt: skip
     assert run_wins.strategy == "exponential"
 
 
 def test_resolve__without_job_uses_the_default():
-    assert resolve(None) == strait_settings.DEFAULT_RETRY == BUILTIN
+    assert resolve(None, defaults=strait_settings.DEFAULT_RETRY) == BUILTIN
 
 
 def test_resolve__rejects_a_bad_run_max_attempts():
     with pytest.raises(PolicyError) as caught:
-        resolve(Job(name="j"), 0)
+        resolve(Job(name="j"), 0, defaults=BUILTIN)
     assert caught.value.field == "max_attempts"
 
 
 def test_resolve__rejects_a_bad_run_override():
     with pytest.raises(PolicyError) as caught:
-        resolve(Job(name="j"), None, {"jitter": 9})
+        resolve(Job(name="j"), None, {"jitter": 9}, defaults=BUILTIN)
     assert caught.value.field == "retry.jitter"
 
 

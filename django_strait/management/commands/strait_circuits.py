@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from django_strait.circuits import reset_all, reset_circuit
 from django_strait.models import EndpointCircuit
-from django_strait.resilience import reset_all, reset_circuit
 
 
 def endpoint_url(value: str) -> str:

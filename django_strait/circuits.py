@@ -1,0 +1,27 @@
+"""Closing circuits from code: ``reset_circuit(url)`` and ``reset_all()``.
+
+The admin's reset action, ``POST circuits/reset/`` and ``manage.py
+strait_circuits --reset`` call these. Running workers notice within a second or
+two (their circuit cache is reloaded at most every second).
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from django_strait import signals
+from django_strait.storage import backend
+
+
+def reset_circuit(url: str) -> bool:
+    """Close ``url``'s circuit and forget its failures; True if it was not already so."""
+    changed, changes = backend().reset_circuits(url, now=timezone.now())
+    signals.announce_circuit_changes(changes)
+    return changed > 0
+
+
+def reset_all() -> int:
+    """Close every circuit and forget every failure count; return how many changed."""
+    changed, changes = backend().reset_circuits(None, now=timezone.now())
+    signals.announce_circuit_changes(changes)
+    return changed

@@ -1,0 +1,171 @@
+"""The storage interface: every state change and protection step the worker and the surfaces need.
+
+Oban's engines and River's driver interface: one contract, one implementation
+per database (``OrmStorage``, portable; ``PostgresStorage``, its hot steps in
+one statement each), and one conformance suite that pins the contract for both
+(tests/conformance). Callers get theirs from ``storage.backend()``.
+
+The contract, beyond the signatures:
+
+- every change of a run's status is guarded: it moves only runs in the statuses
+  its transition allows (``states.Transition``), and the worker's only runs it
+  holds (``claimed_by``) at the attempt it knows;
+- a claim takes due queued runs in claim order (priority, then due time, then
+  id), never a run another worker holds, and what it admits of them under
+  limits and budgets is admitted in that order;
+- within a claim's transaction, limits and budgets see every claim committed
+  before them, so they hold across any number of workers and hosts;
+- "now" for a claim is the transaction's time: the runs it starts carry it as
+  ``started_at``, and rate-limit admissions are stamped with it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from django.db.models import QuerySet
+
+from django_strait.models import JobRun
+from django_strait.resilience import budgets, limits
+from django_strait.resilience.health import Health
+from django_strait.resilience.policy import Change, Circuit, Result
+from django_strait.states import Transition
+from django_strait.storage.values import Claimed, Hold, RecordBatch, Recorded, Rescued
+
+
+class Storage(Protocol):
+    """Where runs live, and every way they move."""
+
+    alias: str
+    #: Whether workers can LISTEN for new runs on this database (else they poll).
+    can_listen: bool
+    #: Whether deep list pages skip ids in the primary key's index first.
+    pages_by_primary_key: bool
+
+    def atomic(self) -> AbstractContextManager[Any]:
+        """A transaction (a savepoint inside one) on this database."""
+
+    def claim_transaction(self) -> AbstractContextManager[Any]:
+        """The transaction that a claim, its gate and its start share."""
+
+    # The worker's runs.
+    def claim(
+        self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
+    ) -> list[Claimed]:
+        """Move up to ``limit`` due queued runs to dequeued for ``worker_id``, in claim order."""
+
+    def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
+        """Move claimed runs to executing, spending an attempt; return those that moved."""
+
+    def hold(self, worker_id: str, holds: Sequence[Hold], *, now: dt.datetime) -> None:
+        """Put claimed runs back to queued until their ``available_at``, spending no attempt."""
+
+    def unclaim(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
+        """Put claimed-but-unstarted runs back to queued; return how many."""
+
+    def heartbeat(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
+        """Mark the runs this worker holds as alive; return how many."""
+
+    def record(self, batch: RecordBatch) -> Recorded:
+        """Move each run as its record says, append its attempt, apply every record part."""
+
+    # Protection steps.
+    def enforce_limits(
+        self, pending: Sequence[limits.Pending], *, now: dt.datetime
+    ) -> list[limits.Held]:
+        """Return the claimed runs that their jobs' concurrency and rate limits hold back."""
+
+    def reserve_budgets(
+        self, pending: Sequence[budgets.Pending], *, now: dt.datetime
+    ) -> budgets.Allocation:
+        """Reserve each run's cost from its project's day, in claim order."""
+
+    def settle_budgets(self, spends: list[budgets.Spend]) -> None:
+        """Turn reservations into what attempts cost, outside a record (the reaper's way)."""
+
+    def crossed_soft_limits(
+        self, spends: list[budgets.Spend], *, now: dt.datetime
+    ) -> list[budgets.LedgerDay]:
+        """Return the days whose spending crossed their soft limit, marked so only once."""
+
+    def release_budget_waiting(self, project_id: int, *, now: dt.datetime) -> int:
+        """Make the runs waiting for a project's budget due now."""
+
+    def load_active_circuits(self) -> dict[str, Circuit]:
+        """Return the circuits that are not closed, or have failures counted."""
+
+    def win_circuit_probe(
+        self, url: str, *, now: dt.datetime, cooldown: dt.timedelta, lost_before: dt.datetime
+    ) -> bool:
+        """Take the single half-open probe of ``url``; True if this call won it."""
+
+    def apply_circuit_results(
+        self, results: Mapping[str, Sequence[Result]], *, now: dt.datetime, threshold: int
+    ) -> tuple[list[Circuit], list[Change]]:
+        """Fold each endpoint's results into its circuit; return the circuits and the changes."""
+
+    def reset_circuits(self, url: str | None, *, now: dt.datetime) -> tuple[int, list[Change]]:
+        """Close one circuit, or all; return how many changed, and how."""
+
+    def load_unwell_endpoints(self) -> dict[str, Health]:
+        """Return the endpoints that are degraded or unhealthy."""
+
+    def win_health_probe(self, url: str, *, now: dt.datetime, cooldown: dt.timedelta) -> bool:
+        """Take the one probe of an unhealthy endpoint this cooldown; True if this call won it."""
+
+    # What people ask for.
+    def apply(self, run_id: int, transition: Transition, **updates: Any) -> JobRun:
+        """Move one run through ``transition``; raise ``InvalidTransition`` if its status forbids."""
+
+    def replay_updates(self, by: str, now: dt.datetime) -> dict[str, Any]:
+        """What a replay writes beside the status."""
+
+    def replay_many(self, run_ids: Sequence[int], *, by: str, now: dt.datetime) -> int:
+        """Replay the replayable runs among ``run_ids``; return how many moved."""
+
+    def request_cancel(self, run_id: int, *, now: dt.datetime) -> bool:
+        """Flag an executing run to be canceled when its attempt returns."""
+
+    # The reaper.
+    def rescue_batch(
+        self,
+        now: dt.datetime,
+        *,
+        stale_after: float,
+        waiting_stale_after: float,
+        limit: int,
+        rng: random.Random,
+        isolate: bool = False,
+    ) -> tuple[int, list[Rescued]]:
+        """Rescue up to ``limit`` stale runs; return how many were found, and the rescued."""
+
+    # Making runs.
+    def insert_one(self, run: JobRun) -> JobRun:
+        """Insert a run, or return the run that holds its idempotency key."""
+
+    def insert_by_name(self, name: str, payload: Any, text: str, **fields: Any) -> JobRun | None:
+        """Insert a run reading its job's defaults in the statement; None: not done here."""
+
+    def insert_many(
+        self,
+        template: JobRun,
+        payloads: Sequence[Any],
+        texts: Sequence[str],
+        keys: Sequence[str] | None,
+        batch_size: int,
+    ) -> tuple[list[JobRun], set[int]]:
+        """Insert one run like ``template`` per payload; with keys, also which this call made."""
+
+    # Duties and views.
+    def lead(self, duty: str) -> AbstractContextManager[bool]:
+        """Open a transaction and say whether this caller leads ``duty`` in it."""
+
+    def table_estimate(self, model: type) -> int | None:
+        """The table's row count as the planner knows it (None: count it)."""
+
+    def query_estimate(self, rows: QuerySet) -> int | None:
+        """The row count the planner expects of ``rows`` (None: count it)."""

@@ -1,0 +1,179 @@
+"""The worker's claim side with the ORM: claim, start, hold, unclaim, heartbeat.
+
+Portable: every update is guarded by the status (and worker) it expects, so two
+workers never take the same run. Where the database can skip locked rows
+(PostgreSQL, MySQL 8, Oracle) the claim locks what it picks; elsewhere (SQLite,
+which serializes writers) a row another worker took between read and write is
+simply not updated, and the claim picks again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections
+from django.db.models import F, TextField
+from django.db.models.functions import Cast
+
+from django_strait.models import AttemptOutcome, JobRun, RunAttempt
+from django_strait.states import IN_FLIGHT, RunStatus, Transition
+from django_strait.storage.values import Claimed, Hold
+
+#: Picks before a claim gives up when every row it picked was taken by another worker.
+CLAIM_TRIES = 20
+
+_CLAIMED_COLUMNS = (
+    "id",
+    "job_id",
+    # As text, decoded guarded by claimed(): one unreadable row must not fail the claim.
+    Cast("payload", TextField()),
+    "attempt",
+    "attempts_before_replay",
+    "max_attempts",
+    Cast("retry_overrides", TextField()),
+    "endpoint_used",
+)
+
+
+def claimed(rid, job_id, payload, attempt, before, max_att, overrides, used) -> Claimed:
+    """Build a Claimed from a row whose JSON columns come as text, decoding them guarded."""
+    run = Claimed(rid, job_id, None, attempt, before, max_att, None, used)
+    try:
+        run.payload = _load(payload)
+        run.retry_overrides = _load(overrides)
+    except (ValueError, RecursionError) as exc:
+        run.row_error = (
+            f"the stored payload or retry override cannot be read: {type(exc).__name__}: {exc}"
+        )
+    return run
+
+
+def _load(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def claim(
+    alias: str, worker_id: str, queues: Sequence[str], limit: int, now: dt.datetime
+) -> list[Claimed]:
+    """Move up to ``limit`` due queued runs to dequeued for ``worker_id``, in claim order."""
+    for _ in range(CLAIM_TRIES):
+        picked, taken = _claim_once(alias, worker_id, queues, limit, now)
+        if taken or not picked:
+            return taken
+    return []
+
+
+def _claim_once(
+    alias: str, worker_id: str, queues: Sequence[str], limit: int, now: dt.datetime
+) -> tuple[int, list[Claimed]]:
+    runs = JobRun.objects.using(alias)
+    due = runs.filter(status=RunStatus.QUEUED, available_at__lte=now, job__enabled=True)
+    if queues:
+        due = due.filter(queue__in=list(queues))
+    due = due.order_by("-priority", "available_at", "id")
+    if connections[alias].features.has_select_for_update_skip_locked:
+        due = due.select_for_update(skip_locked=True, of=("self",))
+    ids = list(due.values_list("id", flat=True)[:limit])
+    if not ids:
+        return 0, []
+    runs.filter(pk__in=ids, status=RunStatus.QUEUED).update(
+        status=RunStatus.DEQUEUED,
+        claimed_by=worker_id,
+        dequeued_at=now,
+        heartbeat_at=now,
+        updated_at=now,
+    )
+    rows = runs.filter(
+        pk__in=ids, status=RunStatus.DEQUEUED, claimed_by=worker_id, dequeued_at=now
+    ).values_list(*_CLAIMED_COLUMNS)
+    by_id = {row[0]: claimed(*row) for row in rows}
+    # In claim order (priority, then due time): limits and budgets admit the first ones.
+    return len(ids), [by_id[rid] for rid in ids if rid in by_id]
+
+
+def start(alias: str, worker_id: str, ids: Sequence[int], now: dt.datetime) -> list[tuple]:
+    """Move claimed runs to executing, spending an attempt; return (id, attempt, started_at)."""
+    runs = JobRun.objects.using(alias)
+    runs.filter(pk__in=ids, status=RunStatus.DEQUEUED, claimed_by=worker_id).update(
+        status=RunStatus.EXECUTING,
+        attempt=F("attempt") + 1,
+        started_at=now,
+        heartbeat_at=now,
+        updated_at=now,
+    )
+    started = runs.filter(
+        pk__in=ids, status=RunStatus.EXECUTING, claimed_by=worker_id, started_at=now
+    )
+    return list(started.values_list("id", "attempt", "started_at"))
+
+
+def hold(alias: str, worker_id: str, holds: Sequence[Hold], now: dt.datetime) -> None:
+    """Put claimed runs back to queued until their ``available_at``; no attempt is spent."""
+    by_id = {h.run_id: h for h in holds}
+    runs = JobRun.objects.using(alias)
+    attempts = dict(
+        runs.filter(
+            pk__in=list(by_id), status__in=Transition.UNCLAIM.sources, claimed_by=worker_id
+        ).values_list("id", "attempt")
+    )
+    for rid in attempts:
+        held = by_id[rid]
+        runs.filter(pk=rid).update(
+            status=Transition.UNCLAIM.target,
+            available_at=held.available_at,
+            error_type=held.error_type,
+            last_error=held.error,
+            claimed_by="",
+            dequeued_at=None,
+            heartbeat_at=None,
+            updated_at=now,
+        )
+    RunAttempt.objects.using(alias).bulk_create(
+        [
+            _short_circuited(by_id[rid], number, now, worker_id)
+            for rid, number in attempts.items()
+            if by_id[rid].attempt_row
+        ]
+    )
+
+
+def _short_circuited(h: Hold, number: int, now: dt.datetime, worker_id: str) -> RunAttempt:
+    # Numbered as the run's last real attempt: the unique constraint leaves these out.
+    return RunAttempt(
+        run_id=h.run_id,
+        number=number,
+        endpoint=h.endpoint,
+        started_at=now,
+        finished_at=now,
+        outcome=AttemptOutcome.SHORT_CIRCUITED,
+        error_type=h.error_type,
+        error=h.error,
+        worker=worker_id,
+    )
+
+
+def unclaim(alias: str, worker_id: str, run_ids: Sequence[int], now: dt.datetime) -> int:
+    """Put claimed-but-unstarted runs back to queued; no attempt is spent."""
+    return (
+        JobRun.objects.using(alias)
+        .filter(pk__in=list(run_ids), status__in=Transition.UNCLAIM.sources, claimed_by=worker_id)
+        .update(
+            status=Transition.UNCLAIM.target,
+            claimed_by="",
+            dequeued_at=None,
+            heartbeat_at=None,
+            updated_at=now,
+        )
+    )
+
+
+def heartbeat(alias: str, worker_id: str, run_ids: Sequence[int], now: dt.datetime) -> int:
+    """Mark runs this worker holds as alive (one statement for all of them)."""
+    return (
+        JobRun.objects.using(alias)
+        .filter(pk__in=list(run_ids), status__in=IN_FLIGHT, claimed_by=worker_id)
+        .update(heartbeat_at=now)
+    )

@@ -1,0 +1,296 @@
+"""The protection steps with the ORM: limits, budgets, circuits and endpoint health.
+
+The rules are the pure functions of ``resilience``; here they are applied to
+rows, with the rows that decide locked for the claim's transaction where the
+database can lock rows (on SQLite the claim already holds the only write lock).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import Count, F, Q, Sum
+from django.db.models import Min as MinOf
+
+from django_strait.models import (
+    BudgetLedger,
+    EndpointCircuit,
+    EndpointHealth,
+    Job,
+    JobRateAdmission,
+    JobRun,
+)
+from django_strait.resilience import budgets, limits
+from django_strait.resilience.health import Health, HealthLevel, concurrency_share
+from django_strait.resilience.policy import (
+    CLOSED,
+    HALF_OPEN,
+    OPEN,
+    Change,
+    Circuit,
+    Result,
+    after_results,
+)
+from django_strait.states import RunStatus
+from django_strait.storage.parts import settle_ledgers, settle_runs
+
+_ACTIVE = (RunStatus.DEQUEUED, RunStatus.EXECUTING)
+_CIRCUIT_FIELDS = ("state", "failures", "opened_at", "last_failure_at", "probe_started_at")
+
+
+# -- limits -------------------------------------------------------------------------
+
+
+def group_by_job(
+    pending: Sequence[limits.Pending],
+) -> tuple[dict[int, list[int]], dict[int, float]]:
+    """Return each job's pending run ids in claim order, and its health share."""
+    by_job: dict[int, list[int]] = {}
+    shares: dict[int, float] = {}
+    for run in pending:
+        by_job.setdefault(run.job_id, []).append(run.run_id)
+        shares[run.job_id] = concurrency_share(run.health_score)
+    return by_job, shares
+
+
+def enforce_limits(
+    alias: str, pending: Sequence[limits.Pending], now: dt.datetime
+) -> list[limits.Held]:
+    """Decide each limited job's share of a claim under its row lock; return the runs held."""
+    by_job, shares = group_by_job(pending)
+    scores = {run.job_id: run.health_score for run in pending}
+    rows = (
+        Job.objects.using(alias)
+        .select_for_update(no_key=True)
+        .filter(pk__in=sorted(by_job))
+        .order_by("pk")
+        .values_list("pk", "max_concurrency", "rate_limit_max", "rate_limit_window_secs")
+    )
+    decisions = []
+    for job_id, mc, rmax, secs in rows:
+        n = len(by_job[job_id])
+        cap = limits.concurrency_cap(mc, shares[job_id])
+        others = _active(alias, job_id) - n if cap is not None else 0
+        admitted = limits.concurrency_admits(cap, others, n)
+        granted, frees_at = admitted, None
+        if rmax is not None and secs is not None:
+            granted, frees_at = _rate(alias, job_id, rmax, secs, admitted, now)
+        decisions.append(
+            limits.Decision(
+                job_id, mc, cap, others, admitted, rmax, secs, granted, frees_at, scores[job_id]
+            )
+        )
+    return limits.holds(decisions, by_job, now)
+
+
+def _active(alias: str, job_id: int) -> int:
+    """Count the job's dequeued and executing runs (this claim's included)."""
+    runs = JobRun.objects.using(alias).filter(job_id=job_id, status__in=_ACTIVE)
+    return runs.aggregate(n=Count("id"))["n"]
+
+
+def _rate(
+    alias: str, job_id: int, rmax: int, secs: float, admitted: int, now: dt.datetime
+) -> tuple[int, dt.datetime]:
+    """Take up to ``admitted`` admissions from the job's sliding log; return (granted, frees_at)."""
+    since = limits.window_start(now, secs)
+    log = JobRateAdmission.objects.using(alias).filter(job_id=job_id)
+    log.filter(admitted_at__lte=since).delete()
+    window = log.aggregate(used=Sum("count"), oldest=MinOf("admitted_at"))
+    granted = limits.rate_grants(rmax, window["used"] or 0, admitted)
+    if granted:
+        log.create(job_id=job_id, admitted_at=now, count=granted)
+    frees_at = (window["oldest"] or now) + dt.timedelta(seconds=secs)
+    return granted, frees_at
+
+
+# -- budgets ------------------------------------------------------------------------
+
+
+def lock_ledgers(alias: str, project_ids: list[int], day: dt.date) -> dict[int, budgets.LedgerDay]:
+    """Create the day's ledger rows if missing, lock them, and read them with their budgets."""
+    ledgers = BudgetLedger.objects.using(alias)
+    ledgers.bulk_create(
+        [BudgetLedger(project_id=pid, day=day) for pid in project_ids], ignore_conflicts=True
+    )
+    rows = (
+        ledgers.select_for_update(of=("self",))
+        .select_related("project")
+        .filter(project_id__in=project_ids, day=day)
+        .order_by("project_id")
+    )
+    return {row.project_id: _ledger_day(row) for row in rows}
+
+
+def _ledger_day(row: BudgetLedger) -> budgets.LedgerDay:
+    project = row.project
+    return budgets.LedgerDay(
+        id=row.pk,
+        project_id=row.project_id,
+        project_name=project.name,
+        daily_budget=project.daily_budget,
+        soft_limit_ratio=project.soft_limit_ratio,
+        day=row.day,
+        reserved=row.reserved,
+        spent=row.spent,
+        soft_warning_sent_at=row.soft_warning_sent_at,
+    )
+
+
+def reserve_budgets(
+    alias: str, pending: Sequence[budgets.Pending], now: dt.datetime
+) -> budgets.Allocation:
+    """Reserve each run's cost in claim order with the ledger rows locked."""
+    ledgers = lock_ledgers(alias, sorted({p.project_id for p in pending}), budgets.today(now))
+    out = budgets.allocate(pending, ledgers, now=now)
+    warned = {ledger.project_id for ledger in out.crossed}
+    for project_id, amount in out.added.items():
+        changes = {"reserved": F("reserved") + amount, "updated_at": now}
+        if project_id in warned:
+            changes["soft_warning_sent_at"] = now
+        BudgetLedger.objects.using(alias).filter(pk=ledgers[project_id].id).update(**changes)
+    by_cost: dict[Decimal, list[int]] = {}
+    for run_id, cost in out.reserved.items():
+        by_cost.setdefault(cost, []).append(run_id)
+    for cost, run_ids in by_cost.items():
+        JobRun.objects.using(alias).filter(pk__in=run_ids).update(reserved_cost=cost)
+    return out
+
+
+def settle_budgets(alias: str, spends: list[budgets.Spend]) -> None:
+    """Turn reservations into what the attempts cost, on ledgers and runs (the reaper's way)."""
+    settle_ledgers(spends, alias)
+    settle_runs(spends, alias)
+
+
+def crossed_soft_limits(alias: str, spends: list[budgets.Spend], now: dt.datetime) -> list:
+    """After settling: return the ledger days whose spending crossed the soft limit (marked once)."""
+    crossed = []
+    for (project_id, day), (released, spent) in budgets.by_ledger(spends).items():
+        if spent <= released:
+            continue  # it spent no more than it had reserved: nothing new is committed
+        with transaction.atomic(using=alias):
+            ledger = lock_ledgers(alias, [project_id], day)[project_id]
+            if ledger.crosses_soft_limit:
+                BudgetLedger.objects.using(alias).filter(pk=ledger.id).update(
+                    soft_warning_sent_at=now
+                )
+                crossed.append(ledger)
+    return crossed
+
+
+def release_waiting(alias: str, project_id: int, now: dt.datetime) -> int:
+    """Make the runs waiting for a project's budget due now (its budget was raised)."""
+    return (
+        JobRun.objects.using(alias)
+        .filter(
+            status=RunStatus.QUEUED,
+            error_type=budgets.BUDGET_ERROR,
+            job__project_id=project_id,
+            available_at__gt=now,
+        )
+        .update(available_at=now)
+    )
+
+
+# -- circuits -----------------------------------------------------------------------
+
+
+def as_circuit(row: EndpointCircuit) -> Circuit:
+    """Return the policy's view of a circuit row."""
+    return Circuit(row.endpoint_url, *(getattr(row, name) for name in _CIRCUIT_FIELDS))
+
+
+def load_active_circuits(alias: str) -> dict[str, Circuit]:
+    """Return every circuit that is not closed or has failures counted, by URL."""
+    rows = EndpointCircuit.objects.using(alias).filter(~Q(state=CLOSED) | Q(failures__gt=0))
+    return {row.endpoint_url: as_circuit(row) for row in rows}
+
+
+def win_circuit_probe(
+    alias: str, url: str, now: dt.datetime, cooldown: dt.timedelta, lost_before: dt.datetime
+) -> bool:
+    """Take the single half-open probe of ``url``: one conditional UPDATE, one winner."""
+    cooled = Q(state=OPEN, opened_at__lte=now - cooldown)
+    lost = Q(state=HALF_OPEN, probe_started_at__lte=lost_before) | Q(
+        state=HALF_OPEN, probe_started_at__isnull=True
+    )
+    won = (
+        EndpointCircuit.objects.using(alias)
+        .filter(cooled | lost, endpoint_url=url)
+        .update(state=HALF_OPEN, probe_started_at=now, updated_at=now)
+    )
+    return won == 1
+
+
+def apply_circuit_results(
+    alias: str, results: Mapping[str, Sequence[Result]], now: dt.datetime, threshold: int
+) -> tuple[list[Circuit], list[Change]]:
+    """Fold each endpoint's results into its circuit, rows locked in URL order (no deadlock)."""
+    circuits = EndpointCircuit.objects.using(alias)
+    with transaction.atomic(using=alias):
+        failing = sorted(url for url, res in results.items() if Result.FAILURE in res)
+        # Only a failure needs a row: a success on an endpoint without one changes nothing.
+        circuits.bulk_create(
+            [EndpointCircuit(endpoint_url=url, updated_at=now) for url in failing],
+            ignore_conflicts=True,
+        )
+        rows = circuits.select_for_update().filter(endpoint_url__in=list(results))
+        written, changes = [], []
+        for row in rows.order_by("endpoint_url"):
+            before = as_circuit(row)
+            after = after_results(before, results[row.endpoint_url], now=now, threshold=threshold)
+            written.append(after)
+            if after != before:
+                _save_circuit(alias, row.pk, after, now)
+                if after.state != before.state:
+                    changes.append(Change(after, before.state))
+    return written, changes
+
+
+def _save_circuit(alias: str, pk: int, circuit: Circuit, now: dt.datetime) -> None:
+    values = {name: getattr(circuit, name) for name in _CIRCUIT_FIELDS}
+    EndpointCircuit.objects.using(alias).filter(pk=pk).update(**values, updated_at=now)
+
+
+def reset_circuits(alias: str, url: str | None, now: dt.datetime) -> tuple[int, list[Change]]:
+    """Close ``url``'s circuit (every circuit when None); return how many changed, and how."""
+    rows = EndpointCircuit.objects.using(alias)
+    if url is not None:
+        rows = rows.filter(endpoint_url=url)
+    with transaction.atomic(using=alias):
+        found = list(
+            rows.select_for_update()
+            .filter(~Q(state=CLOSED) | Q(failures__gt=0))
+            .order_by("endpoint_url")
+        )
+        for row in found:
+            _save_circuit(alias, row.pk, Circuit(row.endpoint_url), now)
+    changes = [Change(Circuit(row.endpoint_url), row.state) for row in found if row.state != CLOSED]
+    return len(found), changes
+
+
+# -- endpoint health ----------------------------------------------------------------
+
+
+def load_unwell(alias: str) -> dict[str, Health]:
+    """Return the endpoints that are degraded or unhealthy (usually none)."""
+    rows = (
+        EndpointHealth.objects.using(alias)
+        .exclude(level=HealthLevel.HEALTHY)
+        .values_list("endpoint_url", "score", "level", "probe_started_at")
+    )
+    return {url: Health(url, score, level, probe) for url, score, level, probe in rows}
+
+
+def win_health_probe(alias: str, url: str, now: dt.datetime, cooldown: dt.timedelta) -> bool:
+    """Take the one probe of an unhealthy endpoint for this cooldown; False if another did."""
+    due = Q(probe_started_at__isnull=True) | Q(probe_started_at__lte=now - cooldown)
+    return bool(
+        EndpointHealth.objects.using(alias)
+        .filter(due, endpoint_url=url, level=HealthLevel.UNHEALTHY)
+        .update(probe_started_at=now)
+    )

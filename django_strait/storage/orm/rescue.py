@@ -1,0 +1,287 @@
+"""The reaper's transitions with the ORM: runs whose worker went silent become system_failed, then move on.
+
+A run a worker holds (dequeued, executing) whose heartbeat is older than
+``stale_after``, or a waiting run silent for ``waiting_stale_after``, lost its
+worker. Each one goes through RESCUE to system_failed with an attempt row that
+says which worker was lost and for how long, and then on through RETRY,
+DEAD_LETTER or DISCARD as its retry policy decides: the lost attempt counts.
+Every update is guarded, so a run that moved meanwhile (its worker came back and
+recorded it) is left alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import random
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast, Coalesce
+
+from django_strait.conf import strait_settings
+from django_strait.decisions import Decision, decide, trim
+from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt
+from django_strait.outcome import failure
+from django_strait.resilience.budgets import Spend
+from django_strait.retry import PolicyError, RetryPolicy, resolve
+from django_strait.states import IN_FLIGHT, RunStatus, Transition
+from django_strait.storage.orm.protection import settle_budgets
+from django_strait.storage.values import Rescued, Stale
+
+logger = logging.getLogger(__name__)
+
+#: The error type of an attempt whose worker stopped heartbeating.
+LOST_ERROR_TYPE = "worker.lost"
+#: The largest value RunAttempt.duration_ms holds (a PostgreSQL integer).
+DURATION_MS_MAX = 2**31 - 1
+
+_FIELDS = (
+    "id",
+    "job_id",
+    "status",
+    "attempt",
+    "attempts_before_replay",
+    "max_attempts",
+    # As text, decoded guarded: an unreadable override must not fail the whole batch.
+    Cast("retry_overrides", TextField()),
+    "claimed_by",
+    "cancel_requested",
+    "started_at",
+    "last_sign",
+    "reserved_cost",
+)
+
+
+def rescue_batch(
+    alias: str,
+    now: dt.datetime,
+    *,
+    stale_after: float,
+    waiting_stale_after: float,
+    limit: int,
+    rng: random.Random,
+    isolate: bool,
+) -> tuple[int, list[Rescued]]:
+    """Rescue up to ``limit`` stale runs in one transaction; return how many were found, and the rescued.
+
+    ``isolate`` rescues each run in a savepoint, leaving one that raises as it is.
+    """
+    with transaction.atomic(using=alias):
+        stale = select_stale(alias, now, stale_after, waiting_stale_after, limit)
+        policies = _Policies(alias)
+        rescued = [
+            done
+            for run in stale
+            if (done := _rescue_guarded(alias, run, now, stale_after, policies, rng, isolate))
+        ]
+        _settle_lost(alias, [r.run for r in rescued], now)
+    return len(stale), rescued
+
+
+def select_stale(
+    alias: str, now: dt.datetime, stale_after: float, waiting_stale_after: float, limit: int
+) -> list[Stale]:
+    """Return up to ``limit`` stale runs, locked, skipping rows another reaper holds."""
+    in_flight_cutoff = now - dt.timedelta(seconds=stale_after)
+    waiting_cutoff = now - dt.timedelta(seconds=waiting_stale_after)
+    runs = (
+        JobRun.objects.using(alias)
+        .annotate(last_sign=Coalesce("heartbeat_at", "dequeued_at", "updated_at"))
+        .filter(
+            Q(status__in=IN_FLIGHT, last_sign__lt=in_flight_cutoff)
+            | Q(status=RunStatus.WAITING, last_sign__lt=waiting_cutoff)
+        )
+        .order_by("id")
+    )
+    if connections[alias].features.has_select_for_update_skip_locked:
+        # Another reaper (a round that overlapped a change of leader) skips what we hold.
+        runs = runs.select_for_update(skip_locked=True, of=("self",))
+    return [_stale(*row) for row in runs.values_list(*_FIELDS)[:limit]]
+
+
+def _stale(
+    rid: int, job_id: int, status: str, attempt: int, before: int, max_att, overrides, *rest
+) -> Stale:
+    try:
+        decoded = json.loads(overrides) if isinstance(overrides, str) else overrides
+    except (ValueError, RecursionError):
+        logger.error(
+            "run %s has a retry override that cannot be read; rescued on its job's policy", rid
+        )
+        decoded = None
+    return Stale(rid, job_id, status, attempt, before, max_att, decoded, *rest)
+
+
+def _rescue_guarded(
+    alias: str,
+    run: Stale,
+    now: dt.datetime,
+    stale_after: float,
+    policies: _Policies,
+    rng: random.Random,
+    isolate: bool,
+) -> Rescued | None:
+    if not isolate:
+        return _rescue_one(alias, run, now, stale_after, policies, rng)
+    try:
+        with transaction.atomic(using=alias):
+            return _rescue_one(alias, run, now, stale_after, policies, rng)
+    except Exception:
+        logger.exception(
+            "run %s cannot be rescued; left as it is for a person to look at", run.id,
+            extra={"run_id": run.id, "job_id": run.job_id},
+        )  # fmt: skip
+        return None
+
+
+def _rescue_one(
+    alias: str,
+    run: Stale,
+    now: dt.datetime,
+    stale_after: float,
+    policies: _Policies,
+    rng: random.Random,
+) -> Rescued | None:
+    """Move one stale run to system_failed and on; None if it moved meanwhile."""
+    error = lost_error(run, now, stale_after)
+    # Cancel was asked while the attempt ran: the attempt has now ended (lost), so
+    # the run is canceled, as it would have been when the attempt returned.
+    first = Transition.CANCEL if run.cancel_requested else Transition.RESCUE
+    if not _lose(alias, run, first, now, error):
+        logger.info("run %s moved while being rescued; left alone", run.id)
+        return None
+    _write_attempt(alias, run, now, error)
+    if first is not Transition.RESCUE:
+        return Rescued(run, first, error)
+    decision = _decide(run, now, policies.get(run), rng)
+    return Rescued(run, _move_on(alias, run, decision, now), error, decision.available_at)
+
+
+def lost_error(run: Stale, now: dt.datetime, stale_after: float) -> str:
+    """Say which worker was lost, for how long, and what became of the run."""
+    silent = max((now - run.last_sign).total_seconds(), 0.0)
+    worker = run.claimed_by or "(no worker recorded)"
+    what = "waiting run" if run.status == RunStatus.WAITING else f"{run.status} run"
+    return (
+        f"worker {worker} lost: no heartbeat for {_seconds(silent)} "
+        f"(last at {run.last_sign.isoformat()}); {what} rescued"
+        + ("" if run.status == RunStatus.WAITING else f" after {_seconds(stale_after)}")
+    )
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f}s" if value >= 10 else f"{value:.1f}s"
+
+
+def _lose(alias: str, run: Stale, transition: Transition, now: dt.datetime, error: str) -> bool:
+    """Apply RESCUE (or CANCEL when cancel was asked) to a run, if it is still as it was read.
+
+    The guard: still in the status, attempt and worker we read. A worker that
+    came back and recorded the run changed at least one of them.
+    """
+    updates: dict[str, Any] = {"finished_at": now} if transition is Transition.CANCEL else {}
+    return bool(
+        JobRun.objects.using(alias)
+        .filter(
+            pk=run.id,
+            status=run.status,
+            status__in=transition.sources,
+            attempt=run.attempt,
+            claimed_by=run.claimed_by,
+        )
+        .update(
+            status=transition.target,
+            attempt=run.lost_attempt,
+            claimed_by="",
+            heartbeat_at=None,
+            last_error=trim(error),
+            error_type=LOST_ERROR_TYPE,
+            updated_at=now,
+            **updates,
+        )
+    )
+
+
+def _write_attempt(alias: str, run: Stale, now: dt.datetime, error: str) -> None:
+    # A dequeued run never started its attempt; the others ran from started_at
+    # to (at least) their last heartbeat, which is all that is known.
+    started = None if run.status == RunStatus.DEQUEUED else run.started_at
+    ran_ms = 0 if started is None else (run.last_sign - started).total_seconds() * 1000
+    RunAttempt.objects.using(alias).create(
+        run_id=run.id,
+        number=run.lost_attempt,
+        started_at=started,
+        finished_at=now,
+        duration_ms=min(max(int(ran_ms), 0), DURATION_MS_MAX),
+        outcome=AttemptOutcome.SYSTEM_FAILED,
+        error_type=LOST_ERROR_TYPE,
+        error=trim(error),
+        worker=run.claimed_by,
+    )
+
+
+def _decide(run: Stale, now: dt.datetime, policy: RetryPolicy, rng: random.Random) -> Decision:
+    # The same rule as an attempt that failed on a worker: a lost worker is a
+    # retryable error (unless the policy lists worker.lost as non-retryable).
+    lost = failure(LOST_ERROR_TYPE, "worker lost", attempt_outcome=AttemptOutcome.SYSTEM_FAILED)
+    budget_used = run.lost_attempt - run.attempts_before_replay
+    return decide(lost, budget_used=budget_used, policy=policy, now=now, rng=rng)
+
+
+def _move_on(alias: str, run: Stale, decision: Decision, now: dt.datetime) -> Transition:
+    transition = decision.transition
+    updates: dict[str, Any] = {"status": transition.target, "updated_at": now}
+    if transition is Transition.RETRY:
+        updates.update(available_at=decision.available_at, finished_at=None)
+    else:
+        updates["finished_at"] = now
+    moved = (
+        JobRun.objects.using(alias)
+        .filter(pk=run.id, status__in=transition.sources, status=RunStatus.SYSTEM_FAILED)
+        .update(**updates)
+    )
+    if not moved:  # impossible inside our transaction with the row held; say so if it happens
+        raise RuntimeError(f"run {run.id} left system_failed during its own rescue")
+    return transition
+
+
+def _settle_lost(alias: str, runs: list[Stale], now: dt.datetime) -> None:
+    """Spend what lost attempts reserved: the call may have been made, so it is paid for."""
+    reserved = [run for run in runs if run.reserved_cost is not None]
+    if not reserved:
+        return
+    projects = dict(
+        Job.objects.using(alias)
+        .filter(pk__in={run.job_id for run in reserved}, project__isnull=False)
+        .values_list("id", "project_id")
+    )
+    spends = [
+        Spend(run.id, projects[run.job_id], run.started_at or now, cost, cost)
+        for run in reserved
+        if run.job_id in projects and (cost := run.reserved_cost) is not None
+    ]
+    settle_budgets(alias, spends)
+
+
+class _Policies:
+    """Retry policies of the jobs in one batch, each job loaded once."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self._jobs: dict[int, Job] = {}
+
+    def get(self, run: Stale) -> RetryPolicy:
+        """Return the run's merged policy (the defaults if the stored one is invalid)."""
+        job = self._jobs.get(run.job_id)
+        if job is None:
+            job = self._jobs[run.job_id] = Job.objects.using(self.alias).get(pk=run.job_id)
+        defaults = strait_settings.DEFAULT_RETRY
+        try:
+            return resolve(job, run.max_attempts, run.retry_overrides, defaults=defaults)
+        except PolicyError as exc:
+            # Rows saved around validation must not keep the run stuck: use defaults.
+            logger.error("run %s has an invalid retry policy (%s); using defaults", run.id, exc)
+            return resolve(None, defaults=defaults)

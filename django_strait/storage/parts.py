@@ -1,0 +1,167 @@
+"""The parts of a record: what else changes with a batch of ended attempts, besides the runs.
+
+A state change is only a state change (STYLE: River's JobSetStateIfRunningMany):
+the record moves the runs and appends their attempts; the per-minute rollup,
+endpoint health and the budget ledger each add their own part. On PostgreSQL a
+part is a CTE of the record's one statement (``record.<name>`` in
+``postgres/queries.sql``, fed by :meth:`RecordPart.params`); on other databases
+it is a step in the record's transaction (:meth:`RecordPart.apply`). Both read
+the same batch, and the moved runs (``u`` in SQL, ``moved`` here).
+
+A new part (the workflow release, the webhook outbox) is a class here, a CTE in
+queries.sql, and an entry in :data:`RECORD_PARTS`; the record itself is not
+edited.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any, Protocol
+
+from django.db import connections
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce, Greatest
+from django.utils import timezone
+
+from django_strait.models import BudgetLedger, EndpointHealth, JobRun
+from django_strait.resilience import budgets, health
+from django_strait.storage.values import RecordBatch
+
+ZERO = Decimal(0)
+
+
+class RecordPart(Protocol):
+    """One thing that changes with every record, beside the runs and their attempts."""
+
+    #: Its CTE in queries.sql is ``record.<name>``.
+    name: str
+
+    def params(self, batch: RecordBatch) -> dict[str, Any]:
+        """Return the named parameters of its CTE for ``batch`` (PostgreSQL)."""
+        ...
+
+    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
+        """Apply it with the ORM, inside the record's transaction (other databases)."""
+        ...
+
+
+class Rollup:
+    """Per-minute counts of finished attempts by job and the status they left the run in."""
+
+    name = "rollup"
+
+    def params(self, batch: RecordBatch) -> dict[str, Any]:
+        return {}  # it reads the record's own v and u
+
+    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
+        groups: dict[tuple[dt.datetime, int, str], list[int]] = {}
+        for rec in batch.records:
+            if rec.run_id in moved:
+                minute = rec.finished_at.replace(second=0, microsecond=0)
+                key = (minute, rec.job_id, moved[rec.run_id])
+                groups.setdefault(key, []).append(rec.duration_ms)
+        connection = connections[alias]
+        with connection.cursor() as cursor:
+            for (minute, job_id, status), durations in groups.items():
+                stamp = connection.ops.adapt_datetimefield_value(minute)
+                cursor.execute(
+                    _ROLLUP_UPSERT, [stamp, job_id, status, len(durations), sum(durations)]
+                )
+
+
+# Portable upsert (SQLite >= 3.24, PostgreSQL): the ORM has no "add to a counter or insert".
+_ROLLUP_UPSERT = """
+INSERT INTO django_strait_runrollup (minute, job_id, status, count, total_duration_ms)
+VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (minute, job_id, status) DO UPDATE
+SET count = count + excluded.count, total_duration_ms = total_duration_ms + excluded.total_duration_ms
+"""
+
+
+class Health:
+    """Each endpoint's EWMAs moved by the batch's sample (``resilience.health.fold``)."""
+
+    name = "health"
+
+    def params(self, batch: RecordBatch) -> dict[str, Any]:
+        samples = batch.health
+        return {
+            "health_url": [s.endpoint_url for s in samples],
+            "health_n": [s.count for s in samples],
+            "health_keep": [s.keep for s in samples],
+            "health_success": [s.success for s in samples],
+            "health_failure": [s.failure for s in samples],
+            "health_p95": [s.p95_ms for s in samples],
+            "health_timeout": [s.timeout_ms for s in samples],
+        }
+
+    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
+        rows = EndpointHealth.objects.using(alias)
+        # A new endpoint starts from the fresh EWMAs, its latency at the batch's own p95;
+        # then every row folds alike, in one UPDATE each (F expressions: no lost update).
+        rows.bulk_create([_fresh(s) for s in batch.health], ignore_conflicts=True)
+        for s in batch.health:
+            rows.filter(endpoint_url=s.endpoint_url).update(
+                success_rate=health.fold(F("success_rate"), s.success, s.keep),
+                failure_rate=health.fold(F("failure_rate"), s.failure, s.keep),
+                latency_p95_ms=health.fold(F("latency_p95_ms"), s.p95_ms, s.keep),
+                timeout_ms=s.timeout_ms,
+                samples=F("samples") + s.count,
+                updated_at=timezone.now(),
+            )
+
+
+def _fresh(sample: health.Sample) -> EndpointHealth:
+    return EndpointHealth(
+        endpoint_url=sample.endpoint_url,
+        success_rate=health.FRESH_SUCCESS_RATE,
+        failure_rate=health.FRESH_FAILURE_RATE,
+        latency_p95_ms=sample.p95_ms,
+        timeout_ms=sample.timeout_ms,
+        samples=0,
+    )
+
+
+class Ledger:
+    """Each budget ledger row: the attempts' reservations released, their costs spent."""
+
+    name = "ledger"
+
+    def params(self, batch: RecordBatch) -> dict[str, Any]:
+        totals = budgets.by_ledger(batch.spends)
+        return {
+            "ledger_project": [project_id for project_id, _ in totals],
+            "ledger_day": [day for _, day in totals],
+            "ledger_released": [released for released, _ in totals.values()],
+            "ledger_spent": [spent for _, spent in totals.values()],
+        }
+
+    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
+        settle_ledgers(batch.spends, alias)
+
+
+def settle_ledgers(spends: list[budgets.Spend], alias: str) -> None:
+    """Turn reservations into what the attempts cost, on the ledger rows (ORM)."""
+    for (project_id, day), (released, spent) in budgets.by_ledger(spends).items():
+        BudgetLedger.objects.using(alias).filter(project_id=project_id, day=day).update(
+            reserved=Greatest(F("reserved") - released, Value(ZERO)),
+            spent=F("spent") + spent,
+            updated_at=timezone.now(),
+        )
+
+
+def settle_runs(spends: list[budgets.Spend], alias: str) -> None:
+    """Note on each run what its attempt cost, ending its reservation (ORM)."""
+    by_cost: dict[Decimal, list[int]] = {}
+    for s in spends:
+        by_cost.setdefault(s.cost, []).append(s.run_id)
+    for cost, run_ids in by_cost.items():
+        JobRun.objects.using(alias).filter(pk__in=run_ids).update(
+            reserved_cost=None, actual_cost=Coalesce(F("actual_cost"), Value(ZERO)) + cost
+        )
+
+
+#: The parts every record carries, in order.
+RECORD_PARTS: tuple[RecordPart, ...] = (Rollup(), Health(), Ledger())

@@ -1,0 +1,58 @@
+"""The PostgreSQL statements of ``queries.sql``, loaded once, by name.
+
+procrastinate's habit: SQL lives in one file a reviewer reads whole, each
+statement under ``-- name: <name>``. The record is composed here from its core
+and its parts (``record.<part>``), and the claim comes in three variants of its
+queue filter; both are done once, at load, so every statement's text is constant
+and psycopg prepares it once per connection.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+
+_NAME = re.compile(r"^-- name: (?P<name>[\w.]+)\s*$", re.MULTILINE)
+
+#: The claim's queue filter for no queue given (any), one queue, several.
+QUEUE_FILTERS = {
+    "any": "",
+    "one": "AND queue = %(queue)s",
+    "many": "AND queue = ANY(%(queues)s)",
+}
+
+
+@functools.cache
+def statements() -> dict[str, str]:
+    """Return every statement in queries.sql by name, without comments or the final ';'."""
+    text = resources.files(__package__).joinpath("queries.sql").read_text()
+    found: dict[str, str] = {}
+    marks = list(_NAME.finditer(text))
+    for mark, following in zip(marks, [*marks[1:], None], strict=True):
+        body = text[mark.end() : following.start() if following else len(text)]
+        found[mark["name"]] = _clean(body)
+    return found
+
+
+def _clean(body: str) -> str:
+    lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
+    return "\n".join(lines).strip().rstrip(";").strip()
+
+
+def get(name: str) -> str:
+    """Return the statement called ``name``."""
+    return statements()[name]
+
+
+@functools.cache
+def claim(variant: str) -> str:
+    """Return the claim with the queue filter of ``variant`` (any, one, many)."""
+    return get("claim").replace("/*queue_filter*/", QUEUE_FILTERS[variant])
+
+
+@functools.cache
+def record(parts: tuple[str, ...]) -> str:
+    """Return the record statement with the CTEs of ``parts`` (record.<part>) joined in."""
+    ctes = "".join(f",\n{get(f'record.{part}')}" for part in parts)
+    return get("record").replace("/*parts*/", ctes)

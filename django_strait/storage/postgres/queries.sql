@@ -1,0 +1,290 @@
+-- django-strait's hand-written PostgreSQL statements, each under "-- name: <name>".
+--
+-- Loaded once by storage.postgres.queries; run through server-bound cursors so that
+-- psycopg prepares each once per connection. Parameters are named (%(name)s), so a
+-- statement composed of parts (the record) cannot mix them up. Arrays go in whole:
+-- one array per column, a constant query text however many rows.
+
+
+-- name: claim
+-- Move up to %(limit)s due queued runs of the queues asked for to dequeued, in claim
+-- order (priority, then due time, then id). The queue filter is filled in per variant
+-- (any queue / one / several) so that each variant plans on its own partial index.
+WITH due AS (
+    SELECT id FROM django_strait_jobrun
+    WHERE status = 'queued' AND available_at <= now() /*queue_filter*/
+      AND job_id NOT IN (SELECT id FROM django_strait_job WHERE NOT enabled)
+    ORDER BY priority DESC, available_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE django_strait_jobrun AS r
+    SET status = 'dequeued', claimed_by = %(worker)s, dequeued_at = now(), heartbeat_at = now(),
+        updated_at = now()
+    FROM due WHERE r.id = due.id
+    RETURNING r.id, r.job_id, r.payload::text, r.attempt, r.attempts_before_replay,
+              r.max_attempts, r.retry_overrides::text, r.endpoint_used, r.priority,
+              r.available_at
+),
+-- Claims of a job with a concurrency or rate limit are serialized on its row, locked
+-- here (in id order) and held to the commit: the limit statement that follows sees
+-- every claim committed before it.
+limited AS (
+    SELECT j.id FROM django_strait_job AS j
+    WHERE j.id IN (SELECT job_id FROM claimed)
+      AND (j.max_concurrency > 0 OR j.rate_limit_max IS NOT NULL)
+    ORDER BY j.id
+    FOR NO KEY UPDATE
+)
+SELECT id, job_id, payload, attempt, attempts_before_replay, max_attempts, retry_overrides,
+       endpoint_used
+FROM claimed WHERE (SELECT count(*) FROM limited) >= 0
+ORDER BY priority DESC, available_at, id;
+
+
+-- name: start
+-- Claimed runs begin an attempt; a run canceled since its claim is left out.
+UPDATE django_strait_jobrun
+SET status = 'executing', attempt = attempt + 1, started_at = now(), heartbeat_at = now(),
+    updated_at = now()
+WHERE id = ANY(%(ids)s) AND status = 'dequeued' AND claimed_by = %(worker)s
+RETURNING id, attempt, started_at;
+
+
+-- name: hold
+-- Claimed runs go back to queued until their available_at, with the reason on the run;
+-- a short-circuited attempt row (numbered as the last real attempt) where asked.
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(available_at)s::timestamptz[],
+                         %(error_type)s::varchar[], %(error)s::text[],
+                         %(endpoint)s::varchar[], %(attempt_row)s::boolean[])
+        AS v(id, available_at, error_type, error, endpoint, attempt_row)
+),
+u AS (
+    UPDATE django_strait_jobrun AS r
+    SET status = 'queued', available_at = v.available_at, claimed_by = '',
+        dequeued_at = NULL, heartbeat_at = NULL, error_type = v.error_type,
+        last_error = v.error, updated_at = now()
+    FROM v
+    WHERE r.id = v.id AND r.status = 'dequeued' AND r.claimed_by = %(worker)s
+    RETURNING r.id, r.attempt
+)
+INSERT INTO django_strait_runattempt (run_id, number, endpoint, started_at, finished_at,
+    duration_ms, outcome, status_code, error_type, error, response_excerpt, worker)
+SELECT u.id, u.attempt, v.endpoint, now(), now(), 0, 'short_circuited', NULL,
+       v.error_type, v.error, '', %(worker)s
+FROM v JOIN u ON u.id = v.id
+WHERE v.attempt_row;
+
+
+-- name: record
+-- The end of a batch of attempts: each run moves as its record says (canceled instead
+-- when cancel was asked meanwhile), only if it is still executing under this worker at
+-- that attempt, and its attempt row is appended. The parts of the record (record.*
+-- below) follow as more CTEs: each reads v (the records) and u (the runs that moved).
+WITH v AS (
+    SELECT * FROM unnest(
+        %(id)s::bigint[], %(attempt)s::integer[], %(status)s::varchar[],
+        %(available_at)s::timestamptz[], %(result)s::text[], %(error)s::text[],
+        %(error_type)s::varchar[], %(endpoint)s::varchar[], %(started_at)s::timestamptz[],
+        %(finished_at)s::timestamptz[], %(duration_ms)s::integer[], %(outcome)s::varchar[],
+        %(status_code)s::integer[], %(excerpt)s::text[], %(job_id)s::bigint[],
+        %(cost)s::numeric[]
+    ) AS v(id, attempt, status, available_at, result, last_error, error_type, endpoint,
+           started_at, finished_at, duration_ms, outcome, status_code, response_excerpt,
+           job_id, cost)
+),
+u AS (
+    UPDATE django_strait_jobrun AS r SET
+        status = CASE WHEN r.cancel_requested THEN 'canceled' ELSE v.status END,
+        available_at = COALESCE(v.available_at, r.available_at),
+        finished_at = CASE WHEN v.status = 'queued' AND NOT r.cancel_requested
+                           THEN NULL ELSE v.finished_at END,
+        result = v.result::jsonb, last_error = v.last_error, error_type = v.error_type,
+        endpoint_used = v.endpoint, claimed_by = '', heartbeat_at = NULL, updated_at = now(),
+        -- Budgets: a cost (budgeted jobs only) ends the attempt's reservation.
+        reserved_cost = CASE WHEN v.cost IS NULL THEN r.reserved_cost END,
+        actual_cost = CASE WHEN v.cost IS NULL THEN r.actual_cost
+                           ELSE COALESCE(r.actual_cost, 0) + v.cost END
+    FROM v
+    WHERE r.id = v.id AND r.status = 'executing' AND r.claimed_by = %(worker)s
+      AND r.attempt = v.attempt
+    RETURNING r.id, r.status
+),
+a AS (
+    INSERT INTO django_strait_runattempt (run_id, number, endpoint, started_at, finished_at,
+        duration_ms, outcome, status_code, error_type, error, response_excerpt, worker)
+    SELECT v.id, v.attempt, v.endpoint, v.started_at, v.finished_at, v.duration_ms,
+        v.outcome, v.status_code, v.error_type, v.last_error, v.response_excerpt, %(worker)s
+    FROM v JOIN u ON u.id = v.id
+)
+/*parts*/
+SELECT id, status FROM u;
+
+
+-- name: record.rollup
+-- Per-minute counts for dashboards, in the record's statement: counted exactly once.
+rollup AS (
+    INSERT INTO django_strait_runrollup AS t (minute, job_id, status, count, total_duration_ms)
+    SELECT date_trunc('minute', v.finished_at), v.job_id, u.status, count(*), sum(v.duration_ms)
+    FROM v JOIN u ON u.id = v.id
+    GROUP BY 1, 2, 3
+    ON CONFLICT (minute, job_id, status) DO UPDATE
+    SET count = t.count + EXCLUDED.count,
+        total_duration_ms = t.total_duration_ms + EXCLUDED.total_duration_ms
+);
+
+
+-- name: record.health
+-- Endpoint health: each EWMA moves by the batch's sample (keep = the old value's weight,
+-- resilience.health.fold); score and level are generated columns.
+hv AS (
+    SELECT * FROM unnest(%(health_url)s::varchar[], %(health_n)s::integer[],
+                         %(health_keep)s::float8[], %(health_success)s::float8[],
+                         %(health_failure)s::float8[], %(health_p95)s::float8[],
+                         %(health_timeout)s::float8[])
+        AS hv(url, n, keep, s, f, p95, timeout)
+),
+health AS (
+    INSERT INTO django_strait_endpointhealth AS t (endpoint_url, success_rate, failure_rate,
+        latency_p95_ms, timeout_ms, samples, updated_at)
+    SELECT url, keep * 1.0 + s * (1 - keep), keep * 0.0 + f * (1 - keep),
+           keep * p95 + p95 * (1 - keep), timeout, n, now()
+    FROM hv ORDER BY url
+    ON CONFLICT (endpoint_url) DO UPDATE
+    SET (success_rate, failure_rate, latency_p95_ms, timeout_ms, samples, updated_at) = (
+        SELECT t.success_rate * hv.keep + hv.s * (1 - hv.keep),
+               t.failure_rate * hv.keep + hv.f * (1 - hv.keep),
+               t.latency_p95_ms * hv.keep + hv.p95 * (1 - hv.keep),
+               hv.timeout, t.samples + hv.n, now()
+        FROM hv WHERE hv.url = t.endpoint_url
+    )
+);
+
+
+-- name: record.ledger
+-- Budgets: each ledger row releases the attempts' reservations and spends their cost.
+ledger AS (
+    UPDATE django_strait_budgetledger AS t
+    SET reserved = GREATEST(t.reserved - x.released, 0), spent = t.spent + x.spent,
+        updated_at = now()
+    FROM unnest(%(ledger_project)s::bigint[], %(ledger_day)s::date[],
+                %(ledger_released)s::numeric[], %(ledger_spent)s::numeric[])
+        AS x(project_id, day, released, spent)
+    WHERE t.project_id = x.project_id AND t.day = x.day
+);
+
+
+-- name: limits
+-- Per limited job of a claim: its limits (read here, under the job row lock the claim
+-- took, so a raised or removed limit applies at once); its active runs, this batch's
+-- included, counted with one equality per status so the (job, status) index never walks
+-- a queued backlog; the concurrency cap now (max_concurrency scaled by the endpoint's
+-- health share, at least 1; 0 = no limit) and how many of the batch it admits; and the
+-- rate limit as a sliding log: the runs admitted in the window's last
+-- rate_limit_window_secs, topped up to rate_limit_max by this claim, older entries
+-- dropped. Admissions are stamped with the transaction's now(), which the started runs
+-- carry as started_at: at most rate_limit_max of them in any span of the window.
+WITH v AS (
+    SELECT * FROM unnest(%(job_id)s::bigint[], %(n)s::integer[], %(share)s::float8[])
+        AS v(job_id, n, share)
+),
+j AS (
+    SELECT v.job_id, v.n, v.share, NULLIF(j.max_concurrency, 0) AS mc,
+           j.rate_limit_max AS rmax, j.rate_limit_window_secs AS secs
+    FROM v JOIN django_strait_job AS j ON j.id = v.job_id
+),
+act AS (
+    SELECT j.job_id,
+           (SELECT count(*) FROM django_strait_jobrun AS r
+            WHERE r.job_id = j.job_id AND r.status = 'dequeued')
+         + (SELECT count(*) FROM django_strait_jobrun AS r
+            WHERE r.job_id = j.job_id AND r.status = 'executing') AS c
+    FROM j WHERE j.mc IS NOT NULL
+),
+cap AS (
+    SELECT j.*, COALESCE(act.c, 0) - j.n AS others,
+           CASE WHEN j.mc IS NULL THEN NULL
+                ELSE GREATEST(1, floor(j.mc * j.share))::integer END AS eff
+    FROM j LEFT JOIN act ON act.job_id = j.job_id
+),
+adm AS (
+    SELECT cap.*,
+           CASE WHEN eff IS NULL THEN n ELSE LEAST(n, GREATEST(0, eff - others)) END AS admitted,
+           CASE WHEN rmax IS NULL OR secs IS NULL THEN NULL
+                ELSE now() - make_interval(secs => secs) END AS since
+    FROM cap
+),
+used AS (
+    SELECT adm.job_id, COALESCE(sum(t.count), 0)::integer AS used, min(t.admitted_at) AS oldest
+    FROM adm LEFT JOIN django_strait_jobrateadmission AS t
+        ON t.job_id = adm.job_id AND t.admitted_at > adm.since
+    WHERE adm.since IS NOT NULL
+    GROUP BY adm.job_id
+),
+granted AS (
+    SELECT adm.job_id,
+           CASE WHEN adm.since IS NULL THEN adm.admitted
+                ELSE LEAST(adm.admitted, GREATEST(0, adm.rmax - used.used)) END AS granted,
+           COALESCE(used.oldest, now()) + make_interval(secs => adm.secs) AS frees_at
+    FROM adm LEFT JOIN used ON used.job_id = adm.job_id
+),
+gone AS (
+    DELETE FROM django_strait_jobrateadmission AS t USING adm
+    WHERE adm.since IS NOT NULL AND t.job_id = adm.job_id AND t.admitted_at <= adm.since
+),
+logged AS (
+    INSERT INTO django_strait_jobrateadmission (job_id, admitted_at, count)
+    SELECT g.job_id, now(), g.granted
+    FROM granted AS g JOIN adm ON adm.job_id = g.job_id
+    WHERE adm.since IS NOT NULL AND g.granted > 0
+)
+SELECT adm.job_id, adm.mc, adm.eff, adm.others, adm.admitted, adm.rmax, adm.secs,
+       g.granted, g.frees_at
+FROM adm JOIN granted AS g ON g.job_id = adm.job_id;
+
+
+-- name: budget.lock
+-- The ledger rows of a claim's projects for the day, created if missing, locked (ON
+-- CONFLICT DO UPDATE locks the row and returns its latest committed version) and read
+-- with their project's budget.
+INSERT INTO django_strait_budgetledger AS t (project_id, day, reserved, spent, updated_at)
+SELECT p, %(day)s::date, 0, 0, now() FROM unnest(%(projects)s::bigint[]) AS p ORDER BY p
+ON CONFLICT (project_id, day) DO UPDATE SET updated_at = EXCLUDED.updated_at
+RETURNING t.id, t.project_id, t.day, t.reserved, t.spent, t.soft_warning_sent_at,
+          (SELECT p.name FROM django_strait_project AS p WHERE p.id = t.project_id),
+          (SELECT p.daily_budget FROM django_strait_project AS p WHERE p.id = t.project_id),
+          (SELECT p.soft_limit_ratio FROM django_strait_project AS p WHERE p.id = t.project_id);
+
+
+-- name: budget.reserve
+-- The reservations: added to the ledger rows (with the day's soft-limit mark) and noted
+-- on the runs.
+WITH l AS (
+    UPDATE django_strait_budgetledger AS t
+    SET reserved = t.reserved + v.amount, updated_at = now(),
+        soft_warning_sent_at = CASE WHEN v.warn THEN now() ELSE t.soft_warning_sent_at END
+    FROM unnest(%(ledger)s::bigint[], %(amount)s::numeric[], %(warn)s::boolean[])
+        AS v(id, amount, warn)
+    WHERE t.id = v.id
+    RETURNING 1
+),
+r AS (
+    UPDATE django_strait_jobrun AS r SET reserved_cost = v.cost
+    FROM unnest(%(runs)s::bigint[], %(cost)s::numeric[]) AS v(id, cost)
+    WHERE r.id = v.id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM l), (SELECT count(*) FROM r);
+
+
+-- name: lead
+-- Leadership of one round of a duty: held until the transaction ends, so it needs no
+-- session state between transactions (PgBouncer's transaction mode).
+SELECT pg_try_advisory_xact_lock(%(namespace)s, %(key)s);
+
+
+-- name: estimate
+-- The planner's row count of a table: what a list shows instead of an exact COUNT(*).
+SELECT reltuples::bigint FROM pg_class WHERE oid = %(table)s::regclass;

@@ -1,0 +1,166 @@
+"""What the storage backends take and give: runs claimed, held, recorded, rescued.
+
+Plain values: the worker, the transitions and the tests build and read them
+without a database.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import cached_property
+from typing import Any
+
+from django_strait.resilience.budgets import Spend
+from django_strait.resilience.health import Sample
+from django_strait.states import Transition
+
+ZERO = Decimal(0)
+
+
+@dataclass(slots=True)
+class Claimed:
+    """A run a worker holds, with what executing it needs."""
+
+    id: int
+    job_id: int
+    payload: Any
+    attempt: int
+    attempts_before_replay: int
+    max_attempts: int | None
+    retry_overrides: dict[str, Any] | None
+    #: The endpoint the run's last attempt called (where failing over starts from).
+    endpoint_used: str = ""
+    started_at: dt.datetime | None = None
+    #: The endpoint the claim gate chose for this attempt (HTTP jobs).
+    endpoint: str = ""
+    #: What the claim reserved from the job's project budget for this attempt.
+    reserved_cost: Decimal | None = None
+    #: Why the stored payload (or retry override) could not be read: the run then
+    #: fails without running (``run.invalid``), a bad row harming only itself.
+    row_error: str = ""
+
+    @property
+    def budget_used(self) -> int:
+        """Attempts spent since the run was queued or last replayed."""
+        return self.attempt - self.attempts_before_replay
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A claimed run a gate sends back unstarted: when it may be tried again, and why."""
+
+    run_id: int
+    available_at: dt.datetime
+    #: The run's error type while it waits (``circuit.open``), and the message.
+    error_type: str
+    error: str
+    endpoint: str = ""
+    #: Write a short-circuited attempt row. Limit holds do not: a run waiting for a
+    #: slot is held again every second, and history would grow with it.
+    attempt_row: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """The end of one attempt: the run's next status and its attempt row."""
+
+    run_id: int
+    attempt: int
+    transition: Transition
+    started_at: dt.datetime
+    finished_at: dt.datetime
+    duration_ms: int
+    outcome: str
+    available_at: dt.datetime | None = None
+    result: Any = None
+    error: str = ""
+    error_type: str = ""
+    endpoint: str = ""
+    status_code: int | None = None
+    response_excerpt: str = ""
+    #: The job's name, for signals, logs and metrics (not written by the record).
+    job: str = ""
+    #: The job's id, for the per-minute rollup.
+    job_id: int = 0
+    #: Budgets: the job's project, what the claim reserved, and what the attempt cost.
+    project_id: int | None = None
+    reserved_cost: Decimal | None = None
+    cost: Decimal | None = None
+
+    @property
+    def spent(self) -> Decimal | None:
+        """What a budgeted attempt spends (None: not a budgeted attempt)."""
+        return (self.cost or ZERO) if self.reserved_cost is not None else None
+
+
+@dataclass(frozen=True)
+class RecordBatch:
+    """One write of ended attempts, with the health samples of their endpoints."""
+
+    worker_id: str
+    records: Sequence[Record]
+    #: One sample per endpoint of the batch (``resilience.health.summarize``).
+    health: Sequence[Sample] = ()
+
+    @cached_property
+    def spends(self) -> list[Spend]:
+        """The settlements of the records that reserved budget."""
+        return [
+            Spend(r.run_id, r.project_id, r.started_at, r.reserved_cost, r.spent)
+            for r in self.records
+            if r.reserved_cost is not None and r.project_id is not None and r.spent is not None
+        ]
+
+
+@dataclass(slots=True)
+class Recorded:
+    """Which records moved their run (run id -> new status) and which found it gone."""
+
+    moved: dict[int, str] = field(default_factory=dict)
+    lost: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """A run found without a worker: what the rescue needs to know about it."""
+
+    id: int
+    job_id: int
+    status: str
+    attempt: int
+    attempts_before_replay: int
+    max_attempts: int | None
+    retry_overrides: dict[str, Any] | None
+    claimed_by: str
+    cancel_requested: bool
+    started_at: dt.datetime | None
+    #: The last sign of life: heartbeat, else dequeue (in flight) or update (waiting).
+    last_sign: dt.datetime
+    #: What the lost attempt reserved from its project's budget.
+    reserved_cost: Decimal | None = None
+
+    @property
+    def lost_attempt(self) -> int:
+        """The number of the attempt the worker lost.
+
+        An executing run lost the attempt it had started; a dequeued run never
+        started one, and a waiting run's attempt ended when it began to wait, so
+        the rescue spends one for them.
+        """
+        if self.status == "executing" and self.attempt > 0:
+            return self.attempt
+        return self.attempt + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Rescued:
+    """A stale run the reaper moved on: where it ended, and why."""
+
+    run: Stale
+    transition: Transition
+    error: str
+    #: When a retried run is due again (None for the other ends).
+    available_at: dt.datetime | None = None

@@ -1,0 +1,83 @@
+"""Transitions that people ask for (admin, API, commands): replay, cancel, discard.
+
+Each is one guarded update through the storage backend; each sends its signal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from django.utils import timezone
+
+from django_strait import signals
+from django_strait.models import JobRun
+from django_strait.states import Transition
+from django_strait.storage import Storage, backend
+from django_strait.triggering import check_payload
+
+logger = logging.getLogger(__name__)
+
+#: Runs moved per statement by replay_many (and read per page by bulk replays).
+REPLAY_BATCH_SIZE = 500
+
+
+def replay(
+    run_id: int, *, by: str = "", payload: Any = ..., storage: Storage | None = None
+) -> JobRun:
+    """Queue a dead-lettered/failed/discarded/system-failed run again, its attempt budget reset.
+
+    ``by`` records who replayed; ``payload`` (if given) replaces the run's payload.
+    """
+    storage = storage or backend()
+    updates = storage.replay_updates(by, timezone.now())
+    if payload is not ...:
+        updates["payload"] = check_payload(payload)
+    run = storage.apply(run_id, Transition.REPLAY, **updates)
+    logger.info("run %s: replayed by %s", run_id, by or "unknown", extra={"run_id": run_id})
+    return run
+
+
+def replay_many(
+    run_ids: Iterable[int],
+    *,
+    by: str = "",
+    batch_size: int = REPLAY_BATCH_SIZE,
+    storage: Storage | None = None,
+) -> int:
+    """Replay every replayable run among ``run_ids``, in batches; return how many moved."""
+    storage = storage or backend()
+    ids = list(run_ids)
+    moved = 0
+    for start in range(0, len(ids), batch_size):
+        chunk = ids[start : start + batch_size]
+        moved += storage.replay_many(chunk, by=by, now=timezone.now())
+    logger.info("replayed %s of %s runs (by %s)", moved, len(ids), by or "unknown")
+    return moved
+
+
+def cancel(run_id: int, *, storage: Storage | None = None) -> JobRun:
+    """Cancel a run; one that is executing is canceled when its attempt returns."""
+    storage = storage or backend()
+    now = timezone.now()
+    if storage.request_cancel(run_id, now=now):
+        logger.info("run %s: cancel requested while executing", run_id)
+        return JobRun.objects.using(storage.alias).get(pk=run_id)
+    run = storage.apply(run_id, Transition.CANCEL, finished_at=now, claimed_by="", updated_at=now)
+    logger.info("run %s: canceled", run_id, extra={"run_id": run_id})
+    signals.send_changed([run])
+    return run
+
+
+def discard(
+    run_id: int, *, by: str = "", reason: str = "", storage: Storage | None = None
+) -> JobRun:
+    """Drop a run that no worker holds (queued, dead-lettered or system-failed)."""
+    storage = storage or backend()
+    now = timezone.now()
+    run = storage.apply(run_id, Transition.DROP, finished_at=now, updated_at=now)
+    note = f"discarded by {by or 'unknown'}" + (f": {reason}" if reason else "")
+    logger.info("run %s: %s", run_id, note, extra={"run_id": run_id})
+    signals.send_changed([run])
+    return run

@@ -1,0 +1,153 @@
+"""The worker's transitions, a batch at a time: claim and start, record, put back, heartbeat.
+
+Each calls the storage backend for the change and sends the change's signals
+itself, so that every path that moves a run announces it alike.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from django.db import transaction
+from django.utils import timezone
+
+from django_strait import signals
+from django_strait.storage import Claimed, Hold, RecordBatch, Recorded, Storage, backend
+
+logger = logging.getLogger(__name__)
+
+#: What the claim gate is: the claimed runs and the claim's time in, the holds for the
+#: runs that may not start yet out.
+Gate = Callable[[list[Claimed], dt.datetime], Sequence[Hold]]
+
+#: The error type of a run held because claiming it raised (a bad row, or a bug).
+CLAIM_FAILED_ERROR = "worker.claim_failed"
+#: How long such a run waits before it is claimed again.
+CLAIM_FAILED_WAIT = dt.timedelta(seconds=30)
+
+
+def claim_and_start(
+    worker_id: str,
+    *,
+    queues: Sequence[str] = (),
+    limit: int,
+    gate: Gate | None = None,
+    isolate: bool = False,
+    job_names: Mapping[int, str] | Callable[[int], str] | None = None,
+    storage: Storage | None = None,
+) -> list[Claimed]:
+    """Claim up to ``limit`` due runs and start those the gate lets through, in one transaction.
+
+    ``gate`` runs between claim and start (the worker loads job definitions and
+    checks limits, circuits and budgets there, so its decisions see the same
+    transaction) and returns the runs that may not start yet: they go back to
+    queued with their ``available_at``, spending no attempt. If anything fails,
+    all of it rolls back: no run is left claimed but unstarted.
+
+    ``isolate`` (after a claim failed) gates and starts each job's runs in a
+    savepoint of its own, so that one bad job's runs are held and the rest start.
+    ``job_names`` (a mapping or a function of the job id) names the jobs in the
+    ``run_started`` signals; without it they are read when someone listens.
+    """
+    storage = storage or backend()
+    with storage.claim_transaction():
+        now = timezone.now()
+        claimed = storage.claim(worker_id, queues=queues, limit=limit, now=now)
+        if not claimed:
+            return []
+        start = _gate_and_start_by_job if isolate else _gate_and_start
+        started = start(storage, worker_id, claimed, gate, now)
+    signals.send_started(started, _names(started, job_names), using=storage.alias)
+    return started
+
+
+def _gate_and_start(
+    storage: Storage, worker_id: str, claimed: list[Claimed], gate: Gate | None, now: dt.datetime
+) -> list[Claimed]:
+    holds = gate(claimed, now) if gate is not None else ()
+    if holds:
+        storage.hold(worker_id, holds, now=now)
+        held = {h.run_id for h in holds}
+        claimed = [run for run in claimed if run.id not in held]
+    return storage.start(worker_id, claimed, now=now)
+
+
+def _gate_and_start_by_job(
+    storage: Storage, worker_id: str, claimed: list[Claimed], gate: Gate | None, now: dt.datetime
+) -> list[Claimed]:
+    """Gate and start each job's runs in a savepoint of their own; hold a job's runs that fail.
+
+    Whatever one job's row or runs make the gate or the start raise, only that
+    job's runs wait (``worker.claim_failed``), with the error on them and in the
+    log; every other job's runs start.
+    """
+    by_job: dict[int, list[Claimed]] = {}
+    for run in claimed:
+        by_job.setdefault(run.job_id, []).append(run)
+    started: list[Claimed] = []
+    for job_id, runs in by_job.items():
+        try:
+            with storage.atomic():
+                started += _gate_and_start(storage, worker_id, runs, gate, now)
+        except Exception as exc:
+            logger.exception(
+                "claiming runs %s of job id %s failed; holding them for %ss",
+                [r.id for r in runs],
+                job_id,
+                CLAIM_FAILED_WAIT.total_seconds(),
+            )
+            reason = f"claiming this run failed inside the worker: {type(exc).__name__}: {exc}"
+            until = now + CLAIM_FAILED_WAIT
+            held = [
+                Hold(r.id, until, CLAIM_FAILED_ERROR, reason[:4000], attempt_row=False)
+                for r in runs
+            ]
+            storage.hold(worker_id, held, now=now)
+    return started
+
+
+def _names(
+    runs: Sequence[Claimed], job_names: Mapping[int, str] | Callable[[int], str] | None
+) -> dict[int, str] | None:
+    if job_names is None or not signals.listened(signals.run_started):
+        return None
+    name = job_names if callable(job_names) else job_names.__getitem__
+    return {run.id: name(run.job_id) for run in runs}
+
+
+def record(batch: RecordBatch, *, storage: Storage | None = None) -> Recorded:
+    """Record a batch of ended attempts, then send their signals and any soft-limit warning.
+
+    Only runs still executing under this worker at that attempt move (the
+    guard); a run whose cancel was asked meanwhile becomes canceled instead.
+    """
+    storage = storage or backend()
+    done = storage.record(batch)
+    if done.moved:
+        names = {r.run_id: r.job for r in batch.records}
+        signals.send_recorded(batch.records, done, names, using=storage.alias)
+    spends = batch.spends
+    if spends:
+        crossed = storage.crossed_soft_limits(spends, now=timezone.now())
+        signals.announce_budget_soft_limits(crossed)
+    return done
+
+
+def warn_budgets_on_commit(crossed: Sequence, storage: Storage) -> None:
+    """Announce the soft limits a claim's reservations crossed, once that claim commits."""
+    if crossed:
+        transaction.on_commit(
+            lambda: signals.announce_budget_soft_limits(crossed), using=storage.alias
+        )
+
+
+def unclaim(worker_id: str, run_ids: Sequence[int], *, storage: Storage | None = None) -> int:
+    """Put claimed-but-unstarted runs back to queued; no attempt is spent."""
+    return (storage or backend()).unclaim(worker_id, run_ids, now=timezone.now())
+
+
+def heartbeat(worker_id: str, run_ids: Sequence[int], *, storage: Storage | None = None) -> int:
+    """Mark the runs this worker holds as alive (one statement for all of them)."""
+    return (storage or backend()).heartbeat(worker_id, run_ids, now=timezone.now())

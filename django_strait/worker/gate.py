@@ -1,0 +1,132 @@
+"""The claim gate: which claimed runs may start now, decided inside the claim's transaction.
+
+Steps, in order, each handed only the runs the ones before let through:
+
+1. **definition**: a job whose row is not a valid definition holds its runs
+   (``job.invalid``) until it is fixed;
+2. **limits**: concurrency and rate limits (a run they hold never reaches its
+   circuit, so it cannot take a half-open probe it would not send);
+3. **circuits and health**: each HTTP run's endpoint is chosen (the first of its
+   endpoints whose circuit and health admit it); a run none admits is held;
+4. **budgets**: last, so that only runs that will start reserve.
+
+A step is a method returning holds; a new protection step is one more method
+and one more entry in ``steps``. Python jobs are never held by circuits or health.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+from django_strait.conf import strait_settings
+from django_strait.decisions import trim
+from django_strait.dispatch import failover
+from django_strait.resilience import budgets, limits
+from django_strait.resilience.breaker import Candidate, CircuitBreaker
+from django_strait.storage import Claimed, Hold, Storage
+from django_strait.transitions.worker import warn_budgets_on_commit
+from django_strait.worker.catalog import Catalog
+
+#: The error type of a run held because its job's row is not a valid definition.
+INVALID_JOB_ERROR = "job.invalid"
+#: How long such a run waits before it is looked at again (a fixed row frees it then).
+INVALID_JOB_WAIT = dt.timedelta(seconds=30)
+
+Step = Callable[[list[Claimed], dt.datetime], list[Hold]]
+
+
+class Gate:
+    """Decides, for one worker, which claimed runs start and which wait."""
+
+    def __init__(self, storage: Storage, catalog: Catalog, circuits: CircuitBreaker) -> None:
+        self.storage = storage
+        self.catalog = catalog
+        self.circuits = circuits
+        self.steps: tuple[Step, ...] = (
+            self.invalid_holds,
+            self.limit_holds,
+            self.circuit_holds,
+            self.budget_holds,
+        )
+
+    def __call__(self, claimed: list[Claimed], now: dt.datetime) -> list[Hold]:
+        """Load the claimed runs' jobs; return the holds of the runs that may not start yet."""
+        self.catalog.ensure({r.job_id for r in claimed})
+        holds: list[Hold] = []
+        for step in self.steps:
+            more = step(claimed, now)
+            if more:
+                held = {h.run_id for h in more}
+                claimed = [run for run in claimed if run.id not in held]
+                holds += more
+        return holds
+
+    def invalid_holds(self, claimed: list[Claimed], now: dt.datetime) -> list[Hold]:
+        """Hold the runs of jobs whose row is not a valid definition, until it is fixed."""
+        held = []
+        for run in claimed:
+            info = self.catalog.get(run.job_id)
+            if info.invalid:
+                reason = trim(
+                    f"job {info.name} is not a valid definition: {info.describe_problems()}"
+                )
+                until = now + INVALID_JOB_WAIT
+                held.append(Hold(run.id, until, INVALID_JOB_ERROR, reason, attempt_row=False))
+        return held
+
+    def limit_holds(self, claimed: list[Claimed], now: dt.datetime) -> list[Hold]:
+        """Hold the runs their job's concurrency or rate limit does not admit (no attempt row)."""
+        limited = [
+            (run, row)
+            for run in claimed
+            if limits.is_limited(row := self.catalog.get(run.job_id).row)
+        ]
+        if not limited:
+            return []  # the fast path: no limited job in the batch, no statement
+        self.circuits.refresh()  # health scores of degraded endpoints, at most a second old
+        pending = [
+            limits.Pending(run.id, run.job_id, self.circuits.health_score(row.endpoint_url))
+            for run, row in limited
+        ]
+        return [
+            Hold(h.run_id, h.until, h.error_type, h.reason, attempt_row=False)
+            for h in self.storage.enforce_limits(pending, now=now)
+        ]
+
+    def circuit_holds(self, claimed: list[Claimed], now: dt.datetime) -> list[Hold]:
+        """Pick each HTTP run's endpoint; hold the runs that no endpoint's circuit or health admits."""
+        candidates = []
+        for run in claimed:
+            info = self.catalog.get(run.job_id)
+            if info.endpoints:
+                ordered = failover.order(
+                    info.endpoints, last_used=run.endpoint_used, attempts_spent=run.budget_used
+                )
+                candidates.append(Candidate(run.id, ordered, info.row.timeout_secs))
+        if not candidates:
+            return []
+        cooldown = dt.timedelta(seconds=strait_settings.CIRCUIT_COOLDOWN)
+        gated = self.circuits.gate(candidates, now=now, cooldown=cooldown)
+        for run in claimed:
+            run.endpoint = gated.chosen.get(run.id, "")
+        firsts = {c.run_id: c.endpoints[0] for c in candidates}
+        return [
+            Hold(rid, admission.until or now, admission.error_type, admission.reason, firsts[rid])
+            for rid, admission in gated.held.items()
+        ]
+
+    def budget_holds(self, claimed: list[Claimed], now: dt.datetime) -> list[Hold]:
+        """Reserve the cost of runs whose job has a project; hold those that do not fit today."""
+        pending = []
+        for run in claimed:
+            row = self.catalog.get(run.job_id).row
+            if row.project_id is not None and row.estimated_cost is not None:
+                pending.append(budgets.Pending(run.id, row.project_id, row.estimated_cost))
+        if not pending:
+            return []  # the fast path: no budgeted job in the batch, no statement
+        allocation = self.storage.reserve_budgets(pending, now=now)
+        for run in claimed:
+            run.reserved_cost = allocation.reserved.get(run.id)
+        warn_budgets_on_commit(allocation.crossed, self.storage)
+        return [Hold(h.run_id, h.until, budgets.BUDGET_ERROR, h.reason) for h in allocation.held]
