@@ -27,8 +27,8 @@ __all__ = [
 __version__ = "0.1.0.dev0"
 
 _LAZY = {
-    "job": "django_strait.registry",
-    "handler": "django_strait.registry",
+    "job": "django_strait.decorators",
+    "handler": "django_strait.handlers",
     "retry_function": "django_strait.retry.functions",
     "trigger": "django_strait.triggering",
     "trigger_many": "django_strait.triggering",

@@ -1,7 +1,7 @@
 """Tables of functions registered in code by name: the only code a worker may call.
 
 A job's ``handler`` and a retry policy's ``function`` are names looked up in one
-of these tables (``registry.handlers``, ``retry.functions.table``), never dotted
+of these tables (``handlers.handlers``, ``retry.functions.table``), never dotted
 paths imported on demand: nothing a request, a form or a table row supplies can
 make a process import or call anything else (DESIGN §14).
 """

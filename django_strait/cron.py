@@ -14,6 +14,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
+from django_strait.states import RunStatus
+
 UTC = dt.UTC
 
 ALIASES = ("@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually")
@@ -28,7 +30,7 @@ MAX_COUNTED_MISSES = 1000
 #: The shortest grace window: a tick less than this old is on time and fires.
 MIN_GRACE = 60.0
 #: Run statuses that make a job busy for ``schedule_overlap="skip"``.
-ACTIVE_STATUSES = ("queued", "dequeued", "executing", "waiting")
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.DEQUEUED, RunStatus.EXECUTING, RunStatus.WAITING)
 
 _ONE_MICROSECOND = dt.timedelta(microseconds=1)
 

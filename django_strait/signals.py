@@ -27,7 +27,7 @@ from django.db import transaction
 from django.dispatch import Signal
 
 from django_strait.database import alias
-from django_strait.models import EndpointCircuit, JobRun, Project
+from django_strait.models import CircuitState, EndpointCircuit, JobRun, Project
 from django_strait.states import RunStatus
 
 if TYPE_CHECKING:
@@ -270,9 +270,9 @@ def announce_circuit_changes(changes: Iterable[Change]) -> None:
     """
     for change in changes:
         circuit = change.circuit
-        if circuit.state == "half_open":
+        if circuit.state == CircuitState.HALF_OPEN:
             continue
-        opened = circuit.state == "open"
+        opened = circuit.state == CircuitState.OPEN
         if opened:
             logger.warning(
                 "circuit opened for %s after %s consecutive failures",

@@ -48,28 +48,41 @@ IN_FLIGHT: frozenset[str] = frozenset({S.DEQUEUED, S.EXECUTING})
 
 
 class Transition(enum.Enum):
-    """A named change of status: (statuses it may start from, status it leads to)."""
+    """A named change of status: the statuses it may start from, the status it leads to, and why."""
 
-    CLAIM = ({S.QUEUED}, S.DEQUEUED)
-    #: A claimed run goes back unstarted (shutdown, or a limit gate): no attempt spent.
-    UNCLAIM = ({S.DEQUEUED}, S.QUEUED)
-    START = ({S.DEQUEUED}, S.EXECUTING)
-    COMPLETE = ({S.EXECUTING}, S.COMPLETED)
-    RETRY = ({S.EXECUTING, S.SYSTEM_FAILED}, S.QUEUED)
-    DEAD_LETTER = ({S.EXECUTING, S.SYSTEM_FAILED}, S.DEAD_LETTER)
+    CLAIM = ({S.QUEUED}, S.DEQUEUED, "a worker takes it")
+    #: A claimed run goes back unstarted (shutdown, or a gate): no attempt spent.
+    UNCLAIM = ({S.DEQUEUED}, S.QUEUED, "held by a limit, circuit or budget; no attempt spent")
+    START = ({S.DEQUEUED}, S.EXECUTING, "attempt + 1")
+    COMPLETE = ({S.EXECUTING}, S.COMPLETED, "succeeded")
+    RETRY = ({S.EXECUTING, S.SYSTEM_FAILED}, S.QUEUED, "failed, attempts left: due after a delay")
+    DEAD_LETTER = (
+        {S.EXECUTING, S.SYSTEM_FAILED},
+        S.DEAD_LETTER,
+        "exhausted, non-retryable, or handler DeadLetter",
+    )
     #: An attempt's outcome (or the reaper) drops the run.
-    DISCARD = ({S.EXECUTING, S.SYSTEM_FAILED}, S.DISCARDED)
+    DISCARD = (
+        {S.EXECUTING, S.SYSTEM_FAILED},
+        S.DISCARDED,
+        "exhausted with on_exhaustion=discard, or handler Discard",
+    )
     #: A person drops a run that no worker holds (admin, API, command).
-    DROP = ({S.QUEUED, S.DEAD_LETTER, S.SYSTEM_FAILED}, S.DISCARDED)
-    FAIL = ({S.EXECUTING}, S.FAILED)
+    DROP = ({S.QUEUED, S.DEAD_LETTER, S.SYSTEM_FAILED}, S.DISCARDED, "a person drops it")
+    FAIL = ({S.EXECUTING}, S.FAILED, "handler Fail, or Strait-Action fail")
     #: From executing only when the attempt returns (``cancel_requested`` set meanwhile).
-    CANCEL = ({S.QUEUED, S.DEQUEUED, S.WAITING, S.EXECUTING}, S.CANCELED)
-    RESCUE = ({S.DEQUEUED, S.EXECUTING, S.WAITING}, S.SYSTEM_FAILED)
-    REPLAY = (set(REPLAYABLE), S.QUEUED)
+    CANCEL = (
+        {S.QUEUED, S.DEQUEUED, S.WAITING, S.EXECUTING},
+        S.CANCELED,
+        "an executing run once its attempt returns",
+    )
+    RESCUE = ({S.DEQUEUED, S.EXECUTING, S.WAITING}, S.SYSTEM_FAILED, "the reaper: no heartbeat")
+    REPLAY = (set(REPLAYABLE), S.QUEUED, "attempt budget reset")
 
-    def __init__(self, sources: set[str], target: str) -> None:
+    def __init__(self, sources: set[str], target: str, note: str) -> None:
         self.sources = frozenset(sources)
         self.target = target
+        self.note = note
 
     @property
     def label(self) -> str:
@@ -79,6 +92,18 @@ class Transition(enum.Enum):
 def allowed(transition: Transition, status: str) -> bool:
     """Return whether ``transition`` may start from ``status``."""
     return status in transition.sources
+
+
+def diagram() -> str:
+    """The state diagram of the transition table, as Mermaid (docs/concepts.md shows it)."""
+    lines = ["stateDiagram-v2", "    [*] --> queued: trigger()"]
+    order = list(RunStatus)
+    for transition in Transition:
+        for source in sorted(transition.sources, key=order.index):
+            lines.append(
+                f"    {source} --> {transition.target}: {transition.label} ({transition.note})"
+            )
+    return "\n".join(lines)
 
 
 class InvalidTransition(Exception):

@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from django_strait.api.auth import issue_key, key_state
 from django_strait.models import SCOPES, ApiKey
 
 
@@ -44,8 +45,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.display(description="state")
     def state(self, key: ApiKey) -> str:
-        from django_strait.api.auth import key_state
-
         return key_state(key, timezone.now())
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
@@ -55,8 +54,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        from django_strait.api.auth import issue_key
-
         made, key = issue_key(
             obj.name, form.cleaned_data["scopes"], expires_at=obj.expires_at,
             created_by=request.user,

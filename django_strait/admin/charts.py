@@ -13,15 +13,17 @@ from decimal import Decimal
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from django_strait.states import RunStatus
+
 #: Colours by the status an attempt moved its run to (greens good, reds bad).
 STATUS_COLOURS: Mapping[str, str] = {
-    "completed": "#2e7d32",
-    "queued": "#f9a825",  # a retry: the attempt failed, the run will try again
-    "failed": "#c62828",
-    "dead_letter": "#6a1b9a",
-    "discarded": "#757575",
-    "canceled": "#90a4ae",
-    "system_failed": "#ef6c00",
+    RunStatus.COMPLETED: "#2e7d32",
+    RunStatus.QUEUED: "#f9a825",  # a retry: the attempt failed, the run will try again
+    RunStatus.FAILED: "#c62828",
+    RunStatus.DEAD_LETTER: "#6a1b9a",
+    RunStatus.DISCARDED: "#757575",
+    RunStatus.CANCELED: "#90a4ae",
+    RunStatus.SYSTEM_FAILED: "#ef6c00",
 }
 OTHER_COLOUR = "#455a64"
 

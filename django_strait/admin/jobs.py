@@ -27,7 +27,7 @@ from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
 from django_strait.admin.overview import overview_view
 from django_strait.database import alias
 from django_strait.models import Job, JobRun, RunRollup
-from django_strait.states import TERMINAL
+from django_strait.states import TERMINAL, RunStatus
 from django_strait.triggering import TriggerError, trigger
 
 #: How far back a job's success rate and last outcome look (rollups, not runs).
@@ -65,9 +65,11 @@ def read_job_stats(job_ids: Iterable[int], now: dt.datetime) -> dict[int, JobSta
 def _stats(rows: Sequence[tuple[str, int, dt.datetime]]) -> JobStats:
     # A retry ("queued") is an attempt, not a finished run: it counts only as the last outcome.
     finished = sum(n for status, n, _ in rows if status in TERMINAL)
-    succeeded = sum(n for status, n, _ in rows if status == "completed")
+    succeeded = sum(n for status, n, _ in rows if status == RunStatus.COMPLETED)
     # Minute resolution: on a tie the outcome that is not a success is the one to see.
-    _, _, last_status = max((last, status != "completed", status) for status, _, last in rows)
+    _, _, last_status = max(
+        (last, status != RunStatus.COMPLETED, status) for status, _, last in rows
+    )
     return JobStats(finished=finished, succeeded=succeeded, last_status=last_status)
 
 
@@ -151,7 +153,7 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="last outcome (24 h)")
     def last_outcome(self, job: Job) -> str:
         status = _stats_of(job).last_status
-        return {"": "-", "queued": "retrying"}.get(status, status)
+        return {"": "-", RunStatus.QUEUED: "retrying"}.get(status, status)
 
     @admin.display(description="success rate (24 h)")
     def success_rate(self, job: Job) -> str:

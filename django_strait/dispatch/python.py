@@ -24,6 +24,7 @@ from typing import Any
 from django_strait.actions import DeadLetter, Discard, Error, Fail, Retry, StraitAction
 from django_strait.dispatch.results import trim
 from django_strait.outcome import Action, Outcome, action, failure, success
+from django_strait.retry.durations import parse_duration
 
 __all__ = ["RunContext", "accepts_context", "call_sync", "is_async", "run_python", "settle"]
 
@@ -226,8 +227,6 @@ def _retry_delay(delay: Any) -> tuple[float | None, str]:
         return None, ""
     # Imported here: the duration syntax belongs to the retry package, and a
     # handler asking for its own delay is rare enough not to load it up front.
-    from django_strait.retry.durations import parse_duration
-
     try:
         return parse_duration(delay, field="Retry.delay"), ""
     except ValueError as exc:  # a bad delay must not lose the retry it came with

@@ -12,7 +12,7 @@ from django_strait.conf import strait_settings
 from django_strait.cron import ScheduleError, check_schedule, check_timezone
 from django_strait.dispatch.http import header_problems as dispatch_header_problems
 from django_strait.dispatch.ssrf import url_problem
-from django_strait.registry import find_handler, handlers
+from django_strait.handlers import find_handler, handlers
 from django_strait.retry import PolicyError, check_registered, job_partial, resolve
 
 PRIORITY_VALIDATORS = bounds.within(*bounds.PRIORITY)

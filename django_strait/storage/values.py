@@ -15,7 +15,7 @@ from typing import Any
 
 from django_strait.resilience.budgets import Spend
 from django_strait.resilience.health import Sample
-from django_strait.states import Transition
+from django_strait.states import RunStatus, Transition
 
 ZERO = Decimal(0)
 
@@ -150,7 +150,7 @@ class Stale:
         started one, and a waiting run's attempt ended when it began to wait, so
         the rescue spends one for them.
         """
-        if self.status == "executing" and self.attempt > 0:
+        if self.status == RunStatus.EXECUTING and self.attempt > 0:
             return self.attempt
         return self.attempt + 1
 

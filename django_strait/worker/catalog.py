@@ -22,9 +22,9 @@ from typing import Any
 
 from django_strait.conf import strait_settings
 from django_strait.dispatch.failover import endpoints_of
+from django_strait.handlers import find_handler, handlers
 from django_strait.models import Job
 from django_strait.models.job import definition_problems
-from django_strait.registry import find_handler, handlers
 from django_strait.retry import BUILTIN, PolicyError, RetryPolicy, resolve
 
 logger = logging.getLogger(__name__)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from django_strait.states import RunStatus
+
 
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
@@ -32,12 +34,12 @@ class WorkerConfig:
 
 
 _STAT_FOR_STATUS = {
-    "completed": "succeeded",
-    "queued": "retried",
-    "dead_letter": "dead_lettered",
-    "discarded": "discarded",
-    "failed": "failed",
-    "canceled": "canceled",
+    RunStatus.COMPLETED: "succeeded",
+    RunStatus.QUEUED: "retried",
+    RunStatus.DEAD_LETTER: "dead_lettered",
+    RunStatus.DISCARDED: "discarded",
+    RunStatus.FAILED: "failed",
+    RunStatus.CANCELED: "canceled",
 }
 
 

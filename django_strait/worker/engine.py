@@ -38,6 +38,7 @@ from django_strait.models import AttemptOutcome
 from django_strait.outcome import Outcome
 from django_strait.resilience import health as endpoint_health
 from django_strait.resilience.breaker import Attempted, CircuitBreaker
+from django_strait.states import RunStatus
 from django_strait.storage import Claimed, Record, RecordBatch, Recorded, backend
 from django_strait.transitions import claim_and_start, record
 from django_strait.wakeup import Listener
@@ -321,11 +322,11 @@ class Worker:
 
 #: Where an attempt that did not complete left its run, and how loudly to say so.
 _LOG_LEVEL_FOR_STATUS = {
-    "queued": logging.INFO,
-    "canceled": logging.INFO,
-    "discarded": logging.WARNING,
-    "dead_letter": logging.WARNING,
-    "failed": logging.WARNING,
+    RunStatus.QUEUED: logging.INFO,
+    RunStatus.CANCELED: logging.INFO,
+    RunStatus.DISCARDED: logging.WARNING,
+    RunStatus.DEAD_LETTER: logging.WARNING,
+    RunStatus.FAILED: logging.WARNING,
 }
 
 
@@ -343,7 +344,7 @@ def _log_attempt(rec: Record, status: str | None) -> None:
         rec.error[:200],
         status,
         f" until {rec.available_at:%Y-%m-%d %H:%M:%S}Z"
-        if status == "queued" and rec.available_at
+        if status == RunStatus.QUEUED and rec.available_at
         else "",
         extra={
             "run_id": rec.run_id,

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from django_strait import handler, job
-from django_strait.registry import find_handler, handlers
+from django_strait.handlers import find_handler, handlers
 
 
 @handler

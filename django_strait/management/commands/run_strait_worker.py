@@ -10,6 +10,7 @@ import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_strait.conf import strait_settings
 from django_strait.worker.engine import Worker, WorkerConfig
 
 
@@ -100,8 +101,6 @@ def refuse_bad_settings() -> None:
 
     ``manage.py`` runs the system checks first, but ``call_command`` does not.
     """
-    from django_strait.conf import strait_settings
-
     errors = strait_settings.errors()
     if errors:
         listed = "\n".join(f"- {error}" for error in errors)
@@ -128,8 +127,7 @@ def show_worker_logs(*, verbose: bool) -> None:
 
 def build_config(options: dict) -> WorkerConfig:
     """Merge command options over the STRAIT settings."""
-    from django_strait.conf import strait_settings as s
-
+    s = strait_settings
     return WorkerConfig(
         worker_id=options.get("worker_id") or default_worker_id(),
         queues=tuple(options.get("queues") or ()),

@@ -9,7 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from django_strait.models import SCOPES
+from django_strait.api.auth import issue_key, key_state, revoke_key
+from django_strait.models import SCOPES, ApiKey
+from django_strait.retry import PolicyError, parse_duration
 
 
 def scope(value: str) -> str:
@@ -21,8 +23,6 @@ def scope(value: str) -> str:
 
 def expiry(value: str) -> dt.datetime:
     """Parse --expires-in: a duration greater than zero, from now."""
-    from django_strait.retry import PolicyError, parse_duration
-
     try:
         seconds = parse_duration(value, field="--expires-in")
     except PolicyError as exc:
@@ -54,8 +54,6 @@ class Command(BaseCommand):
         getattr(self, f"_{options['action']}")(options)
 
     def _create(self, options: dict[str, Any]) -> None:
-        from django_strait.api.auth import issue_key
-
         row, key = issue_key(options["name"], options["scopes"], expires_at=options["expires_in"])
         self.stdout.write(
             f"Created API key {row.name!r} ({row.prefix}) with {', '.join(row.scopes)}."
@@ -64,9 +62,6 @@ class Command(BaseCommand):
         self.stdout.write(key)
 
     def _list(self, options: dict[str, Any]) -> None:
-        from django_strait.api.auth import key_state
-        from django_strait.models import ApiKey
-
         now = timezone.now()
         for row in ApiKey.objects.order_by("name", "pk"):
             used = row.last_used_at.isoformat() if row.last_used_at else "never"
@@ -76,9 +71,6 @@ class Command(BaseCommand):
             )
 
     def _revoke(self, options: dict[str, Any]) -> None:
-        from django_strait.api.auth import revoke_key
-        from django_strait.models import ApiKey
-
         try:
             row = revoke_key(options["prefix"])
         except ApiKey.DoesNotExist:

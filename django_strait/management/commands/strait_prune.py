@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from django_strait.duties.pruner import Pruner, preview
+from django_strait.models import Job
 from django_strait.retry import PolicyError, parse_duration
 
 
@@ -28,8 +29,6 @@ def older_than(value: str) -> float:
 
 def job_name(value: str) -> str:
     """Parse --job: the name of an existing job."""
-    from django_strait.models import Job
-
     if not Job.objects.filter(name=value).exists():
         raise argparse.ArgumentTypeError(f"no job is named {value!r}; allowed: the name of a job")
     return value

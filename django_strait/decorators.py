@@ -1,0 +1,65 @@
+"""``@job``: register a Python function as a job, callable as before and triggerable."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from django_strait import registry, triggering
+from django_strait.handlers import handlers
+from django_strait.models import JobRun
+from django_strait.registry import JobSpec
+
+
+class Handler:
+    """A registered job function: call it like the function, or trigger it."""
+
+    def __init__(self, func: Callable[..., Any], spec: JobSpec) -> None:
+        functools.update_wrapper(self, func)
+        self.func = func
+        self.spec = spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    def trigger(self, payload: Any = None, **options: Any) -> JobRun:
+        """Queue a run of this job; options as for ``django_strait.trigger``."""
+        return triggering.trigger(self.spec.name, payload, **options)
+
+    def trigger_many(self, payloads: Any, **options: Any) -> list[JobRun]:
+        """Queue one run per payload in one statement."""
+        return triggering.trigger_many(self.spec.name, payloads, **options)
+
+    def __repr__(self) -> str:
+        return f"<strait job {self.spec.name!r} -> {self.spec.path}>"
+
+
+def job(
+    func: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    retry: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+    description: str | None = None,
+) -> Any:
+    """Register a Python function (sync or ``async``) as a job and its handler."""
+
+    def register(fn: Callable[..., Any]) -> Handler:
+        spec = registry.spec_of(
+            fn, name=name, queue=queue, priority=priority, max_attempts=max_attempts,
+            retry=retry, timeout=timeout, description=description,
+        )  # fmt: skip
+        wrapped = Handler(fn, spec)
+        registry.register(wrapped)
+        handlers.put(spec.path, fn)
+        return wrapped
+
+    return register(func) if func is not None else register
