@@ -7,7 +7,6 @@ extra row only says whether there is a next page.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.utils.urls import replace_query_param
 
 from django_strait.api.errors import InvalidField
+from django_strait.api.parsers import loads
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -77,8 +77,9 @@ def _encode(value: Any) -> str:
 
 def _decode(cursor: str, kind: type) -> Any:
     try:
-        value = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        value = loads(text)  # as a body is read: depth, surrogates, number range
+    except ValueError:  # also binascii.Error, UnicodeDecodeError and JSONRefused
         value = None
     if not isinstance(value, kind) or isinstance(value, bool) or not _storable(value):
         raise InvalidField("cursor", "is not a cursor this API gave out; use the next link as is")

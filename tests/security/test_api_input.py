@@ -8,14 +8,16 @@ numbers past their range in the query string, datetimes past what UTC can hold.
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
-from django_strait.models import Job
-from tests.integration.factories import make_job
+from django_strait.api.parsers import MAX_DEPTH
+from django_strait.models import Job, JobRun
+from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -94,3 +96,129 @@ def test_authorization__a_valid_credential_still_passes(wire, scheme):
     answer = wire.get("/jobs/", headers={"Authorization": f"{scheme} {credential}"}, key=False)
 
     assert answer.status == 200, answer.body
+
+
+# 2. Nesting and lone surrogates in JSON bodies and cursors
+
+
+def _failed_run(job: Job, status: str = "failed") -> JobRun:
+    return make_run(job, status=status)
+
+
+BODIES = [
+    # (path, body with the deep value at DEEP, the field named)
+    ("/jobs/nightly/trigger/", '{"payload": DEEP}', "payload"),
+    ("/jobs/nightly/trigger/", '{"queue": "q", "retry": {"initial_delay": DEEP}}', "retry"),
+    ("/jobs/nightly/bulk-trigger/", '{"payloads": [1, DEEP]}', "payloads"),
+    ("/runs/{run}/replay/", '{"payload": DEEP}', "payload"),
+    ("/dead-letters/{dead}/replay/", '{"payload": DEEP}', "payload"),
+    ("/jobs/", '{"name": "deep", "handler": "x", "headers": DEEP}', "headers"),
+    ("/jobs/nightly/", '{"retry_delays_secs": DEEP}', "retry_delays_secs"),
+    ("/dead-letters/replay/", '{"job": DEEP}', "job"),
+]
+
+
+def _path(path: str, job: Job) -> str:
+    if "{run}" in path:
+        return path.format(run=_failed_run(job).pk)
+    if "{dead}" in path:
+        return path.format(dead=_failed_run(job, "dead_letter").pk)
+    return path
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH, 320, 1000, 100_000])  # the body adds a level
+@pytest.mark.parametrize(("path", "body", "field"), BODIES, ids=[b[0] + b[2] for b in BODIES])
+def test_json_body__nested_past_the_limit_is_a_400_naming_the_field(
+    wire, job, path, body, field, depth
+):
+    method = "PATCH" if path == "/jobs/nightly/" else "POST"
+
+    answer = wire.send(method, _path(path, job), body=body.replace("DEEP", nested(depth)))
+
+    error = assert_refused(answer, 400, "invalid", field)
+    assert f"at most {MAX_DEPTH} levels" in error["message"]
+    assert not JobRun.objects.filter(status="queued").exists()
+
+
+def test_json_body__nested_as_deep_as_the_limit_is_accepted(wire, job):
+    payload = nested(MAX_DEPTH - 1)  # the body object is the first level
+
+    answer = wire.post("/jobs/nightly/trigger/", f'{{"payload": {payload}}}')
+
+    assert answer.status == 202, answer.body
+    assert JobRun.objects.get().payload == json.loads(payload)
+
+
+def test_json_body__a_body_that_is_only_brackets_is_a_400_naming_the_body(wire, job):
+    answer = wire.post("/jobs/nightly/trigger/", "[" * 2_000_000)
+
+    error = assert_refused(answer, 400, "invalid", "body")
+    assert f"at most {MAX_DEPTH} levels" in error["message"]
+
+
+def test_json_body__brackets_inside_strings_do_not_count(wire, job):
+    payload = {"text": "[{" * 5000, "quote": 'say "[[[" \\ [[['}
+
+    answer = wire.post("/jobs/nightly/trigger/", {"payload": payload})
+
+    assert answer.status == 202, answer.body
+    assert JobRun.objects.get().payload == payload
+
+
+SURROGATES = [
+    ("/jobs/nightly/trigger/", '{"payload": "\\ud800"}', "payload"),
+    ("/jobs/nightly/trigger/", '{"payload": {"a": ["x", "y\\ud800"]}}', "payload"),
+    ("/jobs/nightly/trigger/", '{"payload": {"\\ud800": 1}}', "payload"),
+    ("/jobs/nightly/trigger/", '{"payload": "\\udc00\\ud800"}', "payload"),
+    ("/jobs/nightly/trigger/", '{"idempotency_key": "k\\ud800"}', "idempotency_key"),
+    ("/jobs/nightly/trigger/", '{"queue": "\\ud800"}', "queue"),
+    ("/jobs/nightly/trigger/", '{"\\ud800": 1}', "body"),
+    ("/jobs/nightly/bulk-trigger/", '{"payloads": [1, "\\ud800"]}', "payloads"),
+    ("/jobs/nightly/bulk-trigger/", '{"payloads": [1], "idempotency_keys": ["\\ud800"]}', "idempotency_keys"),
+    ("/jobs/", '{"name": "s", "handler": "x", "headers": {"X-A": "\\ud800"}}', "headers"),
+    ("/jobs/", '{"name": "\\ud800", "handler": "x"}', "name"),
+    ("/runs/{run}/replay/", '{"payload": ["\\ud800"]}', "payload"),
+    ("/dead-letters/replay/", '{"queue": ["\\ud800"]}', "queue"),
+    ("/dead-letters/{dead}/discard/", '{"reason": "\\ud800"}', "reason"),
+    ("/circuits/reset/", '{"endpoint_url": "http://a/\\ud800"}', "endpoint_url"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "body", "field"), SURROGATES, ids=[s[1] for s in SURROGATES])
+def test_json_body__a_lone_surrogate_is_a_400_naming_the_field(wire, job, path, body, field):
+    answer = wire.post(_path(path, job), body)
+
+    error = assert_refused(answer, 400, "invalid", field)
+    assert "surrogate" in error["message"]
+    assert not JobRun.objects.filter(status="queued").exists()
+    assert list(Job.objects.values_list("name", flat=True)) == ["nightly"]
+
+
+def test_json_body__a_surrogate_pair_is_one_character_and_accepted(wire, job):
+    answer = wire.post(
+        "/jobs/nightly/trigger/", '{"payload": {"\\ud83d\\ude00": "\\ud83d\\ude00"}}'
+    )
+
+    assert answer.status == 202, answer.body
+    assert JobRun.objects.get().payload == {"\U0001f600": "\U0001f600"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '"\\ud800"',
+        '"a\\udfff"',
+        "[" * 5000 + "]" * 5000,
+        "[" * 100 + "1" + "]" * 100,
+        '{"a": ' * 400 + "1" + "}" * 400,
+        "1" * 5000,
+        "-" + "9" * 5000,
+        "1e999",
+    ],
+    ids=lambda t: t[:20],
+)
+@pytest.mark.parametrize("path", ["/jobs/", "/runs/", "/dead-letters/", "/circuits/", "/budgets/"])
+def test_cursor__nested_surrogate_or_out_of_range_is_a_400_naming_cursor(wire, job, path, text):
+    answer = wire.get(f"{path}?cursor={cursor_of(text)}")
+
+    assert_refused(answer, 400, "invalid", "cursor")
