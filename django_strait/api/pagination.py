@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.utils.urls import replace_query_param
 
 from django_strait.api.errors import InvalidField
+from django_strait.api.inputs import integer
 from django_strait.api.parsers import loads
 
 DEFAULT_LIMIT = 50
@@ -51,7 +52,7 @@ class Page:
 
 def paginate(rows: QuerySet, keyset: Keyset, request: Request) -> Page:
     """Return the page of ``rows`` that the request's ``cursor`` and ``limit`` ask for."""
-    limit = _limit(request.query_params.get("limit"))
+    limit = integer(request.query_params, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
     cursor = request.query_params.get("cursor")
     if cursor:
         rows = keyset.after(rows, _decode(cursor, keyset.kind))
@@ -61,14 +62,6 @@ def paginate(rows: QuerySet, keyset: Keyset, request: Request) -> Page:
     last = getattr(fetched[limit - 1], keyset.field)
     url = replace_query_param(request.build_absolute_uri(), "cursor", _encode(last))
     return Page(fetched[:limit], url)
-
-
-def _limit(text: str | None) -> int:
-    if text is None:
-        return DEFAULT_LIMIT
-    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
-        raise InvalidField("limit", f"must be an integer from 1 to {MAX_LIMIT}, got {text!r}")
-    return int(text)
 
 
 def _encode(value: Any) -> str:

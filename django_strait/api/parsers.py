@@ -50,11 +50,18 @@ def too_large(size: int) -> PayloadTooLarge:
     )
 
 
+#: A Content-Length this long is over any limit (and past what ``int()`` reads).
+_MAX_LENGTH_DIGITS = 18
+
+
 def refuse_declared_size(request: Request) -> None:
     """Refuse a body whose Content-Length is over the limit, before reading it."""
     declared = request.META.get("CONTENT_LENGTH") or "0"
-    if declared.isdigit() and int(declared) > strait_settings.API_MAX_PAYLOAD_BYTES:
-        raise too_large(int(declared))
+    if not (declared.isascii() and declared.isdigit()):
+        return  # not a length: Django reads no body
+    limit = strait_settings.API_MAX_PAYLOAD_BYTES
+    if len(declared) > _MAX_LENGTH_DIGITS or int(declared) > limit:
+        raise too_large(int(declared[:_MAX_LENGTH_DIGITS]))
 
 
 class LimitedJSONParser(JSONParser):

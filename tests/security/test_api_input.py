@@ -222,3 +222,64 @@ def test_cursor__nested_surrogate_or_out_of_range_is_a_400_naming_cursor(wire, j
     answer = wire.get(f"{path}?cursor={cursor_of(text)}")
 
     assert_refused(answer, 400, "invalid", "cursor")
+
+
+# 3. Numbers in the query string
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "allowed"),
+    [
+        ("/jobs/", "limit", "from 1 to 500"),
+        ("/runs/", "limit", "from 1 to 500"),
+        ("/health/", "limit", "from 1 to 500"),
+        ("/budgets/", "limit", "from 1 to 500"),
+        ("/budgets/billing/", "days", "from 1 to 90"),
+    ],
+)
+@pytest.mark.parametrize(
+    "value",
+    [
+        "1" * 5000,
+        "9" * 19,
+        "%D9%A1",  # ARABIC-INDIC DIGIT ONE
+        "%EF%BC%95",  # FULLWIDTH DIGIT FIVE
+        "%C2%B2",  # SUPERSCRIPT TWO
+        "0",
+        "-1",
+        "+5",
+        "5.0",
+        "1e2",
+        "%205",
+        "",
+    ],
+)
+def test_integer_parameter__only_ascii_digits_in_range(wire, job, path, name, allowed, value):
+    from django_strait.models import Project
+
+    Project.objects.create(name="billing", daily_budget=10)
+
+    answer = wire.get(f"{path}?{name}={value}")
+
+    error = assert_refused(answer, 400, "invalid", name)
+    assert allowed in error["message"] and "ASCII digits" in error["message"]
+    assert len(error["message"]) < 300
+
+
+@pytest.mark.parametrize(("path", "name"), [("/jobs/", "limit"), ("/budgets/billing/", "days")])
+def test_integer_parameter__leading_zeros_are_digits(wire, job, path, name):
+    from django_strait.models import Project
+
+    Project.objects.create(name="billing", daily_budget=10)
+
+    assert wire.get(f"{path}?{name}=0005").status == 200
+
+
+def test_content_length__of_thousands_of_digits_is_a_413(wire, job):
+    answer = wire.send(
+        "POST",
+        "/jobs/nightly/trigger/",
+        headers={"Content-Type": "application/json", "Content-Length": "9" * 5000},
+    )
+
+    assert_refused(answer, 413, "payload_too_large")
