@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from django.contrib.auth.models import User
@@ -283,3 +284,64 @@ def test_content_length__of_thousands_of_digits_is_a_413(wire, job):
     )
 
     assert_refused(answer, 413, "payload_too_large")
+
+
+# 4. Datetimes past what UTC (or the API's range) holds
+
+EXTREMES = [
+    "9999-12-31T23:59:59-14:00",
+    "0001-01-01T00:00:00+14:00",
+    "9999-12-31T23:59:59Z",
+    "0001-01-01T00:00:00Z",
+    "1999-12-31T23:59:59Z",
+    "2\uff10\uff13\uff10-01-01T00:00:00Z",  # fullwidth digits
+]
+
+
+@pytest.mark.parametrize("value", EXTREMES)
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/jobs/nightly/trigger/", lambda v: {"run_at": v}),
+        ("/jobs/nightly/bulk-trigger/", lambda v: {"payloads": [1, 2], "run_at": v}),
+    ],
+    ids=["trigger", "bulk-trigger"],
+)
+def test_run_at__out_of_range_is_a_400_naming_run_at(wire, job, path, body, value):
+    answer = wire.post(path, body(value))
+
+    error = assert_refused(answer, 400, "invalid", "run_at")
+    assert "from 2000-01-01T00:00:00Z" in error["message"]
+    assert "3650 days" in error["message"]
+    assert not JobRun.objects.exists()
+
+
+def test_run_at__the_edges_of_the_range_are_accepted(wire, job):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    latest = (timezone.now() + dt.timedelta(days=3649)).isoformat()
+    for value in ("2000-01-01T00:00:00Z", "2000-01-01T01:00:00+01:00", latest):
+        answer = wire.post("/jobs/nightly/trigger/", {"run_at": value})
+        assert answer.status == 202, (value, answer.body)
+
+
+@pytest.mark.parametrize("value", EXTREMES[:2] + EXTREMES[-1:])
+@pytest.mark.parametrize("field", ["created_after", "created_before"])
+def test_bulk_replay__datetimes_past_utc_are_a_400_naming_them(wire, job, field, value):
+    _failed_run(job, "dead_letter")
+
+    answer = wire.post("/dead-letters/replay/", {field: value})
+
+    error = assert_refused(answer, 400, "invalid", field)
+    assert "ISO 8601" in error["message"]
+    assert not JobRun.objects.filter(status="queued").exists()
+
+
+@pytest.mark.parametrize("value", EXTREMES[:2] + EXTREMES[-1:])
+@pytest.mark.parametrize("field", ["created_after", "created_before"])
+def test_run_filters__datetimes_past_utc_are_a_400_naming_them(wire, job, field, value):
+    answer = wire.get(f"/runs/?{field}={quote(value, safe='')}")
+
+    assert_refused(answer, 400, "invalid", field)
