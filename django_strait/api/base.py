@@ -22,7 +22,7 @@ from django_strait.api.auth import (
 from django_strait.api.errors import InvalidField, strait_exception_handler
 from django_strait.api.pagination import MAX_ID
 from django_strait.api.parsers import LimitedJSONParser, refuse_declared_size
-from django_strait.api.throttles import ClientThrottle
+from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
 from django_strait.models import JobRun
 
 
@@ -44,9 +44,15 @@ class StraitAPIView(APIView):
     rules: Mapping[str, Rule] = {}
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        AuthFailureThrottle().refuse_if_over(request)  # before authenticating: see the class
         refuse_declared_size(request)
         super().initial(request, *args, **kwargs)
         refuse_nul(request, kwargs)
+
+    def handle_exception(self, exc: Exception) -> Any:
+        if isinstance(exc, exceptions.AuthenticationFailed):
+            AuthFailureThrottle().count(self.request)
+        return super().handle_exception(exc)
 
     def get_exception_handler(self):
         return strait_exception_handler
