@@ -345,3 +345,15 @@ def test_run_filters__datetimes_past_utc_are_a_400_naming_them(wire, job, field,
     answer = wire.get(f"/runs/?{field}={quote(value, safe='')}")
 
     assert_refused(answer, 400, "invalid", field)
+
+
+# Paths
+
+
+@pytest.mark.parametrize(
+    "path", ["/jobs/a%0A/b/", "/%0A", "/nope%0D%0A/", "/jobs/%2F%0A/trigger/x/"]
+)
+def test_unknown_path__with_a_newline_is_a_json_404(wire, path):
+    answer = wire.get(path)
+
+    assert_refused(answer, 404, "not_found")
