@@ -67,7 +67,8 @@ _WHY = {
     409: "The run's status does not allow this.",
     413: "The body is larger than STRAIT['API_MAX_PAYLOAD_BYTES'].",
     415: "The body is not application/json.",
-    429: "Throttled; Retry-After says when to try again.",
+    429: "Throttled (over a rate, or too many failed authentications from this address); "
+    "Retry-After says when to try again.",
 }
 
 

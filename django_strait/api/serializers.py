@@ -66,6 +66,9 @@ EARLIEST_RUN_AT = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 LATEST_RUN_AT = dt.timedelta(seconds=MAX_DURATION)
 
 
+RUN_AT_HELP = "With a UTC offset; from 2000-01-01T00:00:00Z to 3650 days from now."
+
+
 def parse_run_at(value: Any, now: dt.datetime | None = None) -> dt.datetime:
     """Return ``value`` in UTC: ISO 8601 with an offset, from 2000 to 3650 days after ``now``."""
     latest = (now or timezone.now()) + LATEST_RUN_AT
@@ -252,7 +255,7 @@ class BulkTriggerSerializer(serializers.Serializer):
     payloads = serializers.ListField(child=serializers.JSONField())
     idempotency_keys = serializers.ListField(child=serializers.CharField(), required=False)
     delay = serializers.JSONField(required=False)
-    run_at = serializers.DateTimeField(required=False)
+    run_at = serializers.DateTimeField(required=False, help_text=RUN_AT_HELP)
     priority = serializers.IntegerField(required=False, min_value=-100, max_value=100)
     queue = serializers.CharField(required=False)
     max_attempts = serializers.IntegerField(required=False, min_value=1)
@@ -271,7 +274,7 @@ class TriggerSerializer(serializers.Serializer):
 
     payload = serializers.JSONField(required=False)
     delay = serializers.JSONField(required=False, help_text="Seconds, or a duration: 30s, PT5M.")
-    run_at = serializers.DateTimeField(required=False)
+    run_at = serializers.DateTimeField(required=False, help_text=RUN_AT_HELP)
     priority = serializers.IntegerField(required=False, min_value=-100, max_value=100)
     queue = serializers.CharField(required=False)
     idempotency_key = serializers.CharField(required=False, max_length=255)
