@@ -92,7 +92,7 @@ def loads(text: str) -> Any:
     structure = _outside_strings(text)
     _refuse_depth(structure, text)
     numbers = _Numbers()
-    hooks = {"parse_int": numbers.int, "parse_float": numbers.float}
+    hooks = {"parse_int": numbers.read_int, "parse_float": numbers.read_float}
     huge = _HUGE_EXPONENT.search(structure) or _HUGE_DIGITS.search(structure)
     value = json.loads(text, parse_constant=numbers.out_of_range, **(hooks if huge else {}))
     if numbers.found or _has_lone_surrogate(text, value):
@@ -179,13 +179,13 @@ class _Numbers:
         self.found = True
         return _OutOfRange(text)
 
-    def int(self, text: str) -> int | _OutOfRange:
-        if len(text.lstrip("-")) > _INT_DIGITS:  # before int(): it is quadratic in length
+    def read_int(self, text: str) -> int | _OutOfRange:
+        if len(text.lstrip("-")) > _INT_DIGITS:  # before int(), which is slow on long text
             return self.out_of_range(text)
         value = int(text)
         return value if abs(value) <= MAX_NUMBER else self.out_of_range(text)
 
-    def float(self, text: str) -> float | _OutOfRange:
+    def read_float(self, text: str) -> float | _OutOfRange:
         value = float(text)
         return value if math.isfinite(value) else self.out_of_range(text)
 
