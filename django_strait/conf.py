@@ -268,6 +268,8 @@ KEYS: dict[str, Key] = {
         # The REST API: throttles per client (None turns one off), bulk and body limits.
         Key("API_THROTTLE_RATE", "600/minute", _rate, _rate_text),
         Key("API_TRIGGER_THROTTLE_RATE", "120/minute", _rate, _rate_text),
+        # Failed authentications per client address; over it, that address gets 429.
+        Key("API_AUTH_FAILURE_THROTTLE_RATE", "30/minute", _rate, _rate_text),
         Key("API_BULK_TRIGGER_MAX", 1000, _integer(1), _int_text),
         Key("API_MAX_PAYLOAD_BYTES", 2_621_440, _integer(1), _int_text),
     )
@@ -412,6 +414,7 @@ class StraitSettings:
     METRICS_TOKEN: str | None
     API_THROTTLE_RATE: str | None
     API_TRIGGER_THROTTLE_RATE: str | None
+    API_AUTH_FAILURE_THROTTLE_RATE: str | None
     API_BULK_TRIGGER_MAX: int
     API_MAX_PAYLOAD_BYTES: int
 

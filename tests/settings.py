@@ -79,6 +79,9 @@ TEMPLATES = [
 ]
 
 STATIC_URL = "/static/"
+# The live server serves MEDIA_ROOT at MEDIA_URL before the project; left empty, it
+# looks every path up as a file first (a NUL or a long name there answers 500).
+MEDIA_URL = "/media/"
 
 # Tests log users in often; the production hasher's 1M iterations only slow them.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

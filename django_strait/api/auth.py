@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 import string
 from collections.abc import Iterable, Mapping
@@ -21,7 +22,11 @@ from typing import Any
 from django.db.models import Q
 from django.utils import timezone
 from rest_framework import exceptions
-from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.authentication import (
+    BaseAuthentication,
+    TokenAuthentication,
+    get_authorization_header,
+)
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
@@ -118,21 +123,51 @@ class KeyHolder:
         return False  # a key is allowed by its scopes, never by model permissions
 
 
+def credential(request: Request, keyword: str) -> str | None:
+    """Return what follows ``keyword`` in the Authorization header (None for another scheme).
+
+    Refused unless it is printable ASCII: no key or token is anything else, and a
+    NUL would reach the database in the lookup (PostgreSQL refuses it with an error).
+    """
+    parts = get_authorization_header(request).split()
+    if not parts or parts[0].lower() != keyword.lower().encode():
+        return None
+    if len(parts) != 2:
+        raise exceptions.AuthenticationFailed(
+            f"the Authorization header must be '{keyword} <credential>', one credential"
+        )
+    if not _PRINTABLE.fullmatch(parts[1]):
+        raise exceptions.AuthenticationFailed(
+            f"the Authorization header's {keyword} must be printable ASCII (letters, digits, "
+            "punctuation); it holds control characters or other bytes"
+        )
+    return parts[1].decode("ascii")
+
+
+_PRINTABLE = re.compile(rb"[\x21-\x7e]+")
+
+
 class ApiKeyAuthentication(BaseAuthentication):
     """``Authorization: Api-Key <prefix>.<secret>``."""
 
     def authenticate(self, request: Request) -> tuple[KeyHolder, ApiKey] | None:
-        parts = get_authorization_header(request).split()
-        if not parts or parts[0].lower() != KEYWORD.lower().encode():
+        text = credential(request, KEYWORD)
+        if text is None:
             return None
-        if len(parts) != 2:
-            raise exceptions.AuthenticationFailed(f"send one key: Authorization: {KEYWORD} <key>")
-        key = _verified(parts[1].decode("latin-1"))
+        key = _verified(text)
         _touch(key, timezone.now())
         return KeyHolder(key), key
 
     def authenticate_header(self, request: Request) -> str:
         return KEYWORD
+
+
+class StraitTokenAuthentication(TokenAuthentication):
+    """DRF's ``Authorization: Token <key>``, refusing what no token is before looking it up."""
+
+    def authenticate(self, request: Request) -> Any:
+        text = credential(request, self.keyword)
+        return None if text is None else self.authenticate_credentials(text)
 
 
 def _verified(text: str) -> ApiKey:

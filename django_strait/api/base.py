@@ -7,17 +7,22 @@ from typing import Any
 
 from drf_spectacular.openapi import AutoSchema
 from rest_framework import exceptions
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from django_strait.api.auth import ApiKeyAuthentication, Rule, ScopeOrPermission
+from django_strait.api.auth import (
+    ApiKeyAuthentication,
+    Rule,
+    ScopeOrPermission,
+    StraitTokenAuthentication,
+)
 from django_strait.api.errors import InvalidField, strait_exception_handler
 from django_strait.api.pagination import MAX_ID
 from django_strait.api.parsers import LimitedJSONParser, refuse_declared_size
-from django_strait.api.throttles import ClientThrottle
+from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
 from django_strait.models import JobRun
 
 
@@ -25,7 +30,11 @@ class StraitAPIView(APIView):
     """Token, API key or session auth; JSON in and out; the Strait error shape."""
 
     # Token first: its WWW-Authenticate header is what makes "no credentials" a 401.
-    authentication_classes = [TokenAuthentication, ApiKeyAuthentication, SessionAuthentication]
+    authentication_classes = [
+        StraitTokenAuthentication,
+        ApiKeyAuthentication,
+        SessionAuthentication,
+    ]
     permission_classes = [IsAuthenticated, ScopeOrPermission]
     throttle_classes = [ClientThrottle]
     parser_classes = [LimitedJSONParser]
@@ -35,9 +44,15 @@ class StraitAPIView(APIView):
     rules: Mapping[str, Rule] = {}
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        AuthFailureThrottle().refuse_if_over(request)  # before authenticating: see the class
         refuse_declared_size(request)
         super().initial(request, *args, **kwargs)
         refuse_nul(request, kwargs)
+
+    def handle_exception(self, exc: Exception) -> Any:
+        if isinstance(exc, exceptions.AuthenticationFailed):
+            AuthFailureThrottle().count(self.request)
+        return super().handle_exception(exc)
 
     def get_exception_handler(self):
         return strait_exception_handler

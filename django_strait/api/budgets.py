@@ -13,8 +13,8 @@ from rest_framework.response import Response
 
 from django_strait.api.auth import Rule
 from django_strait.api.base import StraitAPIView
-from django_strait.api.errors import InvalidField
 from django_strait.api.filters import PAGING, refuse_unknown
+from django_strait.api.inputs import integer
 from django_strait.api.pagination import Keyset, page_serializer, paginate
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import BudgetHistorySerializer, BudgetSerializer
@@ -71,14 +71,6 @@ class BudgetListView(StraitAPIView):
         return Response({"results": BudgetSerializer(data, many=True).data, "next": page.next_url})
 
 
-def _days(text: str | None) -> int:
-    if text is None:
-        return DEFAULT_DAYS
-    if not text.isdigit() or not 1 <= int(text) <= MAX_DAYS:
-        raise InvalidField("days", f"must be an integer from 1 to {MAX_DAYS}, got {text!r}")
-    return int(text)
-
-
 def history(project: Project, days: int, until: dt.date) -> list[dict[str, Any]]:
     """Return the project's ledger for the ``days`` days up to ``until``, newest first."""
     first = until - dt.timedelta(days=days - 1)
@@ -110,7 +102,7 @@ class BudgetView(StraitAPIView):
     )
     def get(self, request: Request, project: str) -> Response:
         refuse_unknown(request.query_params, ("days",))
-        days = _days(request.query_params.get("days"))
+        days = integer(request.query_params, "days", default=DEFAULT_DAYS, low=1, high=MAX_DAYS)
         found = Project.objects.filter(name=project).first()
         if found is None:
             raise exceptions.NotFound(f"no project named {project!r}")

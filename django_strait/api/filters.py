@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 
 from django.db.models import Q
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from django_strait.api.errors import InvalidField
+from django_strait.api.inputs import instant
 from django_strait.models import Job
 from django_strait.replaying import SelectionError, error_type_condition
 from django_strait.states import RunStatus
@@ -75,22 +73,6 @@ def _error_type(value: str) -> Q:
         return error_type_condition(listed(value, "error_type"))
     except SelectionError as exc:
         raise InvalidField("error_type", exc.message) from None
-
-
-def instant(value: str, field: str) -> dt.datetime:
-    """Parse an ISO 8601 datetime with an offset, naming ``field`` if it is not one."""
-    try:
-        parsed = parse_datetime(value.strip())
-        # Well formed but impossible (month 13), or out of range once in UTC (year 9999+).
-        parsed = parsed.astimezone(dt.UTC) if parsed and timezone.is_aware(parsed) else None
-    except (ValueError, OverflowError):
-        parsed = None
-    if parsed is None:
-        raise InvalidField(
-            field,
-            f"must be an ISO 8601 datetime with a UTC offset, e.g. 2030-01-31T09:00:00Z; got {value!r}",
-        )
-    return parsed
 
 
 _FILTERS = {

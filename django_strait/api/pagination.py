@@ -7,7 +7,6 @@ extra row only says whether there is a next page.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from rest_framework.request import Request
 from rest_framework.utils.urls import replace_query_param
 
 from django_strait.api.errors import InvalidField
+from django_strait.api.inputs import integer
+from django_strait.api.parsers import loads
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -51,7 +52,7 @@ class Page:
 
 def paginate(rows: QuerySet, keyset: Keyset, request: Request) -> Page:
     """Return the page of ``rows`` that the request's ``cursor`` and ``limit`` ask for."""
-    limit = _limit(request.query_params.get("limit"))
+    limit = integer(request.query_params, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
     cursor = request.query_params.get("cursor")
     if cursor:
         rows = keyset.after(rows, _decode(cursor, keyset.kind))
@@ -63,22 +64,15 @@ def paginate(rows: QuerySet, keyset: Keyset, request: Request) -> Page:
     return Page(fetched[:limit], url)
 
 
-def _limit(text: str | None) -> int:
-    if text is None:
-        return DEFAULT_LIMIT
-    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
-        raise InvalidField("limit", f"must be an integer from 1 to {MAX_LIMIT}, got {text!r}")
-    return int(text)
-
-
 def _encode(value: Any) -> str:
     return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
 
 
 def _decode(cursor: str, kind: type) -> Any:
     try:
-        value = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        value = loads(text)  # as a body is read: depth, surrogates, number range
+    except ValueError:  # also binascii.Error, UnicodeDecodeError and JSONRefused
         value = None
     if not isinstance(value, kind) or isinstance(value, bool) or not _storable(value):
         raise InvalidField("cursor", "is not a cursor this API gave out; use the next link as is")

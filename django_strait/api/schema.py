@@ -21,7 +21,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from django_strait import __version__
-from django_strait.api.errors import ErrorSerializer
+from django_strait.api.errors import ErrorSerializer, strait_exception_handler
+from django_strait.api.throttles import ClientThrottle
 
 SETTINGS = {
     "TITLE": "django-strait",
@@ -66,7 +67,8 @@ _WHY = {
     409: "The run's status does not allow this.",
     413: "The body is larger than STRAIT['API_MAX_PAYLOAD_BYTES'].",
     415: "The body is not application/json.",
-    429: "Throttled; Retry-After says when to try again.",
+    429: "Throttled (over a rate, or too many failed authentications from this address); "
+    "Retry-After says when to try again.",
 }
 
 
@@ -143,8 +145,13 @@ class SchemaView(APIView):
 
     permission_classes = [AllowAny]
     authentication_classes: list[type] = []
+    # Counted by address like any client without credentials: generating it is not free.
+    throttle_classes = [ClientThrottle]
     renderer_classes = [JSONRenderer]
     schema = None  # not part of itself
 
     def get(self, request: Request) -> Response:
         return Response(generate_schema())
+
+    def get_exception_handler(self):
+        return strait_exception_handler

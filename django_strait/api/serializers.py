@@ -9,9 +9,9 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as ModelValidationError
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from rest_framework import serializers
 
+from django_strait.api.inputs import DATETIME_SYNTAX, instant_or_none, shown
 from django_strait.models import (
     CircuitState,
     EndpointCircuit,
@@ -22,6 +22,7 @@ from django_strait.models import (
     Project,
     RunAttempt,
 )
+from django_strait.retry import MAX_DURATION
 from django_strait.triggering import TriggerError
 
 #: Keys a trigger body may hold; each but ``payload`` is a keyword of ``trigger()``.
@@ -59,18 +60,24 @@ class TriggerRequest:
         return cls(payload=body.get("payload"), options=options)
 
 
-def parse_run_at(value: Any) -> dt.datetime:
-    """Parse an ISO 8601 datetime that names its offset."""
-    parsed = None
-    if isinstance(value, str):
-        try:
-            parsed = parse_datetime(value)
-        except ValueError:  # well formed but impossible, e.g. month 13
-            parsed = None
-    if parsed is None or timezone.is_naive(parsed):
+#: The earliest ``run_at``: before it, a date is a mistake rather than "now".
+EARLIEST_RUN_AT = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+#: The latest ``run_at`` is this far from now: as far as the longest ``delay``.
+LATEST_RUN_AT = dt.timedelta(seconds=MAX_DURATION)
+
+
+RUN_AT_HELP = "With a UTC offset; from 2000-01-01T00:00:00Z to 3650 days from now."
+
+
+def parse_run_at(value: Any, now: dt.datetime | None = None) -> dt.datetime:
+    """Return ``value`` in UTC: ISO 8601 with an offset, from 2000 to 3650 days after ``now``."""
+    latest = (now or timezone.now()) + LATEST_RUN_AT
+    parsed = instant_or_none(value)
+    if parsed is None or not EARLIEST_RUN_AT <= parsed <= latest:
         raise TriggerError(
             "run_at",
-            f"must be an ISO 8601 datetime with a UTC offset, e.g. 2030-01-31T09:00:00Z; got {value!r}",
+            f"must be {DATETIME_SYNTAX}, from {EARLIEST_RUN_AT:%Y-%m-%dT%H:%M:%SZ} to "
+            f"{LATEST_RUN_AT.days} days from now ({latest:%Y-%m-%dT%H:%M:%SZ}); got {shown(value)}",
         )
     return parsed
 
@@ -248,7 +255,7 @@ class BulkTriggerSerializer(serializers.Serializer):
     payloads = serializers.ListField(child=serializers.JSONField())
     idempotency_keys = serializers.ListField(child=serializers.CharField(), required=False)
     delay = serializers.JSONField(required=False)
-    run_at = serializers.DateTimeField(required=False)
+    run_at = serializers.DateTimeField(required=False, help_text=RUN_AT_HELP)
     priority = serializers.IntegerField(required=False, min_value=-100, max_value=100)
     queue = serializers.CharField(required=False)
     max_attempts = serializers.IntegerField(required=False, min_value=1)
@@ -267,7 +274,7 @@ class TriggerSerializer(serializers.Serializer):
 
     payload = serializers.JSONField(required=False)
     delay = serializers.JSONField(required=False, help_text="Seconds, or a duration: 30s, PT5M.")
-    run_at = serializers.DateTimeField(required=False)
+    run_at = serializers.DateTimeField(required=False, help_text=RUN_AT_HELP)
     priority = serializers.IntegerField(required=False, min_value=-100, max_value=100)
     queue = serializers.CharField(required=False)
     idempotency_key = serializers.CharField(required=False, max_length=255)
@@ -328,6 +335,16 @@ class DiscardSerializer(StrictSerializerMixin, serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=500)
 
 
+class InstantField(serializers.DateTimeField):
+    """A datetime read as every API datetime is (:func:`instant_or_none`); answered in UTC."""
+
+    def to_internal_value(self, value: Any) -> dt.datetime:
+        parsed = instant_or_none(value)
+        if parsed is None:
+            raise serializers.ValidationError(f"must be {DATETIME_SYNTAX}; got {shown(value)}")
+        return parsed
+
+
 class BulkReplaySerializer(StrictSerializerMixin, serializers.Serializer):
     """Which dead letters to replay: every given filter must hold; ``all`` for no filter."""
 
@@ -337,8 +354,8 @@ class BulkReplaySerializer(StrictSerializerMixin, serializers.Serializer):
         child=serializers.CharField(), required=False, allow_empty=False,
         help_text="Exact types (http.503) or prefixes ending in .* (http.*).",
     )  # fmt: skip
-    created_after = serializers.DateTimeField(required=False)
-    created_before = serializers.DateTimeField(required=False)
+    created_after = InstantField(required=False)
+    created_before = InstantField(required=False)
     all = serializers.BooleanField(
         required=False, default=False, help_text="Replay every dead letter (no filter given)."
     )

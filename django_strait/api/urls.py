@@ -45,5 +45,6 @@ urlpatterns = [
 ]
 
 # Last: any other path under the mount answers 404 in the error shape, not Django's HTML page
-# (e.g. runs/-1/, which the <int:pk> patterns do not match).
-urlpatterns.append(re_path(r"^.*$", errors.not_found, name="not-found"))
+# (e.g. runs/-1/, which the <int:pk> patterns do not match). Any path: "." stops at a
+# newline, which a job name may hold encoded ((?s) would do, but reverse() refuses flags).
+urlpatterns.append(re_path(r"^[\s\S]*$", errors.not_found, name="not-found"))

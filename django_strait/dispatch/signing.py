@@ -14,6 +14,9 @@ import time
 __all__ = ["SIGNATURE_HEADER", "sign", "verify"]
 
 SIGNATURE_HEADER = "Strait-Signature"
+#: Unix seconds have 10 digits until the year 2286; a longer ``t`` is refused before
+#: ``int()`` (which raises past 4300 digits) or a float comparison (which overflows).
+MAX_TIMESTAMP_DIGITS = 15
 
 
 def _digest(secret: str, body: bytes, timestamp: int) -> str:
@@ -32,6 +35,8 @@ def _parse(header: str) -> tuple[int | None, list[str]]:
     for part in header.split(","):
         key, _, value = part.strip().partition("=")
         if key == "t" and value.isascii() and value.isdigit():
+            if len(value) > MAX_TIMESTAMP_DIGITS:
+                return None, []
             timestamp = int(value)
         elif key == "v1" and value:
             # Several v1 entries are allowed so that a sender can sign with an
@@ -48,8 +53,11 @@ def verify(
     tolerance: float = 300,
     now: float | None = None,
 ) -> bool:
-    """Tell whether ``header`` signs ``body`` with ``secret`` within ``tolerance`` seconds."""
-    if not secret or not header:
+    """Tell whether ``header`` signs ``body`` with ``secret`` within ``tolerance`` seconds.
+
+    A malformed header, or one that is not a string, is False.
+    """
+    if not isinstance(header, str) or not header or not secret:
         return False
     timestamp, signatures = _parse(header)
     if timestamp is None or not signatures:

@@ -309,7 +309,7 @@ def test_budget__days_out_of_bounds_is_a_400_naming_it(project, days):
     response = key_client("jobs:read").get(f"/api/strait/budgets/billing/?days={days}")
     assert response.status_code == 400
     assert error_of(response)["details"] == {
-        "days": [f"must be an integer from 1 to 90, got {days!r}"]
+        "days": [f"must be an integer from 1 to 90 in ASCII digits (0-9), got {days!r}"]
     }
 
 
