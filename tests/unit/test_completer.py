@@ -1,0 +1,125 @@
+"""The completer against an in-memory storage: batches, splits, retries; nothing left unrecorded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from django_strait.storage import RecordBatch
+from django_strait.worker.completer import Completer
+from tests.unit.memory import MemoryStorage, record
+
+BAD = "\x00 refused"
+
+
+def executing(storage: MemoryStorage, *ids: int) -> None:
+    storage.add(*ids, status="executing")
+    for rid in ids:
+        storage.runs[rid].attempt, storage.runs[rid].claimed_by = 1, "w"
+
+
+def drive(storage: MemoryStorage, records, *, shutdown_timeout: float = 30.0, **options):
+    """Add ``records`` at once, run the completer until it has written them; return what it saw."""
+    seen: list = []
+    naps: list[float] = []
+
+    async def write(chunk):
+        return storage.record(RecordBatch("w", chunk))
+
+    async def nap(seconds: float) -> None:
+        naps.append(seconds)
+
+    async def main():
+        completer = Completer(
+            write, on_recorded=lambda chunk, done: seen.append(done),
+            shutdown_timeout=shutdown_timeout, sleep=nap, **options,
+        )  # fmt: skip
+        for rec in records:
+            completer.add(rec)
+        completer.close()
+        await asyncio.wait_for(completer.run(), 5)
+        return completer
+
+    completer = asyncio.run(main())
+    return seen, naps, completer
+
+
+def test_completer__writes_what_piled_up_in_one_batch():
+    storage = MemoryStorage()
+    executing(storage, 1, 2, 3)
+
+    seen, _, completer = drive(storage, [record(1), record(2), record(3)])
+
+    assert storage.writes == [[1, 2, 3]]
+    assert seen[0].moved == {1: "completed", 2: "completed", 3: "completed"}
+    assert completer.idle
+
+
+def test_completer__never_writes_more_than_its_batch_at_once():
+    storage = MemoryStorage()
+    executing(storage, *range(1, 8))
+
+    drive(storage, [record(i) for i in range(1, 8)], max_batch=3)
+
+    assert storage.writes == [[1, 2, 3], [4, 5, 6], [7]]
+
+
+def test_completer__a_refused_batch_is_split_and_only_the_bad_record_is_changed(caplog):
+    storage = MemoryStorage(refused_results={BAD})
+    executing(storage, 1, 2, 3)
+    records = [record(1), record(2, result=BAD), record(3)]
+
+    with caplog.at_level(logging.ERROR):
+        drive(storage, records)
+
+    # The batch, then one at a time: 1 alone, 2 refused, 2 again as a failed attempt, 3 alone.
+    assert storage.writes == [[1], [2], [3]]
+    assert storage.runs[2].status == "queued"  # retried later, without the value refused
+    assert (2, 1, "failed") in storage.attempts
+    assert {storage.runs[i].status for i in (1, 3)} == {"completed"}
+    assert "recording them one by one" in caplog.text
+
+
+def test_completer__a_record_refused_even_as_a_failure_is_left_to_the_reaper(caplog):
+    storage = MemoryStorage(refused_results={BAD, "None"})
+    executing(storage, 1)
+
+    with caplog.at_level(logging.CRITICAL):
+        drive(storage, [record(1, result=BAD)])
+
+    assert storage.writes == []
+    assert storage.runs[1].status == "executing"
+    assert "cannot be recorded at all; the reaper will" in caplog.text
+
+
+def test_completer__a_lost_connection_retries_the_whole_batch_with_backoff():
+    storage = MemoryStorage(connection_failures=3)
+    executing(storage, 1, 2)
+
+    seen, naps, _ = drive(storage, [record(1), record(2)])
+
+    assert storage.writes == [[1, 2]]  # written whole once the database is back
+    assert naps == [0.2, 0.4, 0.8]
+    assert seen[0].moved == {1: "completed", 2: "completed"}
+
+
+def test_completer__closing_gives_up_after_the_shutdown_timeout(caplog):
+    storage = MemoryStorage(connection_failures=10**6)
+    executing(storage, 1)
+
+    with caplog.at_level(logging.CRITICAL):
+        _, naps, _ = drive(storage, [record(1)], shutdown_timeout=2.0)
+
+    assert storage.writes == [] and storage.runs[1].status == "executing"
+    assert sum(naps) <= 2.0 * 2
+    assert "giving up on recording runs [1]; the reaper will" in caplog.text
+
+
+def test_completer__a_run_no_longer_held_is_reported_lost_not_written():
+    storage = MemoryStorage()
+    executing(storage, 1)
+    storage.runs[1].claimed_by = "another"
+
+    seen, _, _ = drive(storage, [record(1)])
+
+    assert seen[0].lost == [1] and storage.attempts == []
