@@ -45,11 +45,6 @@ class Listener:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="strait-listen", daemon=True)
 
-    @staticmethod
-    def available(alias: str) -> bool:
-        """Tell whether ``alias`` is a PostgreSQL database (the only one with NOTIFY)."""
-        return connections[alias].vendor == "postgresql"
-
     def start(self) -> None:
         self._thread.start()
 

@@ -12,7 +12,6 @@ from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db import connections
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect
@@ -26,6 +25,7 @@ from django_strait.admin.filters import ErrorTypeFilter, QueueFilter
 from django_strait.admin.forms import ReplayPayloadForm
 from django_strait.models import JobRun, RunAttempt
 from django_strait.states import Transition
+from django_strait.storage import backend
 from django_strait.triggering import TriggerError
 
 
@@ -107,18 +107,20 @@ class EstimatedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         rows = self.object_list
-        if not isinstance(rows, QuerySet) or connections[rows.db].vendor != "postgresql":
+        if not isinstance(rows, QuerySet):
             return super().count
         rows = rows.order_by()  # what is counted, not in which order: any index may serve
+        storage = backend(rows.db)
         if not rows.query.where:
-            guess = _table_estimate(rows)
+            guess = storage.table_estimate(rows.model)
         else:
             counted = rows[: self.exact_up_to + 1].count()
             if counted <= self.exact_up_to:
                 return counted
-            guess = max(_plan_estimate(rows), counted)
-        if guess <= self.exact_up_to:
-            return rows.count()  # never analyzed, or small: exact is cheap
+            planned = storage.query_estimate(rows)
+            guess = None if planned is None else max(planned, counted)
+        if guess is None or guess <= self.exact_up_to:
+            return rows.count()  # no estimate here, never analyzed, or small: exact is cheap
         self.estimated = True
         return guess
 
@@ -127,29 +129,10 @@ class EstimatedCountPaginator(Paginator):
         # skip ids in the primary key's index instead, then read the page's rows only.
         rows = self.object_list
         deep = isinstance(rows, QuerySet) and (number - 1) * self.per_page > self.deep_page_from
-        if deep and connections[rows.db].vendor == "postgresql":
+        if deep and backend(rows.db).pages_by_primary_key:
             page_ids = object_list.values("pk")
             object_list = rows.filter(pk__in=page_ids)
         return super()._get_page(object_list, number, paginator)
-
-
-def _table_estimate(rows: QuerySet) -> int:
-    with connections[rows.db].cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-            [connections[rows.db].ops.quote_name(rows.model._meta.db_table)],
-        )
-        found = cursor.fetchone()
-    return int(found[0]) if found else -1  # -1: never analyzed
-
-
-def _plan_estimate(rows: QuerySet) -> int:
-    sql, params = rows.query.sql_with_params()
-    with connections[rows.db].cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    plan = json.loads(plan) if isinstance(plan, str) else plan
-    return int(plan[0]["Plan"]["Plan Rows"])
 
 
 class RunChangeList(ChangeList):

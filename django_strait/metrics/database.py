@@ -14,7 +14,6 @@ import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from django.db import connections
 from django.db.models import Count, Min, Q, Sum
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
@@ -32,6 +31,7 @@ from django_strait.models import (
     WorkerProcess,
 )
 from django_strait.states import IN_FLIGHT, RunStatus
+from django_strait.storage import backend
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,17 +196,11 @@ def _workers(using: str, since: dt.datetime) -> dict[str, int | None]:
 
 
 def estimate_runs(using: str) -> int | None:
-    """Return the run table's row count: PostgreSQL's estimate, SQLite's exact count."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return JobRun.objects.using(using).count()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [JobRun._meta.db_table]
-        )
-        row = cursor.fetchone()
-    # -1: never vacuumed or analyzed, so PostgreSQL does not know yet.
-    return int(row[0]) if row and row[0] >= 0 else None
+    """Return the run table's row count: the planner's estimate where there is one, else exact."""
+    storage = backend(using)
+    if storage.row_estimates:
+        return storage.table_estimate(JobRun)  # None: never analyzed, so not known yet
+    return JobRun.objects.using(using).count()
 
 
 class DatabaseCollector(Collector):

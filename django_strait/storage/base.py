@@ -45,6 +45,8 @@ class Storage(Protocol):
     can_listen: bool
     #: Whether deep list pages skip ids in the primary key's index first.
     pages_by_primary_key: bool
+    #: Whether the database keeps row estimates (``table_estimate``) worth showing.
+    row_estimates: bool
 
     def atomic(self) -> AbstractContextManager[Any]:
         """A transaction (a savepoint inside one) on this database."""

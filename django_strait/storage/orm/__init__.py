@@ -230,3 +230,5 @@ class OrmStorage:
 
     #: Whether deep pages are read by skipping ids in the primary key's index first.
     pages_by_primary_key = False
+    #: Whether the database keeps row estimates worth showing (else count).
+    row_estimates = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 from django.db import IntegrityError, transaction
@@ -61,14 +62,8 @@ def insert_many(
 
 
 def _like(template: JobRun, payload: object, key: str | None) -> JobRun:
-    return JobRun(
-        job_id=template.job_id,
-        payload=payload,
-        available_at=template.available_at,
-        priority=template.priority,
-        queue=template.queue,
-        max_attempts=template.max_attempts,
-        retry_overrides=template.retry_overrides,
-        idempotency_key=key,
-        created_at=template.created_at,
-    )
+    """A new run like ``template`` (what trigger_many's options made), with its own payload and key."""
+    run = copy.copy(template)
+    run._state = copy.copy(template._state)
+    run.payload, run.idempotency_key = payload, key
+    return run

@@ -36,6 +36,7 @@ class PostgresStorage(OrmStorage):
 
     can_listen = True
     pages_by_primary_key = True
+    row_estimates = True
 
     def _execute(self, sql: str, params: dict[str, Any]) -> list[tuple]:
         with server_bound_cursor(connections[self.alias]) as cursor:
