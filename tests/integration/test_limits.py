@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from django_strait import trigger_many
+from django_strait import trigger, trigger_many
 from django_strait.api.auth import issue_key
 from django_strait.models import Job, JobRateAdmission, JobRun, RunAttempt
 from django_strait.worker.engine import Worker, WorkerConfig
@@ -160,6 +160,22 @@ def test_max_concurrency__zero_written_through_the_orm_means_no_limit(http_serve
 
     assert len(claim_once("w1")) == 5
     assert statuses() == {"executing": 5}
+
+
+def test_max_concurrency__admits_the_runs_first_in_claim_order(http_server):
+    # Priority first, then due time: the slot goes to the run the claim ranks first,
+    # never to the newest (SQLite read its batch back newest-first and admitted that).
+    http_job(http_server, "capped", max_concurrency=1)
+    early = timezone.now() - dt.timedelta(minutes=5)
+    oldest = trigger("capped", {"n": "oldest"}, run_at=early)
+    urgent = trigger("capped", {"n": "urgent"}, priority=10)
+    trigger("capped", {"n": "newest"})
+
+    assert claim_once("w1") == [urgent.pk]
+    JobRun.objects.filter(pk=urgent.pk).update(status="completed")
+    JobRun.objects.filter(status="queued").update(available_at=early)
+
+    assert claim_once("w2") == [oldest.pk]
 
 
 def test_max_concurrency__second_worker_finds_no_slot(http_server):
