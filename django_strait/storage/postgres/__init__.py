@@ -175,10 +175,14 @@ class PostgresStorage(OrmStorage):
             yield bool(led)
 
     def table_estimate(self, model: type) -> int | None:
-        table = connections[self.alias].ops.quote_name(model._meta.db_table)
-        rows = self._execute(queries.get("estimate"), {"table": table})
+        # Through Django's cursor: not a hot statement, and the admin's query log shows it.
+        connection = connections[self.alias]
+        with connection.cursor() as cursor:
+            table = connection.ops.quote_name(model._meta.db_table)
+            cursor.execute(queries.get("estimate"), {"table": table})
+            row = cursor.fetchone()
         # -1: never vacuumed or analyzed, so PostgreSQL does not know yet.
-        return int(rows[0][0]) if rows and rows[0][0] >= 0 else None
+        return int(row[0]) if row and row[0] >= 0 else None
 
     def query_estimate(self, rows: QuerySet) -> int | None:
         sql, params = rows.query.sql_with_params()
