@@ -119,12 +119,21 @@ def summarize(answers: Iterable[Answer], *, alpha: float) -> list[Sample]:
     return samples
 
 
+#: Below this an EWMA, or the old values' weight, is 0: nothing this small changes a score,
+#: and PostgreSQL raises on a float product that underflows to 0 (it would fail the record).
+NEGLIGIBLE = 1e-12
+
+
 def fold(old: float, new: float, keep: float) -> float:
     """Return an EWMA moved by a batch: the old value weighs ``keep``, the batch's the rest.
 
-    The one definition: the PostgreSQL record statement writes the same sum.
+    The one definition: PostgreSQL's record statement calls ``django_strait_fold``,
+    which computes the same (tests/conformance/test_agreement.py checks they agree).
     """
-    return old * keep + new * (1.0 - keep)
+    old = 0.0 if old < NEGLIGIBLE else old
+    keep = 0.0 if keep < NEGLIGIBLE else keep
+    moved = old * keep + new * (1.0 - keep)
+    return 0.0 if moved < NEGLIGIBLE else moved
 
 
 #: A new endpoint's EWMAs before its first batch: all answers good, none failing.

@@ -73,10 +73,10 @@ class Rollup:
 
 # Portable upsert (SQLite >= 3.24, PostgreSQL): the ORM has no "add to a counter or insert".
 _ROLLUP_UPSERT = """
-INSERT INTO django_strait_runrollup (minute, job_id, status, count, total_duration_ms)
+INSERT INTO django_strait_runrollup AS t (minute, job_id, status, count, total_duration_ms)
 VALUES (%s, %s, %s, %s, %s)
 ON CONFLICT (minute, job_id, status) DO UPDATE
-SET count = count + excluded.count, total_duration_ms = total_duration_ms + excluded.total_duration_ms
+SET count = t.count + excluded.count, total_duration_ms = t.total_duration_ms + excluded.total_duration_ms
 """
 
 
@@ -100,17 +100,21 @@ class Health:
     def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
         rows = EndpointHealth.objects.using(alias)
         # A new endpoint starts from the fresh EWMAs, its latency at the batch's own p95;
-        # then every row folds alike, in one UPDATE each (F expressions: no lost update).
+        # then every row folds alike, locked in URL order (two workers never deadlock).
         rows.bulk_create([_fresh(s) for s in batch.health], ignore_conflicts=True)
-        for s in batch.health:
-            rows.filter(endpoint_url=s.endpoint_url).update(
-                success_rate=health.fold(F("success_rate"), s.success, s.keep),
-                failure_rate=health.fold(F("failure_rate"), s.failure, s.keep),
-                latency_p95_ms=health.fold(F("latency_p95_ms"), s.p95_ms, s.keep),
-                timeout_ms=s.timeout_ms,
-                samples=F("samples") + s.count,
-                updated_at=timezone.now(),
-            )
+        by_url = {s.endpoint_url: s for s in batch.health}
+        locked = rows.select_for_update().filter(endpoint_url__in=list(by_url))
+        for row in locked.order_by("endpoint_url"):
+            s = by_url[row.endpoint_url]
+            row.success_rate = health.fold(row.success_rate, s.success, s.keep)
+            row.failure_rate = health.fold(row.failure_rate, s.failure, s.keep)
+            row.latency_p95_ms = health.fold(row.latency_p95_ms, s.p95_ms, s.keep)
+            row.timeout_ms, row.samples = s.timeout_ms, row.samples + s.count
+            row.save(
+                using=alias,
+                update_fields=["success_rate", "failure_rate", "latency_p95_ms", "timeout_ms",
+                               "samples", "updated_at"],
+            )  # fmt: skip
 
 
 def _fresh(sample: health.Sample) -> EndpointHealth:

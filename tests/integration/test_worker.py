@@ -9,10 +9,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from django_strait import transitions, trigger, trigger_many
+from django_strait import trigger, trigger_many
 from django_strait.models import Job, JobRun, RunAttempt
-from django_strait.states import Transition
-from django_strait.storage import Record, RecordBatch, backend
 from tests.conftest import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -206,74 +204,12 @@ def test_worker__a_handler_not_registered_in_code_is_dead_lettered_unrun(burst):
     assert run.result is None
 
 
-def claim(worker_id: str, limit: int) -> list:
-    storage = backend()
-    with storage.atomic():
-        return storage.claim(worker_id, queues=(), limit=limit, now=timezone.now())
-
-
-def claim_and_start_one(worker_id: str):
-    [claimed] = claim(worker_id, 1)
-    return backend().start(worker_id, [claimed], now=timezone.now())[0]
-
-
-def completed(run_id: int, worker_id: str, job_id: int = 0) -> RecordBatch:
-    now = timezone.now()
-    rec = Record(
-        run_id, 1, Transition.COMPLETE, now, now, 1, "succeeded", result="x", job_id=job_id
-    )
-    return RecordBatch(worker_id, [rec])
-
-
-def test_worker__cancel_while_executing_cancels_when_the_attempt_returns():
-    run = trigger("test-noop", {})
-    claim_and_start_one("w1")
-    transitions.cancel(run.pk)  # executing: only flagged
-
-    assert JobRun.objects.get(pk=run.pk).status == "executing"
-    done = transitions.record(completed(run.pk, "w1", run.job_id))
-    assert done.moved == {run.pk: "canceled"}
-    assert RunAttempt.objects.get(run=run).outcome == "succeeded"
-
-
-def test_record__ignores_a_run_no_longer_held_by_this_worker():
-    run = trigger("test-noop", {})
-    claim_and_start_one("w1")
-
-    done = transitions.record(completed(run.pk, "w2", run.job_id))
-
-    assert done.lost == [run.pk] and not done.moved
-    assert JobRun.objects.get(pk=run.pk).status == "executing"
-    assert not RunAttempt.objects.exists()
-
-
-def test_claim__never_hands_the_same_run_to_two_workers():
-    trigger_many("test-noop", [{}] * 10)
-
-    first = claim("w1", 6)
-    second = claim("w2", 6)
-
-    assert len(first) == 6 and len(second) == 4
-    assert not {r.id for r in first} & {r.id for r in second}
-
-
 def test_trigger__refuses_a_payload_with_a_nul_character():
     from django_strait.triggering import TriggerError
 
     with pytest.raises(TriggerError, match="payload: must not contain the NUL"):
         trigger("test-noop", {"x": "a\u0000b"})
     assert trigger("test-noop", {"x": "a literal \\u0000 is fine"}).pk
-
-
-def test_unclaim__puts_unstarted_runs_back_without_spending_an_attempt():
-    trigger_many("test-noop", [{}] * 3)
-    claimed = claim("w1", 3)
-
-    assert transitions.unclaim("w1", [r.id for r in claimed]) == 3
-
-    assert list(
-        JobRun.objects.order_by().values_list("status", "attempt", "claimed_by").distinct()
-    ) == [("queued", 0, "")]
 
 
 @pytest.mark.postgres

@@ -111,3 +111,13 @@ def test_admit__unhealthy_probes_once_per_cooldown():
 
     waiting = admit(never, now=NOW, cooldown=COOLDOWN, may_probe=False)
     assert waiting.verdict is Verdict.HOLD
+
+
+def test_fold__a_rate_decaying_through_many_batches_reaches_zero_never_a_subnormal():
+    from django_strait.resilience.health import NEGLIGIBLE, fold
+
+    rate, keep = 0.5, 0.9**100
+    for _ in range(200):
+        rate = fold(rate, 0.0, keep)
+        assert rate == 0.0 or rate >= NEGLIGIBLE
+    assert rate == 0.0

@@ -60,12 +60,15 @@ class OrmStorage:
         """Move claimed runs to executing, spending an attempt; return those that moved."""
         if not runs:
             return []
-        by_id = {r.id: r for r in runs}
+        moved = {
+            rid: (attempt, at)
+            for rid, attempt, at in self._start(worker_id, [r.id for r in runs], now)
+        }
         started = []
-        for rid, attempt, started_at in self._start(worker_id, list(by_id), now):
-            run = by_id[rid]
-            run.attempt, run.started_at = attempt, started_at
-            started.append(run)
+        for run in runs:  # in claim order, whatever order the database answered in
+            if run.id in moved:
+                run.attempt, run.started_at = moved[run.id]
+                started.append(run)
         return started
 
     def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:

@@ -137,8 +137,10 @@ rollup AS (
 
 
 -- name: record.health
--- Endpoint health: each EWMA moves by the batch's sample (keep = the old value's weight,
--- resilience.health.fold); score and level are generated columns.
+-- Endpoint health: each EWMA moves by the batch's sample (keep = the old value's weight);
+-- django_strait_fold (migration 0011) is resilience.health.fold in SQL. A new endpoint
+-- folds from the fresh EWMAs, its latency from the batch's own p95. Score and level are
+-- generated columns.
 hv AS (
     SELECT * FROM unnest(%(health_url)s::varchar[], %(health_n)s::integer[],
                          %(health_keep)s::float8[], %(health_success)s::float8[],
@@ -149,14 +151,14 @@ hv AS (
 health AS (
     INSERT INTO django_strait_endpointhealth AS t (endpoint_url, success_rate, failure_rate,
         latency_p95_ms, timeout_ms, samples, updated_at)
-    SELECT url, keep * 1.0 + s * (1 - keep), keep * 0.0 + f * (1 - keep),
-           keep * p95 + p95 * (1 - keep), timeout, n, now()
+    SELECT url, django_strait_fold(1.0, s, keep), django_strait_fold(0.0, f, keep),
+           django_strait_fold(p95, p95, keep), timeout, n, now()
     FROM hv ORDER BY url
     ON CONFLICT (endpoint_url) DO UPDATE
     SET (success_rate, failure_rate, latency_p95_ms, timeout_ms, samples, updated_at) = (
-        SELECT t.success_rate * hv.keep + hv.s * (1 - hv.keep),
-               t.failure_rate * hv.keep + hv.f * (1 - hv.keep),
-               t.latency_p95_ms * hv.keep + hv.p95 * (1 - hv.keep),
+        SELECT django_strait_fold(t.success_rate, hv.s, hv.keep),
+               django_strait_fold(t.failure_rate, hv.f, hv.keep),
+               django_strait_fold(t.latency_p95_ms, hv.p95, hv.keep),
                hv.timeout, t.samples + hv.n, now()
         FROM hv WHERE hv.url = t.endpoint_url
     )

@@ -1,0 +1,94 @@
+"""Attempt numbering: start spends one, a hold none, record writes it, replay resets, rescue counts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+import pytest
+from django.utils import timezone
+
+from django_strait.models import JobRun, RunAttempt
+from django_strait.states import Transition
+from django_strait.storage import Hold, Record, RecordBatch
+from tests.conformance.conftest import claim, start
+from tests.integration.factories import make_job, make_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def fail_and_requeue(storage, run_id: int, attempt: int, worker: str = "w1") -> None:
+    now = timezone.now()
+    job_id = JobRun.objects.values_list("job_id", flat=True).get(pk=run_id)
+    rec = Record(run_id, attempt, Transition.RETRY, now, now, 2, "failed", available_at=now,
+                 error_type="http.503", error="down", job_id=job_id)  # fmt: skip
+    assert storage.record(RecordBatch(worker, [rec])).moved == {run_id: "queued"}
+
+
+def test_start__spends_an_attempt_at_the_claims_time(storage):
+    run = make_run()
+    now = timezone.now()
+    with storage.claim_transaction():
+        claimed = storage.claim("w1", queues=(), limit=1, now=now)
+        [started] = storage.start("w1", claimed, now=now)
+
+    row = JobRun.objects.get(pk=run.pk)
+    assert (started.attempt, row.attempt, row.status) == (1, 1, "executing")
+    assert started.started_at == row.started_at
+
+
+def test_record__appends_the_attempt_of_the_runs_number_and_counts_on(storage):
+    run = make_run()
+    for attempt in (1, 2, 3):
+        start(storage)
+        fail_and_requeue(storage, run.pk, attempt)
+
+    numbers = list(RunAttempt.objects.filter(run=run).values_list("number", "outcome"))
+    assert numbers == [(1, "failed"), (2, "failed"), (3, "failed")]
+    assert JobRun.objects.get(pk=run.pk).attempt == 3
+
+
+def test_hold__spends_nothing_and_its_row_repeats_the_last_real_attempt(storage):
+    run = make_run()
+    start(storage)
+    fail_and_requeue(storage, run.pk, 1)
+    for _ in range(2):  # held twice: two short-circuited rows, both numbered 1
+        claimed = claim(storage)
+        with storage.claim_transaction():
+            storage.hold("w1", [Hold(c.id, timezone.now(), "circuit.open", "open") for c in claimed],
+                         now=timezone.now())  # fmt: skip
+
+    rows = list(RunAttempt.objects.filter(run=run).values_list("number", "outcome"))
+    assert rows == [(1, "failed"), (1, "short_circuited"), (1, "short_circuited")]
+    assert JobRun.objects.get(pk=run.pk).attempt == 1
+
+
+def test_replay__resets_the_attempt_budget_not_the_count(storage):
+    run = make_run(status="dead_letter", attempts=3)
+
+    storage.apply(run.pk, Transition.REPLAY, **storage.replay_updates("ops", timezone.now()))
+
+    row = JobRun.objects.get(pk=run.pk)
+    assert (row.status, row.attempt, row.attempts_before_replay, row.replay_count) == (
+        "queued", 3, 3, 1,
+    )  # fmt: skip
+    [started] = start(storage)
+    assert (started.attempt, started.budget_used) == (4, 1)
+
+
+@pytest.mark.parametrize(("status", "lost"), [("executing", 1), ("dequeued", 1)])
+def test_rescue__counts_the_lost_attempt(storage, status, lost):
+    job = make_job(max_attempts=3, retry_jitter=0)
+    run = make_run(job, status=status)
+    silent = timezone.now() - dt.timedelta(hours=1)
+    JobRun.objects.filter(pk=run.pk).update(heartbeat_at=silent, dequeued_at=silent)
+
+    found, rescued = storage.rescue_batch(
+        timezone.now(), stale_after=60, waiting_stale_after=3600, limit=10, rng=random.Random(0)
+    )
+
+    assert (found, [r.transition for r in rescued]) == (1, [Transition.RETRY])
+    row = JobRun.objects.get(pk=run.pk)
+    assert (row.status, row.attempt, row.error_type) == ("queued", lost, "worker.lost")
+    attempt = RunAttempt.objects.get(run=run)
+    assert (attempt.number, attempt.outcome) == (lost, "system_failed")

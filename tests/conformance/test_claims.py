@@ -1,0 +1,133 @@
+"""Claims: due runs in claim order, the filters, and never one run to two workers."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_strait.models import JobRun
+from tests.conformance.conftest import claim, in_threads, start
+from tests.integration.factories import make_job, make_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def ago(seconds: float) -> dt.datetime:
+    return timezone.now() - dt.timedelta(seconds=seconds)
+
+
+def test_claim__takes_priority_first_then_due_time_then_id(storage):
+    job = make_job()
+    late_low = make_run(job, priority=0, available_at=ago(10))
+    early_low = make_run(job, priority=0, available_at=ago(20))
+    high = make_run(job, priority=5, available_at=ago(1))
+    tie_a = make_run(job, priority=0, available_at=ago(30))
+    tie_b = make_run(job, priority=0, available_at=tie_a.available_at)
+
+    order = [r.id for r in claim(storage, limit=10)]
+
+    assert order == [high.pk, tie_a.pk, tie_b.pk, early_low.pk, late_low.pk]
+
+
+def test_claim__takes_at_most_the_limit_and_the_first_in_order(storage):
+    job = make_job()
+    runs = [make_run(job, priority=p) for p in (1, 3, 2)]
+
+    assert [r.id for r in claim(storage, limit=2)] == [runs[1].pk, runs[2].pk]
+
+
+def test_claim__never_takes_runs_not_due_or_of_a_disabled_job(storage):
+    make_run(make_job(), available_at=timezone.now() + dt.timedelta(hours=1))
+    make_run(make_job(enabled=False))
+    due = make_run(make_job())
+
+    assert [r.id for r in claim(storage)] == [due.pk]
+
+
+def test_claim__takes_only_queued_runs(storage):
+    job = make_job()
+    for status in ("dequeued", "executing", "completed", "dead_letter", "waiting"):
+        make_run(job, status=status)
+
+    assert claim(storage) == []
+
+
+@pytest.mark.parametrize(
+    ("queues", "expected"), [((), {"a", "b", "c"}), (("b",), {"b"}), (("a", "c"), {"a", "c"})]
+)
+def test_claim__takes_the_queues_asked_for(storage, queues, expected):
+    job = make_job()
+    for queue in ("a", "b", "c"):
+        make_run(job, queue=queue)
+
+    claimed = claim(storage, queues=queues)
+
+    assert (
+        set(JobRun.objects.filter(pk__in=[r.id for r in claimed]).values_list("queue", flat=True))
+        == expected
+    )
+
+
+def test_claim__marks_the_runs_dequeued_by_this_worker(storage):
+    run = make_run()
+
+    [claimed] = claim(storage, "w7")
+
+    row = JobRun.objects.get(pk=run.pk)
+    assert (row.status, row.claimed_by, claimed.payload) == ("dequeued", "w7", {})
+    assert row.dequeued_at is not None and row.heartbeat_at is not None
+
+
+def test_claim__a_payload_it_cannot_read_is_a_row_error_not_an_exception(storage):
+    good, bad = make_run(), make_run()
+    depth = 995 if connection.vendor == "sqlite" else 5000
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE django_strait_jobrun SET payload = %s WHERE id = %s",
+            ['{"a": ' * depth + "1" + "}" * depth, bad.pk],
+        )
+
+    by_id = {r.id: r for r in claim(storage)}
+
+    assert by_id[good.pk].row_error == ""
+    assert "RecursionError" in by_id[bad.pk].row_error and by_id[bad.pk].payload is None
+
+
+def test_claim__two_workers_one_after_the_other_never_share_a_run(storage):
+    job = make_job()
+    for _ in range(10):
+        make_run(job)
+
+    first, second = claim(storage, "w1", 6), claim(storage, "w2", 6)
+
+    assert (len(first), len(second)) == (6, 4)
+    assert not {r.id for r in first} & {r.id for r in second}
+
+
+@pytest.mark.slow
+def test_claim__workers_claiming_at_once_take_every_run_exactly_once(storage):
+    job = make_job()
+    JobRun.objects.bulk_create([JobRun(job=job, available_at=ago(1)) for _ in range(300)])
+
+    def drain(i: int) -> list[int]:
+        taken: list[int] = []
+        while batch := start(storage, f"w{i}", limit=7):
+            taken += [r.id for r in batch]
+        return taken
+
+    taken = [rid for ids in in_threads(6, drain) for rid in ids]
+
+    assert len(taken) == 300 and len(set(taken)) == 300
+    assert set(JobRun.objects.values_list("status", "attempt")) == {("executing", 1)}
+
+
+def test_start__returns_the_runs_in_claim_order(storage):
+    job = make_job()
+    runs = [make_run(job, priority=p) for p in (1, 9, 5, 7, 3)]
+
+    started = start(storage, limit=5)
+
+    assert [r.id for r in started] == [runs[i].pk for i in (1, 3, 2, 4, 0)]

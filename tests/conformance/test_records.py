@@ -1,0 +1,112 @@
+"""The record and its parts: the runs move, their attempts are appended, the rollup counts once."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from django_strait.models import EndpointHealth, JobRun, RunAttempt, RunRollup
+from django_strait.resilience import health
+from django_strait.states import Transition
+from django_strait.storage import Record, RecordBatch
+from tests.conformance.conftest import start
+from tests.integration.factories import make_job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_record__moves_each_run_and_appends_its_attempt(storage):
+    job = make_job()
+    JobRun.objects.bulk_create([JobRun(job=job, available_at=timezone.now()) for _ in range(3)])
+    runs = start(storage, limit=3)
+    now = timezone.now()
+    retry_at = now + dt.timedelta(seconds=30)
+    records = [
+        Record(runs[0].id, 1, Transition.COMPLETE, now, now, 7, "succeeded", result={"ok": 1}, job_id=job.pk),
+        Record(runs[1].id, 1, Transition.RETRY, now, now, 8, "failed", available_at=retry_at,
+               error="boom", error_type="python.ValueError", job_id=job.pk),
+        Record(runs[2].id, 1, Transition.DEAD_LETTER, now, now, 9, "failed", error_type="http.404",
+               status_code=404, endpoint="http://127.0.0.1:9/x", job_id=job.pk),
+    ]  # fmt: skip
+
+    done = storage.record(RecordBatch("w1", records))
+
+    assert done.moved == {runs[0].id: "completed", runs[1].id: "queued", runs[2].id: "dead_letter"}
+    completed, retried, dead = (JobRun.objects.get(pk=r.id) for r in runs)
+    assert (completed.result, completed.finished_at is not None) == ({"ok": 1}, True)
+    assert (retried.available_at, retried.finished_at, retried.error_type) == (
+        retry_at, None, "python.ValueError",
+    )  # fmt: skip
+    assert (dead.endpoint_used, dead.claimed_by, dead.heartbeat_at) == (
+        "http://127.0.0.1:9/x",
+        "",
+        None,
+    )
+    attempts = RunAttempt.objects.order_by("run_id").values_list("outcome", "status_code", "worker")
+    assert list(attempts) == [
+        ("succeeded", None, "w1"),
+        ("failed", None, "w1"),
+        ("failed", 404, "w1"),
+    ]
+
+
+def test_record__counts_each_attempt_once_in_the_minute_rollup(storage):
+    job = make_job()
+    JobRun.objects.bulk_create([JobRun(job=job, available_at=timezone.now()) for _ in range(5)])
+    runs = start(storage, limit=5)
+    minute = timezone.now().replace(second=30, microsecond=0)
+    records = [
+        Record(r.id, 1, Transition.COMPLETE if i < 3 else Transition.DEAD_LETTER, minute, minute,
+               10 * (i + 1), "succeeded" if i < 3 else "failed", job_id=job.pk)
+        for i, r in enumerate(runs)
+    ]  # fmt: skip
+
+    storage.record(RecordBatch("w1", records[:4]))
+    storage.record(RecordBatch("w1", records[4:]))
+
+    rollup = {
+        status: (count, total)
+        for status, count, total in RunRollup.objects.filter(job=job).values_list(
+            "status", "count", "total_duration_ms"
+        )
+    }
+    assert rollup == {"completed": (3, 60), "dead_letter": (2, 90)}
+    assert set(RunRollup.objects.values_list("minute", flat=True)) == {minute.replace(second=0)}
+
+
+def test_record__a_lost_run_is_not_counted(storage):
+    job = make_job()
+    JobRun.objects.create(job=job, available_at=timezone.now())
+    [run] = start(storage)
+    now = timezone.now()
+
+    storage.record(
+        RecordBatch(
+            "someone-else",
+            [Record(run.id, 1, Transition.COMPLETE, now, now, 1, "succeeded", job_id=job.pk)],
+        )
+    )
+
+    assert not RunRollup.objects.exists()
+
+
+def test_record__a_health_rate_decayed_to_nothing_folds_to_zero_not_an_error(storage):
+    # After one failure and thousands of successes a failure rate decays toward 0; a
+    # product that underflowed made PostgreSQL refuse the whole record.
+    url = "http://127.0.0.1:9/decayed"
+    EndpointHealth.objects.create(endpoint_url=url, failure_rate=5e-324, success_rate=1.0)
+    job = make_job()
+    JobRun.objects.create(job=job, available_at=timezone.now())
+    [run] = start(storage)
+    now = timezone.now()
+    rec = Record(
+        run.id, 1, Transition.COMPLETE, now, now, 5, "succeeded", endpoint=url, job_id=job.pk
+    )
+    sample = health.Sample(url, 100, 0.9**100, 1.0, 0.0, 5.0, 30_000.0)
+
+    done = storage.record(RecordBatch("w1", [rec], [sample]))
+
+    assert done.moved == {run.id: "completed"}
+    assert EndpointHealth.objects.get(endpoint_url=url).failure_rate == 0.0
