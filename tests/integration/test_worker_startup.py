@@ -103,13 +103,13 @@ def test_worker__waits_for_a_database_that_is_not_up_yet_then_works(worker_env):
     )  # fmt: skip
     try:
         time.sleep(3)  # tries at 0, 0.5 and 1.5 s: three lines
-        assert worker.poll() is None  # still waiting, not exited
+        assert worker.poll() is None, worker.communicate()[0]  # still waiting, not exited
         forwarder.open()
         output = worker.communicate(timeout=60)[0]
     finally:
         if worker.poll() is None:
             worker.kill()
-            worker.wait()
+            worker.communicate()  # closes its pipe, also when the test failed
         forwarder.close()
         wait_for_other_sessions_to_end()
 

@@ -54,6 +54,10 @@ def default_worker_id() -> str:
 
 class Command(BaseCommand):
     help = "Claim due runs in batches and execute them (SIGINT/SIGTERM stop it gracefully)."
+    # Django's checks may open a database connection (Django 6's model checks do): a worker
+    # started before its database must wait for it, not die in a check. The STRAIT
+    # settings are checked in handle(); run `manage.py check` in a deploy as usual.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
