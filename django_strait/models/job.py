@@ -10,8 +10,8 @@ from django.db.models import Q
 from django_strait import bounds
 from django_strait.conf import strait_settings
 from django_strait.cron import ScheduleError, check_schedule, check_timezone
-from django_strait.dispatch.http import header_problems as dispatch_header_problems
-from django_strait.dispatch.ssrf import url_problem
+from django_strait.dispatch.addresses import url_problem
+from django_strait.dispatch.headers import header_problems as dispatch_header_problems
 from django_strait.handlers import find_handler, handlers
 from django_strait.retry import PolicyError, check_registered, job_partial, resolve
 
