@@ -2,8 +2,9 @@
 
 The record statement folds each endpoint's health in the database; a float product
 that underflows to zero is an error in PostgreSQL (not in Python), and a failure
-rate decaying through thousands of successes reached one: the fold treats values
-below 1e-12 as 0, as the Python definition does. Other databases fold in Python.
+rate decaying through thousands of successes reached one: the fold treats every
+factor below 1e-12 as 0 (so no product of nonzero factors is below 1e-24), as the
+Python definition does. Other databases fold in Python.
 """
 
 from django.db import migrations
@@ -13,8 +14,12 @@ CREATE OR REPLACE FUNCTION django_strait_fold(old float8, new float8, keep float
 RETURNS float8 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN moved < 1e-12 THEN 0 ELSE moved END
     FROM (
-        SELECT (CASE WHEN old < 1e-12 THEN 0 ELSE old END) * w + new * (1 - w) AS moved
-        FROM (SELECT CASE WHEN keep < 1e-12 THEN 0 ELSE keep END AS w) AS weight
+        SELECT o * w + n * (CASE WHEN 1 - w < 1e-12 THEN 0 ELSE 1 - w END) AS moved
+        FROM (
+            SELECT CASE WHEN old < 1e-12 THEN 0 ELSE old END AS o,
+                   CASE WHEN new < 1e-12 THEN 0 ELSE new END AS n,
+                   CASE WHEN keep < 1e-12 THEN 0 ELSE keep END AS w
+        ) AS clipped
     ) AS folded
 $$;
 """

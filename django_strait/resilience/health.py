@@ -130,10 +130,16 @@ def fold(old: float, new: float, keep: float) -> float:
     The one definition: PostgreSQL's record statement calls ``django_strait_fold``,
     which computes the same (tests/conformance/test_agreement.py checks they agree).
     """
-    old = 0.0 if old < NEGLIGIBLE else old
-    keep = 0.0 if keep < NEGLIGIBLE else keep
-    moved = old * keep + new * (1.0 - keep)
-    return 0.0 if moved < NEGLIGIBLE else moved
+    # Every factor below NEGLIGIBLE counts as 0, so no product of two nonzero factors
+    # is smaller than NEGLIGIBLE squared: PostgreSQL raises on a product that
+    # underflows to 0, and the two definitions must agree on every input.
+    old, new, keep = _clip(old), _clip(new), _clip(keep)
+    moved = old * keep + new * _clip(1.0 - keep)
+    return _clip(moved)
+
+
+def _clip(value: float) -> float:
+    return 0.0 if value < NEGLIGIBLE else value
 
 
 #: A new endpoint's EWMAs before its first batch: all answers good, none failing.
