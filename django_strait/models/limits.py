@@ -9,9 +9,10 @@ class JobRateAdmission(models.Model):
     """How many runs of a job one claim let start, and when: a sliding log.
 
     A claim counts the job's admissions in the last ``rate_limit_window_secs``
-    and adds its own, at most up to ``rate_limit_max``; entries older than the
-    window are deleted by the same statement. So no span of that length ever
-    holds more than ``rate_limit_max`` starts, across every worker and host.
+    and adds its own, at most up to ``rate_limit_max``; the same statement deletes
+    entries a minute past the window (``resilience.limits.RATE_LOG_KEPT``). So no
+    span of that length ever holds more than ``rate_limit_max`` starts, across
+    every worker and host.
     """
 
     job = models.ForeignKey("django_strait.Job", on_delete=models.CASCADE, related_name="+")

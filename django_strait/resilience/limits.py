@@ -9,11 +9,13 @@ jobs' rows locked, so that they hold across every worker and host
   its endpoint is degraded (:func:`resilience.health.capped_concurrency`);
 - **rate**: a sliding log of admissions. A claim counts the runs the job was
   let start in the last ``rate_limit_window_secs`` and adds at most enough to
-  reach ``rate_limit_max``; entries older than the window are dropped. Every
-  admission is stamped with its claim's time, which its runs carry as
-  ``started_at``, so no span of the window's length ever holds more than
-  ``rate_limit_max`` starts (aligned windows let twice as many through across
-  a boundary).
+  reach ``rate_limit_max``. Every admission is stamped with its claim's time,
+  which its runs carry as ``started_at``, so no span of the window's length ever
+  holds more than ``rate_limit_max`` starts (aligned windows let twice as many
+  through across a boundary). A claim's time is taken before it waits for the
+  job's row lock, so claims serialize out of clock order: an entry is dropped
+  only :data:`RATE_LOG_KEPT` past the window (:func:`forget_before`), when no
+  claim still waiting can count it.
 
 Runs over a limit go back to queued, spending no attempt: over the concurrency
 limit for :data:`CONCURRENCY_WAIT`, over the rate limit until the window's
@@ -33,6 +35,9 @@ from django_strait.resilience.health import capped_concurrency
 CONCURRENCY_WAIT = dt.timedelta(seconds=1)
 CONCURRENCY_ERROR = "limit.concurrency"
 RATE_ERROR = "limit.rate"
+#: How long past its window a rate admission is kept: longer than any claim's clock
+#: can lag behind the claim that serializes before it on the job's row lock.
+RATE_LOG_KEPT = dt.timedelta(seconds=60)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +107,11 @@ def rate_grants(rate_max: int | None, used: int, n: int) -> int:
 def window_start(now: dt.datetime, secs: float) -> dt.datetime:
     """Return where the sliding window ending at ``now`` begins (admissions after it count)."""
     return now - dt.timedelta(seconds=secs)
+
+
+def forget_before(now: dt.datetime, secs: float) -> dt.datetime:
+    """Return the time at or before which admissions may be deleted from the log."""
+    return window_start(now, secs) - RATE_LOG_KEPT
 
 
 def holds(

@@ -96,10 +96,10 @@ def _rate(
     alias: str, job_id: int, rmax: int, secs: float, admitted: int, now: dt.datetime
 ) -> tuple[int, dt.datetime]:
     """Take up to ``admitted`` admissions from the job's sliding log; return (granted, frees_at)."""
-    since = limits.window_start(now, secs)
     log = JobRateAdmission.objects.using(alias).filter(job_id=job_id)
-    log.filter(admitted_at__lte=since).delete()
-    window = log.aggregate(used=Sum("count"), oldest=MinOf("admitted_at"))
+    log.filter(admitted_at__lte=limits.forget_before(now, secs)).delete()
+    in_window = log.filter(admitted_at__gt=limits.window_start(now, secs))
+    window = in_window.aggregate(used=Sum("count"), oldest=MinOf("admitted_at"))
     granted = limits.rate_grants(rmax, window["used"] or 0, admitted)
     if granted:
         log.create(job_id=job_id, admitted_at=now, count=granted)

@@ -117,6 +117,7 @@ class PostgresStorage(OrmStorage):
                 "job_id": jobs,
                 "n": [len(by_job[j]) for j in jobs],
                 "share": [concurrency_share(scores[j]) for j in jobs],
+                "kept": limits.RATE_LOG_KEPT,
             },
         )
         decisions = [limits.Decision(*row, health_score=scores[row[0]]) for row in rows]

@@ -185,9 +185,11 @@ ledger AS (
 -- a queued backlog; the concurrency cap now (max_concurrency scaled by the endpoint's
 -- health share, at least 1; 0 = no limit) and how many of the batch it admits; and the
 -- rate limit as a sliding log: the runs admitted in the window's last
--- rate_limit_window_secs, topped up to rate_limit_max by this claim, older entries
--- dropped. Admissions are stamped with the transaction's now(), which the started runs
--- carry as started_at: at most rate_limit_max of them in any span of the window.
+-- rate_limit_window_secs, topped up to rate_limit_max by this claim. Admissions are
+-- stamped with the transaction's now(), which the started runs carry as started_at: at
+-- most rate_limit_max of them in any span of the window. now() is taken before the
+-- claim waited for the job's row lock, so an entry is dropped only RATE_LOG_KEPT past the
+-- window (resilience.limits, passed as kept), when no claim still waiting can count it.
 WITH v AS (
     SELECT * FROM unnest(%(job_id)s::bigint[], %(n)s::integer[], %(share)s::float8[])
         AS v(job_id, n, share)
@@ -234,7 +236,8 @@ granted AS (
 ),
 gone AS (
     DELETE FROM django_strait_jobrateadmission AS t USING adm
-    WHERE adm.since IS NOT NULL AND t.job_id = adm.job_id AND t.admitted_at <= adm.since
+    WHERE adm.since IS NOT NULL AND t.job_id = adm.job_id
+      AND t.admitted_at <= adm.since - %(kept)s::interval
 ),
 logged AS (
     INSERT INTO django_strait_jobrateadmission (job_id, admitted_at, count)
