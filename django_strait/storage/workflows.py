@@ -80,6 +80,8 @@ def _advance_one(alias: str, wr: WorkflowRun, now: dt.datetime) -> list[Change]:
         WorkflowStepRun.objects.using(alias)
         .filter(workflow_run=wr)
         .select_related("step", "step__job", "run")
+        # A wide workflow reads every step run per advance: leave the big columns out.
+        .defer("run__payload", "run__result", "run__last_error", "run__retry_overrides")
     )
     by_name = {sr.step.name: sr for sr in step_runs}
     status = {name: _synced(sr) for name, sr in by_name.items()}
