@@ -9,9 +9,10 @@ from django.utils import timezone
 
 from django_strait import cancel_workflow_run, define_workflow, signals, trigger_workflow
 from django_strait.duties.reaper import Reaper
-from django_strait.models import JobRun, RunAttempt, WorkflowRun, WorkflowStep
-from django_strait.transitions import cancel, replay
+from django_strait.models import Job, JobRun, RunAttempt, WorkflowRun, WorkflowStep
+from django_strait.transitions import cancel, discard, replay
 from django_strait.workflows import WorkflowError
+from tests.conftest import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -261,3 +262,58 @@ def test_reaper__a_recent_workflow_is_not_stalled():
 
     wr.refresh_from_db()
     assert wr.status == "running"
+
+
+def test_http_step__gets_a_workflow_member_with_its_parents_results(burst, http_server):
+    http_server.routes["/ship"] = lambda r: Reply(200, b'{"tracking": "XY"}')
+    Job.objects.create(name="ship-hook", endpoint_url=http_server.url("/ship"))
+    define_workflow(
+        "shipping",
+        steps=[
+            {"name": "charge", "job": "wf-step"},
+            {"name": "ship", "job": "ship-hook", "depends_on": ["charge"]},
+        ],
+    )
+    wr = trigger_workflow("shipping", {"order": 7})
+
+    burst()
+
+    [got] = http_server.requests
+    assert got.json["payload"] == {"order": 7}
+    assert got.json["workflow"] == {
+        "run_id": wr.pk,
+        "step": "ship",
+        "parents": {"charge": {"step": "charge", "parents": {}}},
+    }
+    wr.refresh_from_db()
+    assert wr.status == "completed"
+    assert run_of(wr, "ship").result == {"tracking": "XY"}
+
+
+def test_discard__of_a_queued_step_fails_the_workflow():
+    define_workflow("diamond", steps=DIAMOND)
+    wr = trigger_workflow("diamond", {})
+
+    discard(run_of(wr, "a").pk, by="test")
+
+    wr.refresh_from_db()
+    assert wr.status == "failed"
+    assert steps(wr) == {"a": "failed", "b": "skipped", "c": "skipped", "d": "skipped"}
+
+
+def test_reaper__a_lost_step_is_retried_and_its_workflow_goes_on(burst):
+    define_workflow("diamond", steps=DIAMOND)
+    wr = trigger_workflow("diamond", {})
+    long_ago = timezone.now() - dt.timedelta(hours=1)
+    # The root's worker died mid-attempt: executing, heartbeat long silent.
+    JobRun.objects.filter(pk=run_of(wr, "a").pk).update(
+        status="executing", attempt=1, claimed_by="gone", heartbeat_at=long_ago,
+        dequeued_at=long_ago, started_at=long_ago,
+    )  # fmt: skip
+
+    Reaper.from_settings().run_once(timezone.now())
+    make_due()
+    burst()
+
+    wr.refresh_from_db()
+    assert wr.status == "completed" and set(steps(wr).values()) == {"completed"}
