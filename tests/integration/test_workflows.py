@@ -10,7 +10,7 @@ from django.utils import timezone
 from django_strait import cancel_workflow_run, define_workflow, signals, trigger_workflow
 from django_strait.duties.reaper import Reaper
 from django_strait.models import Job, JobRun, RunAttempt, WorkflowRun, WorkflowStep
-from django_strait.transitions import cancel, discard, replay
+from django_strait.transitions import cancel, discard, replay, replay_many
 from django_strait.workflows import WorkflowError
 from tests.conftest import Reply
 
@@ -317,3 +317,20 @@ def test_reaper__a_lost_step_is_retried_and_its_workflow_goes_on(burst):
 
     wr.refresh_from_db()
     assert wr.status == "completed" and set(steps(wr).values()) == {"completed"}
+
+
+def test_replay_many__resumes_the_workflow_too(burst):
+    define_workflow(
+        "resumable",
+        steps=[
+            {"name": "a", "job": "wf-fail"},
+            {"name": "b", "job": "wf-step", "depends_on": ["a"]},
+        ],
+    )
+    wr = trigger_workflow("resumable", {})
+    burst()
+
+    assert replay_many([run_of(wr, "a").pk], by="test") == 1
+
+    wr.refresh_from_db()
+    assert wr.status == "running" and steps(wr) == {"a": "started", "b": "waiting"}
