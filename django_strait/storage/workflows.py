@@ -89,7 +89,8 @@ def _advance_one(alias: str, wr: WorkflowRun, now: dt.datetime) -> list[Change]:
         new = {n: StepRunStatus.CANCELED if s == dag.WAITING else s for n, s in status.items()}
         _save_steps(alias, by_name, new, wr, now)
         return []
-    parents = {name: list(sr.step.depends_on) for name, sr in by_name.items()}
+    # A step added by a redefinition after this run began has no step run here: not a parent.
+    parents = {n: [p for p in sr.step.depends_on if p in by_name] for n, sr in by_name.items()}
     lenient = {name for name, sr in by_name.items() if sr.step.continue_on_failure}
     new, wf_status = dag.settle(parents, status, lenient)
     _save_steps(alias, by_name, new, wr, now)

@@ -334,3 +334,18 @@ def test_replay_many__resumes_the_workflow_too(burst):
 
     wr.refresh_from_db()
     assert wr.status == "running" and steps(wr) == {"a": "started", "b": "waiting"}
+
+
+def test_redefine__a_step_added_later_does_not_hold_up_runs_in_flight(burst):
+    define_workflow("growing", steps=DIAMOND[:2])
+    wr = trigger_workflow("growing", {})
+    define_workflow(
+        "growing",
+        steps=[DIAMOND[0], {"name": "new", "job": "wf-step"},
+               {"name": "b", "job": "wf-step", "depends_on": ["a", "new"]}],
+    )  # fmt: skip
+
+    burst()
+
+    wr.refresh_from_db()
+    assert wr.status == "completed" and steps(wr) == {"a": "completed", "b": "completed"}
