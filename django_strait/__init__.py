@@ -1,6 +1,7 @@
 """django-strait: durable background jobs on your Django database.
 
 from django_strait import job, handler, retry_function, trigger, trigger_many
+from django_strait import define_workflow, trigger_workflow, cancel_workflow_run
 from django_strait import Retry, Discard, DeadLetter, Fail, Error
 """
 
@@ -20,8 +21,11 @@ __all__ = [
     "job",
     "replay",
     "retry_function",
+    "cancel_workflow_run",
+    "define_workflow",
     "trigger",
     "trigger_many",
+    "trigger_workflow",
 ]
 
 __version__ = "0.1.0.dev0"
@@ -33,6 +37,9 @@ _LAZY = {
     "trigger": "django_strait.triggering",
     "trigger_many": "django_strait.triggering",
     "replay": "django_strait.transitions",
+    "define_workflow": "django_strait.workflows",
+    "trigger_workflow": "django_strait.workflows",
+    "cancel_workflow_run": "django_strait.workflows",
 }
 
 

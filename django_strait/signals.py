@@ -27,13 +27,14 @@ from django.db import transaction
 from django.dispatch import Signal
 
 from django_strait.database import alias
-from django_strait.models import CircuitState, EndpointCircuit, JobRun, Project
+from django_strait.models import CircuitState, EndpointCircuit, JobRun, Project, WorkflowRun
 from django_strait.states import RunStatus
 
 if TYPE_CHECKING:
     from django_strait.resilience.budgets import LedgerDay
     from django_strait.resilience.policy import Change
     from django_strait.storage.values import Claimed, Record, Recorded, Rescued
+    from django_strait.storage.workflows import Change as WorkflowChange
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,14 @@ circuit_opened = Signal()
 circuit_closed = Signal()
 #: A project crossed its budget's soft limit (once per project per day).
 budget_soft_limit = Signal()
+
+#: A workflow run was triggered (``sender=WorkflowRun``; ``workflow_run_id``, ``workflow``).
+workflow_started = Signal()
+#: Every step of a workflow run finished without failing it.
+workflow_completed = Signal()
+#: A workflow run failed: a step failed without ``continue_on_failure``, or it stalled
+#: (``error_type``: ``workflow.step_failed`` or ``workflow.stalled``; ``error``).
+workflow_failed = Signal()
 
 #: The signal for each status a run can reach when an attempt ends or a person acts.
 SIGNAL_FOR_STATUS: Mapping[str, Signal] = {
@@ -319,3 +328,28 @@ def announce_budget_soft_limits(ledgers: Iterable[LedgerDay]) -> None:
             reserved=ledger.reserved,
             ratio=project.soft_limit_ratio,
         )
+
+
+# -- workflows -----------------------------------------------------------------------
+
+#: The signal for each status a workflow run can reach (canceled sends none).
+WORKFLOW_SIGNALS: Mapping[str, Signal] = {
+    "running": workflow_started,
+    "completed": workflow_completed,
+    "failed": workflow_failed,
+}
+
+
+def send_workflow_changes(changes: Iterable[WorkflowChange]) -> None:
+    """Send the signal of each workflow run's new status (call it after the commit)."""
+    for change in changes:
+        signal = WORKFLOW_SIGNALS.get(change.status)
+        if signal is not None and signal.receivers:
+            signal.send_robust(
+                sender=WorkflowRun,
+                workflow_run_id=change.workflow_run_id,
+                workflow=change.workflow,
+                status=change.status,
+                error_type=change.error_type,
+                error=change.error,
+            )

@@ -93,6 +93,8 @@ class HttpRequest:
     headers: Mapping[str, str] = field(default_factory=dict)
     signing_secret: str = ""
     timeout: float = 30.0
+    #: A workflow step's ``{"run_id", "step", "parents"}`` (sent as ``"workflow"``).
+    workflow: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         timeout = self.timeout
@@ -101,13 +103,15 @@ class HttpRequest:
 
 
 def encode_body(req: HttpRequest) -> bytes:
-    """Return the JSON body sent to the endpoint: run id, job, attempt and payload."""
-    document = {
+    """Return the JSON body sent to the endpoint: run id, job, attempt, payload (and workflow)."""
+    document: dict[str, Any] = {
         "run_id": req.run_id,
         "job": req.job,
         "attempt": req.attempt,
         "payload": req.payload,
     }
+    if req.workflow is not None:
+        document["workflow"] = req.workflow
     return _COMPACT_JSON.encode(document).encode("ascii")
 
 

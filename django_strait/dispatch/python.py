@@ -17,8 +17,8 @@ import json
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from django_strait.actions import DeadLetter, Discard, Error, Fail, Retry, StraitAction
@@ -60,6 +60,10 @@ class RunContext:
     payload: Any
     #: Call ``context.heartbeat()`` during long work so the reaper knows the run is alive.
     heartbeat: Callable[[], None] = _no_heartbeat
+    #: A workflow step's parents' results, by step name (empty for a plain run or a root).
+    parents: Mapping[str, Any] = field(default_factory=dict)
+    #: A workflow step's ``{"run_id", "step", "parents"}``; None for a plain run.
+    workflow: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ worker holds (dequeued, executing) with no heartbeat for ``stale_after``, and
 waiting runs silent for ``waiting_stale_after``; each becomes system_failed with
 a ``worker.lost`` attempt and then is retried, dead-lettered or discarded by its
 retry policy (``django_strait.transitions.rescue_batch``). It also deletes the
-registry rows of workers not seen for ``forget_after``.
+registry rows of workers not seen for ``forget_after``, and fails the workflow
+runs stuck for ``waiting_stale_after`` (``workflow.stalled``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from django_strait.duties.registry import forget_silent
 from django_strait.retry import PolicyError, parse_duration
 from django_strait.storage import backend
 from django_strait.transitions import rescue_batch
+from django_strait.workflows import fail_stalled
 
 #: Most runs rescued in one transaction.
 DEFAULT_BATCH_SIZE = 500
@@ -31,7 +33,15 @@ DEFAULT_BATCH_SIZE = 500
 #: A live worker touches its row every ``stale_after / 5``, so ten is far past any hiccup.
 FORGET_AFTER_STALE_MULTIPLE = 10
 #: The counts every round reports, zero or not.
-COUNTS = ("rescued", "retried", "dead_lettered", "discarded", "canceled", "workers_forgotten")
+COUNTS = (
+    "rescued",
+    "retried",
+    "dead_lettered",
+    "discarded",
+    "canceled",
+    "workers_forgotten",
+    "workflows_stalled",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +96,7 @@ class Reaper:
         led = self._rescue(now, counts, rng or random.Random())
         if led:
             self._forget(now, counts)
+            self._stalled(now, counts)
         # Each rescued run is logged by the transition; the engine logs the round's counts.
         return DutyResult(self.name, led, {key: counts[key] for key in COUNTS})
 
@@ -115,6 +126,13 @@ class Reaper:
         with lead(self.name, using=self.using) as leading:
             if leading:
                 counts["workers_forgotten"] = forget_silent(before, using=self.using)
+
+    def _stalled(self, now: dt.datetime, counts: Counter[str]) -> None:
+        with lead(self.name, using=self.using) as leading:
+            if leading:
+                counts["workflows_stalled"] = fail_stalled(
+                    now, stale_after=self.waiting_stale_after, using=self.using
+                )
 
 
 def _positive(option: str, value: Any) -> float:

@@ -10,6 +10,14 @@ from django_strait.models.limits import JobRateAdmission
 from django_strait.models.rollup import RunRollup
 from django_strait.models.run import DeadLetter, JobRun
 from django_strait.models.worker import WorkerProcess
+from django_strait.models.workflow import (
+    StepRunStatus,
+    Workflow,
+    WorkflowRun,
+    WorkflowRunStatus,
+    WorkflowStep,
+    WorkflowStepRun,
+)
 
 __all__ = [
     "SCOPES",
@@ -32,5 +40,11 @@ __all__ = [
     "Overlap",
     "RunAttempt",
     "RunRollup",
+    "StepRunStatus",
     "WorkerProcess",
+    "Workflow",
+    "WorkflowRun",
+    "WorkflowRunStatus",
+    "WorkflowStep",
+    "WorkflowStepRun",
 ]

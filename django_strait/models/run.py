@@ -66,6 +66,17 @@ class JobRun(models.Model):
     replayed_by = models.CharField(max_length=200, blank=True, editable=False)
     replayed_at = models.DateTimeField(null=True, blank=True, editable=False)
 
+    #: The workflow step this run executes (None for a plain run). The claim reads it
+    #: from the run's own row, so the worker knows a step without a join.
+    workflow_step_run = models.ForeignKey(
+        "django_strait.WorkflowStepRun",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        editable=False,
+    )
+
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 

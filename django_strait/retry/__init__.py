@@ -9,6 +9,7 @@ from django_strait.retry.policy import (
     FIELDS,
     JOB_COLUMNS,
     ON_EXHAUSTION,
+    STEP_FIELDS,
     STRATEGIES,
     PolicyError,
     RetryPolicy,
@@ -22,6 +23,7 @@ from django_strait.retry.policy import (
     raw_delay,
     resolve,
     retry_delay_for,
+    step_partial,
     validate_field,
     validate_partial,
 )
@@ -33,6 +35,7 @@ __all__ = [
     "JOB_COLUMNS",
     "MAX_DURATION",
     "ON_EXHAUSTION",
+    "STEP_FIELDS",
     "STRATEGIES",
     "PolicyError",
     "RetryPolicy",
@@ -48,6 +51,7 @@ __all__ = [
     "resolve",
     "retry_delay_for",
     "retry_function",
+    "step_partial",
     "validate_field",
     "validate_partial",
 ]

@@ -100,6 +100,26 @@ JOB_COLUMNS: dict[str, str] = {
     "on_exhaustion": "on_exhaustion",
 }
 
+#: A workflow step's retry fields (DESIGN §10: the seed's names), by policy field.
+STEP_FIELDS: dict[str, str] = {
+    "max_attempts": "max_attempts",
+    "strategy": "retry_backoff",
+    "initial_delay": "retry_initial_delay_secs",
+    "max_delay": "retry_max_delay_secs",
+}
+
+
+def step_partial(step: Mapping[str, Any], *, prefix: str = "step") -> dict[str, Any]:
+    """Return the partial policy a workflow step's fields set; missing or None fields inherit.
+
+    An error names the step's own field (``{prefix}.retry_backoff``).
+    """
+    return {
+        key: validate_field(key, step[name], field=f"{prefix}.{name}")
+        for key, name in STEP_FIELDS.items()
+        if step.get(name) is not None
+    }
+
 
 def validate_partial(raw: Mapping[str, Any], *, prefix: str = "retry") -> dict[str, Any]:
     """Return the normalised fields of a partial policy; raise PolicyError on the first bad one."""

@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from django_strait.models import BudgetLedger, EndpointHealth, JobRun
 from django_strait.resilience import budgets, health
+from django_strait.storage import workflows
 from django_strait.storage.values import RecordBatch
 
 ZERO = Decimal(0)
@@ -167,5 +168,30 @@ def settle_runs(spends: list[budgets.Spend], alias: str) -> None:
         )
 
 
-#: The parts every record carries, in order.
+class Workflows:
+    """The DAG moves on when a step's run moved: children start, dependents are skipped.
+
+    Portable (``storage.workflows.advance``) on every backend: PostgreSQL runs it
+    in the record's transaction after the record's statement, and only for a
+    batch with workflow steps in it (``steps``), so plain batches cost nothing.
+    """
+
+    name = "workflow"
+
+    def steps(self, batch: RecordBatch, moved: Mapping[int, str]) -> list[int]:
+        """The batch's moved runs that are workflow steps."""
+        return [r.run_id for r in batch.records if r.step_run_id and r.run_id in moved]
+
+    def params(self, batch: RecordBatch) -> dict[str, Any]:
+        return {}
+
+    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
+        ids = self.steps(batch, moved)
+        if ids:
+            workflows.advance(alias, ids, timezone.now())
+
+
+#: The parts every record's statement carries, in order.
 RECORD_PARTS: tuple[RecordPart, ...] = (Rollup(), Health(), Ledger())
+#: The parts that follow the statement in its transaction, on every backend.
+FOLLOWING_PARTS: tuple[Workflows, ...] = (Workflows(),)

@@ -41,6 +41,11 @@ class Claimed:
     #: Why the stored payload (or retry override) could not be read: the run then
     #: fails without running (``run.invalid``), a bad row harming only itself.
     row_error: str = ""
+    #: The workflow step run this run executes (None: a plain run).
+    step_run_id: int | None = None
+    #: A workflow step's ``{"run_id", "step", "parents"}`` (parents: each parent step's
+    #: result by step name), loaded when it starts; None for a plain run.
+    workflow: dict[str, Any] | None = None
 
     @property
     def budget_used(self) -> int:
@@ -89,6 +94,8 @@ class Record:
     project_id: int | None = None
     reserved_cost: Decimal | None = None
     cost: Decimal | None = None
+    #: The workflow step run of the run (None: a plain run); the DAG moves on with it.
+    step_run_id: int | None = None
 
     @property
     def spent(self) -> Decimal | None:

@@ -141,6 +141,8 @@ class Executors:
             job=info.name,
             payload=run.payload,
             heartbeat=self._beats.for_run(run.id),
+            parents=(run.workflow or {}).get("parents", {}),
+            workflow=run.workflow,
         )
 
 
@@ -156,4 +158,5 @@ def _request(info: JobInfo, run: Claimed) -> HttpRequest:
         headers=row.headers or {},
         signing_secret=row.signing_secret,
         timeout=row.timeout_secs,
+        workflow=run.workflow,
     )

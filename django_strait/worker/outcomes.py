@@ -58,6 +58,7 @@ def to_record(
         project_id=info.row.project_id,
         reserved_cost=run.reserved_cost,
         cost=attempt_cost(run, info, outcome),
+        step_run_id=run.step_run_id,
     )
 
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_strait import trigger
-from django_strait.models import JobRun, RunAttempt, WorkerProcess
+from django_strait import define_workflow, trigger, trigger_workflow
+from django_strait.models import JobRun, RunAttempt, WorkerProcess, WorkflowRun
 from tests.conftest import ROOT, worker_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -93,3 +93,44 @@ def test_kill_worker__second_worker_rescues_the_run_and_completes_it_once(
     assert "worker doomed lost" in RunAttempt.objects.get(run=run, number=1).error
     # A clean exit takes the rescuer's row out of the registry.
     assert not WorkerProcess.objects.filter(worker_id="rescuer").exists()
+
+
+def test_kill_worker__a_workflow_loses_no_step_and_completes(worker_env, started, wait_until):
+    define_workflow(
+        "killed",
+        steps=[
+            {"name": "root", "job": "wf-step"},
+            {"name": "slow", "job": "test-block-first-attempt", "depends_on": ["root"]},
+            {"name": "leaf", "job": "wf-step", "depends_on": ["slow"]},
+        ],
+    )
+    wr = trigger_workflow("killed", {"block_secs": 300})
+    doomed = start_worker(started, worker_env, "doomed")
+
+    def slow_status() -> str | None:
+        run = wr.step_runs.get(step__name="slow").run
+        return run and run.status
+
+    wait_until(
+        lambda: slow_status() == "executing",
+        timeout=START_TIMEOUT,
+        why=lambda: f"slow step's run is {slow_status()}; worker exit code {doomed.poll()}",
+    )
+    os.kill(doomed.pid, signal.SIGKILL)  # after root's record, during its child's attempt
+    doomed.wait(timeout=30)
+
+    quick = {**worker_env, "STRAIT_STALE_AFTER": "2s", "STRAIT_REAPER_INTERVAL": "1s"}
+    rescuer = start_worker(started, quick, "rescuer")
+    wait_until(
+        lambda: WorkflowRun.objects.get(pk=wr.pk).status == "completed",
+        timeout=RESCUE_TIMEOUT,
+        why=lambda: f"workflow run is {WorkflowRun.objects.get(pk=wr.pk).status}",
+    )
+    rescuer.send_signal(signal.SIGTERM)
+    rescuer.communicate(timeout=60)
+
+    slow = wr.step_runs.get(step__name="slow").run
+    assert (slow.status, slow.attempt) == ("completed", 2)
+    leaf = wr.step_runs.get(step__name="leaf").run
+    assert leaf.result == {"step": "leaf", "parents": {"slow": {"attempt": 2}}}
+    assert JobRun.objects.filter(workflow_step_run__workflow_run=wr).count() == 3

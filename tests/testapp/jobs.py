@@ -72,3 +72,27 @@ def block_first_attempt(payload, context):
     if context.attempt == 1:
         time.sleep(payload.get("block_secs", 60))
     return {"attempt": context.attempt}
+
+
+@job(name="wf-step")
+def workflow_step(payload, context):
+    """A workflow step: says which step it is and what its parents returned."""
+    return {"step": context.workflow["step"], "parents": dict(context.parents)}
+
+
+@job(name="wf-fail")
+def workflow_fail(payload):
+    raise Fail("this step fails")
+
+
+@job(name="wf-flaky", max_attempts=1, retry={"jitter": 0, "initial_delay": "30s"})
+def workflow_flaky(payload):
+    raise ValueError("flaky")
+
+
+@job(name="wf-fail-unless")
+def workflow_fail_unless(payload):
+    """Fails until the payload (as replayed) says ``ok``."""
+    if not payload.get("ok"):
+        raise Fail("not ok yet")
+    return "ok"

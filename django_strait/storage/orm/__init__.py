@@ -22,8 +22,9 @@ from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import Health
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import Transition
+from django_strait.storage import workflows
 from django_strait.storage.orm import claims, enqueue, people, protection, records, rescue
-from django_strait.storage.parts import RECORD_PARTS, RecordPart
+from django_strait.storage.parts import FOLLOWING_PARTS, RECORD_PARTS, RecordPart
 from django_strait.storage.values import Claimed, Hold, RecordBatch, Recorded, Rescued
 
 
@@ -69,6 +70,10 @@ class OrmStorage:
             if run.id in moved:
                 run.attempt, run.started_at = moved[run.id]
                 started.append(run)
+        steps = {run.step_run_id: run for run in started if run.step_run_id}
+        if steps:  # plain runs: nothing more
+            for step_run_id, member in workflows.members(self.alias, list(steps)).items():
+                steps[step_run_id].workflow = member
         return started
 
     def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:
@@ -91,7 +96,7 @@ class OrmStorage:
         """Move each run as its record says, append its attempt, and apply every part; atomically."""
         if not batch.records:
             return Recorded()
-        return records.record(self.alias, batch, self.parts)
+        return records.record(self.alias, batch, (*self.parts, *FOLLOWING_PARTS))
 
     # -- protection (inside a claim) ----------------------------------------------------
 

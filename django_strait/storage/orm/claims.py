@@ -35,12 +35,13 @@ _CLAIMED_COLUMNS = (
     "max_attempts",
     Cast("retry_overrides", TextField()),
     "endpoint_used",
+    "workflow_step_run_id",
 )
 
 
-def claimed(rid, job_id, payload, attempt, before, max_att, overrides, used) -> Claimed:
+def claimed(rid, job_id, payload, attempt, before, max_att, overrides, used, step=None) -> Claimed:
     """Build a Claimed from a row whose JSON columns come as text, decoding them guarded."""
-    run = Claimed(rid, job_id, None, attempt, before, max_att, None, used)
+    run = Claimed(rid, job_id, None, attempt, before, max_att, None, used, step_run_id=step)
     try:
         run.payload = _load(payload)
         run.retry_overrides = _load(overrides)

@@ -24,6 +24,7 @@ from django_strait.resilience.health import concurrency_share
 from django_strait.sql import server_bound_cursor
 from django_strait.storage.orm import OrmStorage
 from django_strait.storage.orm.claims import claimed
+from django_strait.storage.parts import FOLLOWING_PARTS
 from django_strait.storage.postgres import enqueue, queries
 from django_strait.storage.values import Claimed, Hold, RecordBatch, Recorded
 
@@ -97,7 +98,13 @@ class PostgresStorage(OrmStorage):
         for part in self.parts:
             params.update(part.params(batch))
         sql = queries.record(tuple(part.name for part in self.parts))
-        moved = dict(self._execute(sql, params))
+        if not any(r.step_run_id for r in batch.records):
+            moved = dict(self._execute(sql, params))  # the hot path: one statement
+        else:
+            with transaction.atomic(using=self.alias):
+                moved = dict(self._execute(sql, params))
+                for part in FOLLOWING_PARTS:
+                    part.apply(batch, moved, self.alias)
         return Recorded(moved, [r.run_id for r in batch.records if r.run_id not in moved])
 
     def enforce_limits(

@@ -25,7 +25,7 @@ claimed AS (
     FROM due WHERE r.id = due.id
     RETURNING r.id, r.job_id, r.payload::text, r.attempt, r.attempts_before_replay,
               r.max_attempts, r.retry_overrides::text, r.endpoint_used, r.priority,
-              r.available_at
+              r.available_at, r.workflow_step_run_id
 ),
 -- Claims of a job with a concurrency or rate limit are serialized on its row, locked
 -- here (in id order) and held to the commit: the limit statement that follows sees
@@ -38,7 +38,7 @@ limited AS (
     FOR NO KEY UPDATE
 )
 SELECT id, job_id, payload, attempt, attempts_before_replay, max_attempts, retry_overrides,
-       endpoint_used
+       endpoint_used, workflow_step_run_id
 FROM claimed WHERE (SELECT count(*) FROM limited) >= 0
 ORDER BY priority DESC, available_at, id;
 

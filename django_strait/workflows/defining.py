@@ -1,0 +1,136 @@
+"""``define_workflow()``: write a workflow and its steps, refusing a shape that cannot run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import ProtectedError
+
+from django_strait import dag
+from django_strait.conf import strait_settings
+from django_strait.models import Job, Workflow, WorkflowStep
+from django_strait.retry import STEP_FIELDS, PolicyError, resolve, step_partial
+from django_strait.storage import backend
+from django_strait.triggering import TriggerError, resolve_job
+
+#: The keys a step may have.
+STEP_KEYS = frozenset({"name", "job", "depends_on", "continue_on_failure", *STEP_FIELDS.values()})
+
+
+class WorkflowError(ValueError):
+    """A workflow definition that cannot be used; ``step`` and ``field`` name where."""
+
+    def __init__(self, step: str, field: str, message: str) -> None:
+        super().__init__(f"step {step!r}: {field}: {message}")
+        self.step = step
+        self.field = field
+        self.message = message
+
+
+def define_workflow(
+    name: str, steps: Sequence[Mapping[str, Any]], *, description: str = ""
+) -> Workflow:
+    """Create or update workflow ``name`` with ``steps``; steps no longer named are removed.
+
+    Each step is ``{"name", "job", "depends_on": [...], "continue_on_failure",
+    "retry_backoff", "retry_initial_delay_secs", "retry_max_delay_secs",
+    "max_attempts"}``. Raises WorkflowError naming the step and the field.
+    """
+    _check_name(name)
+    specs = [_check_shape(i, spec) for i, spec in enumerate(steps)]
+    try:
+        dag.check([(s["name"], s["depends_on"]) for s in specs])
+    except dag.DagError as exc:
+        raise WorkflowError(exc.step, exc.field, exc.message) from None
+    jobs = {s["name"]: _job(s) for s in specs}
+    for spec in specs:
+        _check_policy(spec, jobs[spec["name"]])
+    return _save(name, description, specs, jobs)
+
+
+def _check_name(name: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise WorkflowError("", "name", f"must be a non-empty slug, got {name!r}")
+    try:
+        Workflow(name=name).clean_fields(exclude=["description"])
+    except ValidationError as exc:
+        raise WorkflowError("", "name", "; ".join(exc.messages)) from None
+
+
+def _check_shape(index: int, spec: Any) -> dict[str, Any]:
+    if not isinstance(spec, Mapping):
+        raise WorkflowError(f"#{index}", "steps", f"must be a dict, got {type(spec).__name__}")
+    step = spec.get("name")
+    if not isinstance(step, str) or not step:
+        raise WorkflowError(f"#{index}", "name", f"must be a non-empty string, got {step!r}")
+    unknown = sorted(set(spec) - STEP_KEYS)
+    if unknown:
+        raise WorkflowError(
+            step, unknown[0], f"unknown key; allowed: {', '.join(sorted(STEP_KEYS))}"
+        )
+    deps = spec.get("depends_on") or []
+    if not isinstance(deps, list | tuple) or not all(isinstance(d, str) for d in deps):
+        raise WorkflowError(step, "depends_on", f"must be a list of step names, got {deps!r}")
+    cof = spec.get("continue_on_failure", False)
+    if not isinstance(cof, bool):
+        raise WorkflowError(step, "continue_on_failure", f"must be true or false, got {cof!r}")
+    return {**spec, "depends_on": list(deps), "continue_on_failure": cof}
+
+
+def _job(spec: Mapping[str, Any]) -> Job:
+    try:
+        return resolve_job(spec.get("job"))
+    except TriggerError as exc:
+        raise WorkflowError(spec["name"], "job", exc.message) from None
+
+
+def _check_policy(spec: Mapping[str, Any], job: Job) -> None:
+    """The step's retry fields: each within bounds, and whole once merged with its job's policy."""
+    step = spec["name"]
+    try:
+        WorkflowStep(**_fields(spec)).clean_fields(
+            exclude=["workflow", "job", "name", "depends_on"]
+        )
+    except ValidationError as exc:
+        field, messages = next(iter(exc.message_dict.items()))
+        raise WorkflowError(step, field, "; ".join(messages)) from None
+    try:
+        resolve(job, step=step_partial(spec), defaults=strait_settings.DEFAULT_RETRY)
+    except PolicyError as exc:
+        field = exc.field.removeprefix("step.")
+        raise WorkflowError(step, field, f"{exc.problem}; must be {exc.allowed}") from None
+
+
+def _fields(spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "name": spec["name"],
+        "depends_on": spec["depends_on"],
+        "continue_on_failure": spec["continue_on_failure"],
+        **{column: spec.get(column) for column in STEP_FIELDS.values()},
+    }
+
+
+def _save(name: str, description: str, specs: list[dict], jobs: dict[str, Job]) -> Workflow:
+    alias = backend().alias
+    with transaction.atomic(using=alias):
+        workflow, _ = Workflow.objects.using(alias).get_or_create(name=name)
+        if description and workflow.description != description:
+            workflow.description = description
+        workflow.save(using=alias)
+        for spec in specs:
+            WorkflowStep.objects.using(alias).update_or_create(
+                workflow=workflow,
+                name=spec["name"],
+                defaults={**_fields(spec), "job": jobs[spec["name"]]},
+            )
+        kept = [s["name"] for s in specs]
+        gone = WorkflowStep.objects.using(alias).filter(workflow=workflow).exclude(name__in=kept)
+        try:
+            gone.delete()
+        except ProtectedError:
+            step = gone.values_list("name", flat=True).first() or ""
+            raise WorkflowError(step, "name", "has runs and cannot be removed") from None
+    return workflow

@@ -1,0 +1,96 @@
+"""Running workflows: trigger one, cancel a run of it, fail the runs that stalled."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from django_strait import signals
+from django_strait.models import Workflow, WorkflowRun, WorkflowStepRun
+from django_strait.states import InvalidTransition
+from django_strait.storage import backend, workflows
+from django_strait.transitions import cancel
+from django_strait.triggering import TriggerError, check_payload
+
+logger = logging.getLogger(__name__)
+
+
+def trigger_workflow(
+    name: str, payload: Any = None, *, idempotency_key: str | None = None
+) -> WorkflowRun:
+    """Start a run of workflow ``name``: its step runs, and the JobRuns of its root steps.
+
+    With an ``idempotency_key`` already used for this workflow, return that run
+    (``idempotency_hit`` is then True).
+    """
+    alias = backend().alias
+    workflow = Workflow.objects.using(alias).filter(name=name).first()
+    if workflow is None:
+        raise TriggerError("name", f"unknown workflow {name!r}")
+    payload = {} if payload is None else check_payload(payload)
+    key = _check_key(idempotency_key)
+    try:
+        with transaction.atomic(using=alias):
+            wr = _start(alias, workflow, payload, key)
+    except IntegrityError:
+        existing = WorkflowRun.objects.using(alias).filter(workflow=workflow, idempotency_key=key)
+        wr = existing.first()
+        if key is None or wr is None:
+            raise
+        wr.idempotency_hit = True
+        return wr
+    wr.idempotency_hit = False
+    wr.refresh_from_db(using=alias)
+    logger.info("workflow run %s of %s: started", wr.pk, name, extra={"workflow_run_id": wr.pk})
+    return wr
+
+
+def _check_key(key: Any) -> str | None:
+    if key is not None and (not isinstance(key, str) or not key or len(key) > 255):
+        raise TriggerError("idempotency_key", f"must be a string of 1-255 characters, got {key!r}")
+    return key
+
+
+def _start(alias: str, workflow: Workflow, payload: Any, key: str | None) -> WorkflowRun:
+    now = timezone.now()
+    wr = WorkflowRun.objects.using(alias).create(
+        workflow=workflow, payload=payload, idempotency_key=key, created_at=now, progressed_at=now
+    )
+    WorkflowStepRun.objects.using(alias).bulk_create(
+        [WorkflowStepRun(workflow_run=wr, step=step) for step in workflow.steps.using(alias)]
+    )
+    workflows.advance_workflow_runs(alias, [wr.pk], now)
+    started = workflows.Change(wr.pk, workflow.name, "running")
+    transaction.on_commit(lambda: signals.send_workflow_changes([started]), using=alias)
+    return wr
+
+
+def cancel_workflow_run(workflow_run: WorkflowRun | int) -> WorkflowRun:
+    """Cancel a workflow run: its waiting steps at once, its started steps' runs by the cancel transition.
+
+    A run executing is canceled when its attempt returns (its step run follows).
+    """
+    storage = backend()
+    wr_id = workflow_run if isinstance(workflow_run, int) else workflow_run.pk
+    for run_id in workflows.cancel(storage.alias, wr_id, timezone.now()):
+        try:
+            cancel(run_id, storage=storage)
+        except InvalidTransition:
+            pass  # it ended meanwhile; its record brought its step run along
+    logger.info("workflow run %s: canceled", wr_id, extra={"workflow_run_id": wr_id})
+    return WorkflowRun.objects.using(storage.alias).get(pk=wr_id)
+
+
+def fail_stalled(now: dt.datetime, *, stale_after: float, using: str | None = None) -> int:
+    """Fail the running workflow runs stuck for ``stale_after`` seconds; return how many."""
+    changes = workflows.fail_stalled(backend(using).alias, now, stale_after)
+    for change in changes:
+        logger.warning(
+            "workflow run %s of %s: stalled", change.workflow_run_id, change.workflow,
+            extra={"workflow_run_id": change.workflow_run_id},
+        )  # fmt: skip
+    return len(changes)
