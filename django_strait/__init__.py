@@ -2,6 +2,7 @@
 
 from django_strait import job, handler, retry_function, trigger, trigger_many
 from django_strait import Retry, Discard, DeadLetter, Fail, Error
+from django_strait import TriggerError, PolicyError, InvalidTransition, SettingError
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ __all__ = [
     "Discard",
     "Error",
     "Fail",
+    "InvalidTransition",
+    "PolicyError",
     "Retry",
+    "ScheduleError",
+    "SettingError",
+    "TriggerError",
+    "UnknownSettingError",
     "handler",
     "job",
     "replay",
@@ -33,6 +40,13 @@ _LAZY = {
     "trigger": "django_strait.triggering",
     "trigger_many": "django_strait.triggering",
     "replay": "django_strait.transitions",
+    # The errors a caller of the functions above can catch.
+    "TriggerError": "django_strait.triggering",
+    "PolicyError": "django_strait.retry.errors",
+    "InvalidTransition": "django_strait.states",
+    "ScheduleError": "django_strait.cron",
+    "SettingError": "django_strait.conf",
+    "UnknownSettingError": "django_strait.conf",
 }
 
 
