@@ -11,6 +11,7 @@ written here against the public API, not copied.
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -37,6 +38,7 @@ from django_strait.tasks.framework import (
     task_backends,
     task_enqueued,
 )
+from tests.conftest import ROOT, worker_command
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -124,6 +126,24 @@ def test_enqueue__kwargs_reach_the_task(burst):
     result.refresh()
     assert result.return_value == "xy"
     assert result.kwargs == {"a": "x", "b": "y"}
+
+
+@pytest.mark.slow
+def test_enqueue__a_worker_process_learns_the_tasks_from_tasks_py(worker_env):
+    # Another process: nothing registered here reaches it; it imports tests/testapp/tasks.py.
+    result = tasks.add.enqueue(40, 2)
+    done = subprocess.run(
+        worker_command("--burst", "--worker-id", "tasks-proc"),
+        cwd=ROOT,
+        env=worker_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    result.refresh()
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+    assert result.worker_ids == ["tasks-proc"]
 
 
 # Failures
