@@ -17,7 +17,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core import checks
-from django.db import transaction
+from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -66,6 +66,38 @@ def test_enqueue__in_a_view_transaction_makes_a_run_that_workers_see_at_commit(b
     assert result.errors == []
     assert result.started_at and result.finished_at and result.last_attempted_at
     assert result.backend == "default"
+
+
+def test_enqueue__result_reads_back_equal_and_times_in_order(burst):
+    result = tasks.add.enqueue(1, b=3)
+    assert (result.args, result.kwargs, result.task) == ([1], {"b": 3}, tasks.add)
+    assert result.started_at is None and result.finished_at is None
+    with pytest.raises(ValueError, match="not finished"):
+        result.return_value  # noqa: B018
+    assert task_backends["default"].get_result(result.id) == result
+    burst()
+    result.refresh()
+    assert result.enqueued_at <= result.started_at <= result.finished_at
+
+
+@pytest.mark.postgres
+def test_enqueue__other_connections_see_the_run_only_at_commit():
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: SQLite locks the table for the transaction")
+
+    def visible() -> int:
+        other = connections.create_connection("default")
+        try:
+            with other.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM django_strait_jobrun")
+                return cursor.fetchone()[0]
+        finally:
+            other.close()
+
+    with transaction.atomic():
+        tasks.add.enqueue(1, 1)
+        assert visible() == 0
+    assert visible() == 1
 
 
 def test_enqueue__a_rolled_back_transaction_leaves_no_run():
