@@ -39,8 +39,6 @@ from django_strait.triggering import TriggerError, trigger
 
 __all__ = ["StraitBackend", "job_name"]
 
-#: Strait's own checks and this backend's: ``manage.py check --tag strait``.
-TAG = "strait"
 #: The OPTIONS this backend reads.
 OPTIONS = ("RETRY",)
 _SLUG = re.compile(r"[-a-zA-Z0-9_]+")
@@ -72,6 +70,7 @@ class StraitBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.retry = self.options.get("RETRY")
+        self._queues_setting = params.get("QUEUES")
 
     def validate_task(self, task: Task) -> None:
         """Check ``task`` as Django does, then register it so workers may run it."""
@@ -116,7 +115,7 @@ class StraitBackend(BaseTaskBackend):
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
         """Say what is wrong with this backend's configuration."""
         yield from _check_app(self.alias)
-        yield from _check_queues(self.alias, self.queues)
+        yield from _check_queues(self.alias, self._queues_setting, self.queues)
         yield from _check_options(self.alias, self.options)
 
     def _run(self, result_id: Any) -> JobRun:
@@ -160,17 +159,24 @@ def _check_app(alias: str) -> Iterable[checks.CheckMessage]:
             f"TASKS[{alias!r}] uses django_strait.tasks.StraitBackend, but django_strait "
             "is not in INSTALLED_APPS",
             hint="Add 'django_strait' to INSTALLED_APPS and run migrate.",
-            id="strait.E101",
+            id="django_strait.E101",
         )
 
 
-def _check_queues(alias: str, queues: Any) -> Iterable[checks.CheckMessage]:
+def _check_queues(alias: str, setting: Any, queues: Any) -> Iterable[checks.CheckMessage]:
+    if isinstance(setting, str | bytes):
+        yield checks.Error(
+            f"TASKS[{alias!r}]['QUEUES'] is the string {setting!r}, read as one queue per "
+            "character; give a list of queue names",
+            id="django_strait.E102",
+        )
+        return
     for queue in sorted(queues, key=repr):
         if not isinstance(queue, str) or not queue or len(queue) > 100 or "\x00" in queue:
             yield checks.Error(
                 f"TASKS[{alias!r}]['QUEUES'] holds {queue!r}; a Strait queue is a non-empty "
                 "string of at most 100 characters without NUL",
-                id="strait.E102",
+                id="django_strait.E102",
             )
 
 
@@ -178,14 +184,14 @@ def _check_options(alias: str, options: Any) -> Iterable[checks.CheckMessage]:
     if not isinstance(options, dict):
         yield checks.Error(
             f"TASKS[{alias!r}]['OPTIONS'] must be a dict, got {type(options).__name__}",
-            id="strait.E103",
+            id="django_strait.E103",
         )
         return
     for key in sorted(set(options) - set(OPTIONS), key=str):
         yield checks.Error(
             f"TASKS[{alias!r}]['OPTIONS'] has an unknown key {key!r}; "
             f"StraitBackend reads {', '.join(OPTIONS)}",
-            id="strait.E103",
+            id="django_strait.E103",
         )
     if options.get("RETRY") is not None:
         try:
@@ -194,4 +200,6 @@ def _check_options(alias: str, options: Any) -> Iterable[checks.CheckMessage]:
                 retry=options["RETRY"], timeout=None, description=None,
             )  # fmt: skip
         except (PolicyError, TypeError) as exc:
-            yield checks.Error(f"TASKS[{alias!r}]['OPTIONS']['RETRY']: {exc}", id="strait.E104")
+            yield checks.Error(
+                f"TASKS[{alias!r}]['OPTIONS']['RETRY']: {exc}", id="django_strait.E104"
+            )

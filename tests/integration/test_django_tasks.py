@@ -343,11 +343,15 @@ def test_checks__a_backend_as_configured_here_has_no_problem():
 @pytest.mark.parametrize(
     ("params", "check_id"),
     [
-        ({"QUEUES": [""]}, "strait.E102"),
-        ({"QUEUES": ["x" * 101]}, "strait.E102"),
-        ({"OPTIONS": {"RETRIES": 3}}, "strait.E103"),
-        ({"OPTIONS": {"RETRY": {"max_attempts": -1}}}, "strait.E104"),
-        ({"OPTIONS": {"RETRY": {"initial_delay": 1, "initial_interval": "PT1S"}}}, "strait.E104"),
+        ({"QUEUES": [""]}, "django_strait.E102"),
+        ({"QUEUES": "emails"}, "django_strait.E102"),
+        ({"QUEUES": ["x" * 101]}, "django_strait.E102"),
+        ({"OPTIONS": {"RETRIES": 3}}, "django_strait.E103"),
+        ({"OPTIONS": {"RETRY": {"max_attempts": -1}}}, "django_strait.E104"),
+        (
+            {"OPTIONS": {"RETRY": {"initial_delay": 1, "initial_interval": "PT1S"}}},
+            "django_strait.E104",
+        ),
     ],
 )
 def test_checks__name_a_misconfigured_backend(params, check_id):
@@ -359,5 +363,5 @@ def test_checks__strait_must_be_installed():
     backend = StraitBackend("x", {})
     with override_settings(INSTALLED_APPS=["django.contrib.contenttypes"]):
         found = list(backend.check())
-    assert [m.id for m in found] == ["strait.E101"]
+    assert [m.id for m in found] == ["django_strait.E101"]
     assert all(isinstance(m, checks.Error) for m in found)
