@@ -120,7 +120,12 @@ class StraitBackend(BaseTaskBackend):
 
     def _run(self, result_id: Any) -> JobRun:
         text = result_id if isinstance(result_id, str) else ""
-        if not text.isascii() or not text.isdigit() or not 0 < int(text) <= _MAX_RUN_ID:
+        if (
+            not text.isascii()
+            or not text.isdigit()
+            or len(text) > len(str(_MAX_RUN_ID))
+            or not 0 < int(text) <= _MAX_RUN_ID
+        ):
             raise TaskResultDoesNotExist(result_id)
         run = JobRun.objects.select_related("job").filter(pk=int(text)).first()
         if run is None:
@@ -128,10 +133,13 @@ class StraitBackend(BaseTaskBackend):
         return run
 
     def _register(self, task: Task, name: str) -> None:
-        spec = registry.spec_of(
-            task.func, name=name, queue=None, priority=None, max_attempts=None,
-            retry=self.retry, timeout=None, description=f"@task {task.module_path}",
-        )  # fmt: skip
+        try:
+            spec = registry.spec_of(
+                task.func, name=name, queue=None, priority=None, max_attempts=None,
+                retry=self.retry, timeout=None, description=f"@task {task.module_path}",
+            )  # fmt: skip
+        except PolicyError as exc:
+            raise InvalidTask(f"TASKS[{self.alias!r}]['OPTIONS']['RETRY']: {exc}") from exc
         registry.register(_Entry(spec, task))
         call_class = AsyncTaskCall if results.is_async(task) else TaskCall
         context_for = self._async_context if results.is_async(task) else self._context

@@ -314,7 +314,8 @@ def test_takes_context__async(burst):
 
 
 @pytest.mark.parametrize(
-    "result_id", ["", "abc", "-1", "0", "1.5", " 1", "١", str(2**64), "999999999"]
+    "result_id",
+    ["", "abc", "-1", "0", "1.5", " 1", "١", str(2**64), "999999999", "1" * 5000, None, 7],
 )
 def test_get_result__malformed_or_unknown_ids_do_not_exist(result_id):
     with pytest.raises(TaskResultDoesNotExist):
@@ -357,6 +358,12 @@ def test_checks__a_backend_as_configured_here_has_no_problem():
 def test_checks__name_a_misconfigured_backend(params, check_id):
     backend = StraitBackend("broken", {"BACKEND": "django_strait.tasks.StraitBackend", **params})
     assert [m.id for m in backend.check()] == [check_id]
+
+
+def test_validate__a_bad_retry_option_refuses_the_task_naming_it():
+    backend = StraitBackend("bad", {"OPTIONS": {"RETRY": {"max_attempts": -1}}})
+    with pytest.raises(InvalidTask, match=r"TASKS\['bad'\]\['OPTIONS'\]\['RETRY'\]"):
+        backend.validate_task(tasks.add)
 
 
 def test_checks__strait_must_be_installed():
