@@ -3,6 +3,8 @@
 from django_strait import job, handler, retry_function, trigger, trigger_many
 from django_strait import define_workflow, trigger_workflow, cancel_workflow_run
 from django_strait import Retry, Discard, DeadLetter, Fail, Error
+from django_strait import TriggerError, PolicyError, InvalidTransition, SettingError
+from django_strait import WorkflowError
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ __all__ = [
     "Discard",
     "Error",
     "Fail",
+    "InvalidTransition",
+    "PolicyError",
     "Retry",
+    "ScheduleError",
+    "SettingError",
+    "TriggerError",
+    "UnknownSettingError",
+    "WorkflowError",
     "handler",
     "job",
     "replay",
@@ -40,6 +49,14 @@ _LAZY = {
     "define_workflow": "django_strait.workflows",
     "trigger_workflow": "django_strait.workflows",
     "cancel_workflow_run": "django_strait.workflows",
+    # The errors a caller of the functions above can catch.
+    "TriggerError": "django_strait.triggering",
+    "PolicyError": "django_strait.retry.errors",
+    "InvalidTransition": "django_strait.states",
+    "ScheduleError": "django_strait.cron",
+    "SettingError": "django_strait.conf",
+    "UnknownSettingError": "django_strait.conf",
+    "WorkflowError": "django_strait.workflows",
 }
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class StraitConfig(AppConfig):
@@ -18,3 +19,17 @@ class StraitConfig(AppConfig):
         # Like admin.py for the admin: every installed app's jobs.py is imported, so
         # workers and web processes know the same @job handlers.
         autodiscover_modules("jobs")
+        if _uses_strait_tasks(getattr(settings, "TASKS", None)):
+            # Django's @task functions live in tasks.py by convention; a worker must
+            # import them to run them (only registered code runs).
+            autodiscover_modules("tasks")
+
+
+def _uses_strait_tasks(tasks: object) -> bool:
+    """Tell whether a ``TASKS`` setting names ``StraitBackend`` for some alias."""
+    if not isinstance(tasks, dict):
+        return False
+    return any(
+        isinstance(cfg, dict) and cfg.get("BACKEND") == "django_strait.tasks.StraitBackend"
+        for cfg in tasks.values()
+    )

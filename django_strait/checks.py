@@ -8,6 +8,11 @@
 | ``django_strait.E004`` | a ``STRAIT_*`` environment variable holds a value that is not allowed |
 | ``django_strait.W001`` | a ``STRAIT_*`` environment variable that Strait does not read (a typo?) |
 | ``django_strait.E005`` | ``STRAIT["DATABASE"]`` is not ``"default"`` but ``StraitRouter`` is not installed |
+
+``django_strait.tasks.StraitBackend`` checks its own ``TASKS`` entry (Django's
+task framework runs them): ``E101`` django_strait not installed, ``E102`` a
+queue Strait cannot store, ``E103`` bad or unknown ``OPTIONS``, ``E104`` a bad
+``OPTIONS["RETRY"]`` policy (docs/django-tasks.md).
 """
 
 from __future__ import annotations

@@ -76,6 +76,8 @@ def _columns(queue, priority, max_attempts, retry, timeout, description) -> dict
         if value is not None:
             columns[column] = value
     for key, value in validate_partial(retry or {}, prefix="retry").items():
+        if key == "min_delay" and "min_delay" not in (retry or {}):
+            continue  # Zizq's base read as a floor too: a job keeps the settings' floor
         if key not in JOB_COLUMNS:
             # DESIGN §3: these are settings / run-override fields with no Job column.
             raise PolicyError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 
@@ -87,6 +88,26 @@ MEDIA_URL = "/media/"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 STRAIT = {"ALLOWED_PRIVATE_NETWORKS": ["127.0.0.0/8", "::1/128"]}
+
+#: Django's task framework, when this Django has it (6.0+) or the backport is installed:
+#: tests/integration/test_django_tasks.py runs tests/testapp/tasks.py on Strait.
+HAS_TASK_FRAMEWORK = bool(
+    importlib.util.find_spec("django_tasks")
+    or (importlib.util.find_spec("django") and importlib.util.find_spec("django.tasks"))
+)
+if HAS_TASK_FRAMEWORK:
+    TASKS = {
+        "default": {
+            "BACKEND": "django_strait.tasks.StraitBackend",
+            "QUEUES": ["default", "emails"],
+            # One attempt unless a test asks for more: a failing task fails at once.
+            "OPTIONS": {"RETRY": {"max_attempts": 1}},
+        },
+        "retrying": {
+            "BACKEND": "django_strait.tasks.StraitBackend",
+            "OPTIONS": {"RETRY": {"max_attempts": 2, "initial_delay": "1s", "jitter": 0}},
+        },
+    }
 
 LOGGING = {
     "version": 1,

@@ -109,7 +109,8 @@ class JobAdmin(admin.ModelAdmin):
         ("Retry policy (empty inherits STRAIT['DEFAULT_RETRY'])", {"fields": (
             "max_attempts", "retry_strategy", "retry_initial_delay_secs",
             "retry_backoff_coefficient", "retry_max_delay_secs", "retry_delays_secs",
-            "retry_jitter", "retry_function", "non_retryable_errors", "on_exhaustion",
+            "retry_jitter", "retry_jitter_window_secs", "retry_function", "non_retryable_errors",
+            "on_exhaustion",
         )}),
         ("Limits (across all workers; empty = none)", {"fields": (
             "max_concurrency", "rate_limit_max", "rate_limit_window_secs",

@@ -182,6 +182,7 @@ JOB_FIELDS = (
     "fallback_endpoint_urls", "http_method", "headers", "signing_secret", "handler",
     "timeout_secs", "max_attempts", "retry_strategy", "retry_initial_delay_secs",
     "retry_backoff_coefficient", "retry_max_delay_secs", "retry_delays_secs", "retry_jitter",
+    "retry_jitter_window_secs",
     "retry_function", "non_retryable_errors", "on_exhaustion", "schedule", "timezone",
     "schedule_missed", "schedule_overlap", "retention_days", "max_concurrency", "rate_limit_max",
     "rate_limit_window_secs", "project", "estimated_cost",

@@ -45,6 +45,7 @@ class RetryStrategy(models.TextChoices):
     FIXED = "fixed"
     POLYNOMIAL = "polynomial"
     POWER = "power"
+    ZIZQ = "zizq"
     CUSTOM = "custom"
     FUNCTION = "function"
 
@@ -102,6 +103,9 @@ class Job(models.Model):
     )
     retry_delays_secs = models.JSONField(null=True, blank=True)
     retry_jitter = models.FloatField(null=True, blank=True, validators=bounds.within(0, 1))
+    retry_jitter_window_secs = models.FloatField(
+        null=True, blank=True, validators=bounds.within(0, bounds.MAX_DURATION_SECS, "seconds")
+    )
     retry_function = models.CharField(max_length=300, null=True, blank=True)  # noqa: DJ001
     non_retryable_errors = models.JSONField(default=list, blank=True)
     on_exhaustion = models.CharField(  # noqa: DJ001

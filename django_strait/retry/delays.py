@@ -100,6 +100,12 @@ def _power_curve(policy: RetryPolicy, n: int, rng: random.Random) -> float:
     return policy.initial_delay + _power(n, policy.backoff_coefficient) + spread
 
 
+def _zizq_curve(policy: RetryPolicy, n: int, rng: random.Random) -> float:
+    # Zizq's compute_backoff, in seconds: base + n^E milliseconds + U(0, J) * (n + 1).
+    spread = (n + 1) * rng.uniform(0, policy.jitter_window) if policy.jitter_window > 0 else 0.0
+    return policy.initial_delay + _power(n, policy.backoff_coefficient) / 1000 + spread
+
+
 def _function(policy: RetryPolicy, n: int, rng: random.Random) -> float:
     fn = functions.table.find(policy.function)
     if fn is None:
@@ -155,6 +161,7 @@ _FORMULAS: dict[str, Formula] = {
     "fixed": _fixed,
     "polynomial": _polynomial,
     "power": _power_curve,
+    "zizq": _zizq_curve,
     "custom": _custom,
     "function": _function,
 }

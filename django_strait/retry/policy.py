@@ -19,7 +19,7 @@ from typing import Any
 
 from django_strait import bounds
 from django_strait.callables import NAME_MAX_LENGTH
-from django_strait.retry import functions
+from django_strait.retry import formats, functions
 from django_strait.retry.delays import (
     STRATEGIES,
     clamp,
@@ -86,7 +86,7 @@ FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RetryPolicy))
 #: The built-in defaults (DESIGN §3), the bottom layer of every policy.
 BUILTIN = RetryPolicy()
 
-#: Policy field -> ``Job`` column. ``min_delay`` and ``jitter_window`` have no column.
+#: Policy field -> ``Job`` column. ``min_delay`` has no column.
 JOB_COLUMNS: dict[str, str] = {
     "max_attempts": "max_attempts",
     "strategy": "retry_strategy",
@@ -95,6 +95,7 @@ JOB_COLUMNS: dict[str, str] = {
     "max_delay": "retry_max_delay_secs",
     "delays": "retry_delays_secs",
     "jitter": "retry_jitter",
+    "jitter_window": "retry_jitter_window_secs",
     "function": "retry_function",
     "non_retryable_errors": "non_retryable_errors",
     "on_exhaustion": "on_exhaustion",
@@ -223,12 +224,12 @@ def _validate_each(raw: Any, prefix: str) -> tuple[dict[str, Any], list[PolicyEr
             PolicyError(prefix, raw, allowed, problem=f"a {type(raw).__name__} is not an object")
         ]
     values: dict[str, Any] = {}
-    errors: list[PolicyError] = []
-    for key, value in raw.items():
-        if value is None and key in _VALIDATORS:
+    fields, errors = formats.translate(raw, prefix)
+    for key, source in fields.items():
+        if source.value is None and (key in _VALIDATORS or source.key != key):
             continue  # null means "inherit", as an empty Job column does
         try:
-            values[key] = validate_field(key, value, field=f"{prefix}.{key}")
+            values[key] = validate_field(key, source.value, field=f"{prefix}.{source.key}")
         except PolicyError as exc:
             errors.append(exc)
     return values, errors
@@ -290,7 +291,12 @@ def _max_attempts(value: Any, field: str) -> int:
         or not isinstance(value, int)
         or not 1 <= value <= MAX_ATTEMPTS_LIMIT
     ):
-        raise PolicyError(field, value, f"an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
+        raise PolicyError(
+            field,
+            value,
+            f"an integer from 1 to {MAX_ATTEMPTS_LIMIT} (0, OJS's 'no retry', only in a policy "
+            "written in OJS's fields)",
+        )
     return int(value)
 
 

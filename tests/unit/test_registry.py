@@ -65,5 +65,6 @@ def test_find_handler__finds_nothing_for_names_never_registered(name):
 def test_unknown__lists_what_is_registered_and_how_to_register():
     message = handlers.unknown("os.system")
     assert message.startswith("'os.system' is not a registered handler (registered: ")
-    assert "thumbnails" in message
+    # The first 20 names, sorted (the suite registers more, e.g. tests/testapp/tasks.py).
+    assert handlers.names()[0] in message
     assert message.endswith("register it in code with @job or @handler")
