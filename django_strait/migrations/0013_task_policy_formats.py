@@ -21,4 +21,9 @@ class Migration(migrations.Migration):
             name='retry_strategy',
             field=models.CharField(blank=True, choices=[('exponential', 'Exponential'), ('linear', 'Linear'), ('fixed', 'Fixed'), ('polynomial', 'Polynomial'), ('power', 'Power'), ('zizq', 'Zizq'), ('custom', 'Custom'), ('function', 'Function')], max_length=20, null=True),
         ),
+        migrations.AlterField(
+            model_name='workflowstep',
+            name='retry_backoff',
+            field=models.CharField(blank=True, choices=[('exponential', 'Exponential'), ('linear', 'Linear'), ('fixed', 'Fixed'), ('polynomial', 'Polynomial'), ('power', 'Power'), ('zizq', 'Zizq'), ('custom', 'Custom'), ('function', 'Function')], max_length=20, null=True),
+        ),
     ]
