@@ -132,7 +132,7 @@ def _box(box: Box, column: int, row: int) -> SafeString:
         box.name, box.status, box.name, box.status, f" ({box.detail})" if box.detail else "",
         x, y, BOX_WIDTH, BOX_HEIGHT, STEP_COLOURS.get(box.status, OTHER_COLOUR),
         x + 6, y + 17, name,
-        x + 6, y + 34, f"{box.status} {box.detail}".strip(),
+        x + 6, y + 34, f"{box.status}, {box.detail}" if box.detail else box.status,
     )  # fmt: skip
     if box.url is None:
         return shape
