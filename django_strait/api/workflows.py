@@ -106,6 +106,7 @@ class WorkflowTriggerView(StraitAPIView):
 
     rules = {"POST": TRIGGER}
     throttle_classes = [ClientThrottle, TriggerThrottle]
+    named = "workflow"
 
     @documented(
         operation_id="workflows_trigger",

@@ -137,7 +137,8 @@ def test_trigger__hostile_json_is_a_400_in_the_error_shape(api, diamond, raw):
 
 
 def test_trigger__a_nul_in_the_name_is_a_404(api, diamond):
-    assert_error(trigger(api, "dia%00mond", {}), 404)
+    error = assert_error(trigger(api, "dia%00mond", {}), 404)
+    assert error["message"] == "no workflow named 'dia\\x00mond'"
 
 
 def test_trigger__needs_the_trigger_scope(diamond):
