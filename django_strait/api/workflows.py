@@ -97,8 +97,17 @@ def list_condition(params: Mapping[str, str]) -> Q:
             raise InvalidField("status", f"unknown status {unknown[0]!r}; allowed: {allowed}")
         condition &= Q(status__in=statuses)
     if (value := params.get("workflow")) is not None:
-        condition &= Q(workflow__name__in=listed(value, "workflow"))
+        condition &= _workflows(listed(value, "workflow"))
     return condition
+
+
+def _workflows(names: list[str]) -> Q:
+    """Refuse a name that no workflow has, as the run list refuses an unknown job."""
+    found = dict(Workflow.objects.filter(name__in=names).values_list("name", "pk"))
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise InvalidField("workflow", f"no workflow named {', '.join(map(repr, missing))}")
+    return Q(workflow__in=found.values())
 
 
 class WorkflowTriggerView(StraitAPIView):
