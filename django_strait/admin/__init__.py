@@ -1,4 +1,5 @@
-"""django-strait in the Django admin: jobs, runs, dead letters, workers, circuits, health, budgets, an overview.
+"""django-strait in the Django admin: jobs, runs, dead letters, workers, circuits, health, budgets,
+workflows and their runs, an overview.
 
 Importing this package registers the model admins (Django's admin autodiscovery
 does it for you when ``django.contrib.admin`` is installed).
@@ -12,5 +13,14 @@ from django_strait.admin.health import EndpointHealthAdmin as EndpointHealthAdmi
 from django_strait.admin.jobs import JobAdmin
 from django_strait.admin.runs import JobRunAdmin, RunAttemptInline
 from django_strait.admin.workers import WorkerProcessAdmin
+from django_strait.admin.workflows import WorkflowAdmin, WorkflowRunAdmin
 
-__all__ = ["DeadLetterAdmin", "JobAdmin", "JobRunAdmin", "RunAttemptInline", "WorkerProcessAdmin"]
+__all__ = [
+    "DeadLetterAdmin",
+    "JobAdmin",
+    "JobRunAdmin",
+    "RunAttemptInline",
+    "WorkerProcessAdmin",
+    "WorkflowAdmin",
+    "WorkflowRunAdmin",
+]

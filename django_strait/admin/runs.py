@@ -23,7 +23,7 @@ from django_strait import transitions
 from django_strait.admin import actions
 from django_strait.admin.filters import ErrorTypeFilter, QueueFilter
 from django_strait.admin.forms import ReplayPayloadForm
-from django_strait.models import JobRun, RunAttempt
+from django_strait.models import JobRun, RunAttempt, WorkflowStepRun
 from django_strait.states import Transition
 from django_strait.storage import backend
 from django_strait.triggering import TriggerError
@@ -182,8 +182,8 @@ class JobRunAdmin(admin.ModelAdmin):
     change_form_template = "admin/django_strait/run_change_form.html"
     fieldsets = (
         (None, {"fields": (
-            "job", "status", "queue", "priority", "available_at", "idempotency_key",
-            "created_at", "updated_at",
+            "job", "workflow_step", "status", "queue", "priority", "available_at",
+            "idempotency_key", "created_at", "updated_at",
         )}),
         ("Payload", {"fields": ("payload_json",)}),
         ("Outcome", {"fields": (
@@ -228,6 +228,19 @@ class JobRunAdmin(admin.ModelAdmin):
     @admin.display(description="payload")
     def payload_json(self, run: JobRun) -> str:
         return pretty_json(run.payload)
+
+    @admin.display(description="workflow")
+    def workflow_step(self, run: JobRun) -> str:
+        """Say which step of which workflow run this run executes, linking to that run."""
+        step = (
+            WorkflowStepRun.objects.filter(run_id=run.pk)
+            .values_list("step__name", "workflow_run_id")
+            .first()
+        )
+        if step is None:
+            return "-"
+        url = reverse("admin:django_strait_workflowrun_change", args=[step[1]])
+        return format_html('step {} of <a href="{}">workflow run {}</a>', step[0], url, step[1])
 
     @admin.display(description="result")
     def result_json(self, run: JobRun) -> str:

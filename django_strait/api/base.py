@@ -42,12 +42,14 @@ class StraitAPIView(APIView):
     schema = AutoSchema()
     #: HTTP method -> what it needs (a key scope, or a user's Django permission).
     rules: Mapping[str, Rule] = {}
+    #: What the URL's ``name`` names, for the 404 of a name that cannot exist.
+    named = "job"
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         AuthFailureThrottle().refuse_if_over(request)  # before authenticating: see the class
         refuse_declared_size(request)
         super().initial(request, *args, **kwargs)
-        refuse_nul(request, kwargs)
+        refuse_nul(request, kwargs, named=self.named)
 
     def handle_exception(self, exc: Exception) -> Any:
         if isinstance(exc, exceptions.AuthenticationFailed):
@@ -61,7 +63,7 @@ class StraitAPIView(APIView):
 NUL = "\x00"
 
 
-def refuse_nul(request: Request, url_kwargs: Mapping[str, Any]) -> None:
+def refuse_nul(request: Request, url_kwargs: Mapping[str, Any], *, named: str = "job") -> None:
     """Refuse the NUL character anywhere in a request, naming where.
 
     PostgreSQL cannot store it in text or jsonb; refusing it on every database
@@ -69,7 +71,9 @@ def refuse_nul(request: Request, url_kwargs: Mapping[str, Any]) -> None:
     """
     for name, value in url_kwargs.items():
         if isinstance(value, str) and NUL in value:
-            raise exceptions.NotFound(f"no {'job named' if name == 'name' else name} {value!r}")
+            raise exceptions.NotFound(
+                f"no {f'{named} named' if name == 'name' else name} {value!r}"
+            )
     for name, values in request.query_params.lists():
         if NUL in name or any(NUL in v for v in values):
             raise InvalidField(name.replace(NUL, "\\u0000"), _NUL_MESSAGE)

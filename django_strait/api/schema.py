@@ -26,8 +26,8 @@ from django_strait.api.throttles import ClientThrottle
 
 SETTINGS = {
     "TITLE": "django-strait",
-    "DESCRIPTION": "Trigger jobs, read runs, replay dead letters, read and reset circuits, "
-    "read endpoint health and budgets. Errors share one shape: "
+    "DESCRIPTION": "Trigger jobs and workflows, read runs and workflow runs, replay dead letters, "
+    "read and reset circuits, read endpoint health and budgets. Errors share one shape: "
     '{"error": {"code", "message", "details"}}.',
     "VERSION": __version__,
     "SCHEMA_PATH_PREFIX": "",
@@ -40,6 +40,10 @@ SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "HealthLevelEnum": "django_strait.models.health.HealthLevel",
         "CircuitStateEnum": "django_strait.models.circuit.CircuitState",
+        # Runs keep the name they had before workflows brought two more statuses.
+        "StatusEnum": "django_strait.states.RunStatus",
+        "WorkflowRunStatusEnum": "django_strait.models.workflow.WorkflowRunStatus",
+        "StepRunStatusEnum": "django_strait.models.workflow.StepRunStatus",
     },
 }
 
@@ -63,8 +67,8 @@ _WHY = {
     400: "A field or parameter is refused; details names it.",
     401: "No credentials, or credentials that are not valid.",
     403: "The key lacks the scope, or the user the permission, named in message.",
-    404: "No such job, run, circuit or project; message names it.",
-    409: "The run's status does not allow this.",
+    404: "No such job, run, workflow, workflow run, circuit or project; message names it.",
+    409: "The run's (or workflow run's) status does not allow this.",
     413: "The body is larger than STRAIT['API_MAX_PAYLOAD_BYTES'].",
     415: "The body is not application/json.",
     429: "Throttled (over a rate, or too many failed authentications from this address); "

@@ -21,6 +21,8 @@ from django_strait.models import (
     JobRun,
     Project,
     RunAttempt,
+    WorkflowRun,
+    WorkflowStepRun,
 )
 from django_strait.retry import MAX_DURATION
 from django_strait.triggering import TriggerError
@@ -455,3 +457,104 @@ class BudgetHistorySerializer(serializers.Serializer):
     daily_budget = serializers.DecimalField(**COST)
     soft_limit_ratio = serializers.FloatField()
     days = BudgetDaySerializer(many=True)
+
+
+#: Keys a workflow trigger body may hold.
+WORKFLOW_TRIGGER_KEYS = ("payload", "idempotency_key")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowTriggerRequest:
+    """A workflow trigger body: its payload and idempotency key (``trigger_workflow`` checks them)."""
+
+    payload: Any
+    idempotency_key: Any
+
+    @classmethod
+    def parse(cls, body: Any, header_key: str | None) -> WorkflowTriggerRequest:
+        """Read a JSON body and the Idempotency-Key header; raise ``TriggerError`` if unusable."""
+        if not isinstance(body, Mapping):
+            raise TriggerError(
+                "body",
+                f"must be a JSON object with {', '.join(WORKFLOW_TRIGGER_KEYS)}; "
+                f"got a JSON {_json_type(body)}",
+            )
+        unknown = sorted(set(body) - set(WORKFLOW_TRIGGER_KEYS))
+        if unknown:
+            allowed = ", ".join(WORKFLOW_TRIGGER_KEYS)
+            raise TriggerError(unknown[0], f"unknown field; allowed: {allowed}")
+        key = idempotency_key(body.get("idempotency_key"), header_key)
+        return cls(payload=body.get("payload"), idempotency_key=key)
+
+
+class WorkflowTriggerSerializer(serializers.Serializer):
+    """The body of a workflow trigger (for the schema; ``WorkflowTriggerRequest`` parses it)."""
+
+    payload = serializers.JSONField(required=False, help_text="Every step's run gets it.")
+    idempotency_key = serializers.CharField(required=False, max_length=255)
+
+
+class TriggeredWorkflowRunSerializer(serializers.ModelSerializer):
+    """What a workflow trigger answers: the workflow run, and whether it was a repeat."""
+
+    workflow = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    idempotency_hit = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = WorkflowRun
+        fields = ("id", "workflow", "status", "idempotency_key", "created_at", "idempotency_hit")
+        read_only_fields = fields
+
+
+class StepRunSerializer(serializers.ModelSerializer):
+    """One step of a workflow run: its status, and its JobRun once started."""
+
+    step = serializers.CharField(source="step.name", read_only=True)
+    job = serializers.CharField(source="step.job.name", read_only=True)
+    depends_on = serializers.ListField(
+        source="step.depends_on", child=serializers.CharField(), read_only=True
+    )
+    run_id = serializers.IntegerField(allow_null=True, read_only=True)
+    run_status = serializers.SerializerMethodField()
+    attempt = serializers.SerializerMethodField()
+    error_type = serializers.SerializerMethodField()
+
+    class Meta:
+        model = WorkflowStepRun
+        fields = (
+            "step", "status", "job", "depends_on", "run_id", "run_status", "attempt", "error_type",
+        )  # fmt: skip
+        read_only_fields = fields
+
+    def get_run_status(self, sr: WorkflowStepRun) -> str | None:
+        return sr.run.status if sr.run is not None else None
+
+    def get_attempt(self, sr: WorkflowStepRun) -> int | None:
+        return sr.run.attempt if sr.run is not None else None
+
+    def get_error_type(self, sr: WorkflowStepRun) -> str:
+        return sr.run.error_type if sr.run is not None else ""
+
+
+class WorkflowRunSummarySerializer(serializers.ModelSerializer):
+    """A workflow run in a list: everything but its payload and steps."""
+
+    workflow = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = WorkflowRun
+        fields = (
+            "id", "workflow", "status", "idempotency_key", "error_type", "last_error",
+            "created_at", "progressed_at", "finished_at",
+        )  # fmt: skip
+        read_only_fields = fields
+
+
+class WorkflowRunSerializer(WorkflowRunSummarySerializer):
+    """A workflow run with its payload and its step runs, in definition order."""
+
+    steps = StepRunSerializer(source="step_runs", many=True, read_only=True)
+
+    class Meta(WorkflowRunSummarySerializer.Meta):
+        fields = (*WorkflowRunSummarySerializer.Meta.fields, "payload", "steps")
+        read_only_fields = fields

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from django_strait.api import budgets, circuits, deadletters, errors, health, jobs, runs, schema
+from django_strait.api import (
+    budgets,
+    circuits,
+    deadletters,
+    errors,
+    health,
+    jobs,
+    runs,
+    schema,
+    workflows,
+)
 
 app_name = "django_strait_api"
 
@@ -41,6 +51,18 @@ urlpatterns = [
     path("health/", health.HealthListView.as_view(), name="health"),
     path("budgets/", budgets.BudgetListView.as_view(), name="budgets"),
     path("budgets/<str:project>/", budgets.BudgetView.as_view(), name="budget"),
+    path(
+        "workflows/<str:name>/trigger/",
+        workflows.WorkflowTriggerView.as_view(),
+        name="workflow-trigger",
+    ),
+    path("workflow-runs/", workflows.WorkflowRunListView.as_view(), name="workflow-runs"),
+    path("workflow-runs/<int:pk>/", workflows.WorkflowRunView.as_view(), name="workflow-run"),
+    path(
+        "workflow-runs/<int:pk>/cancel/",
+        workflows.WorkflowRunCancelView.as_view(),
+        name="workflow-run-cancel",
+    ),
     path("schema/", schema.SchemaView.as_view(), name="schema"),
 ]
 

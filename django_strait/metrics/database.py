@@ -29,6 +29,9 @@ from django_strait.models import (
     JobRun,
     Project,
     WorkerProcess,
+    Workflow,
+    WorkflowRun,
+    WorkflowRunStatus,
 )
 from django_strait.states import IN_FLIGHT, RunStatus
 from django_strait.storage import backend
@@ -61,6 +64,8 @@ class Snapshot:
     circuits: dict[str, int] = field(default_factory=dict)
     health: dict[str, tuple[float, str]] = field(default_factory=dict)
     budgets: tuple[BudgetGauge, ...] = ()
+    #: workflow -> its running workflow runs.
+    workflows_running: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +93,22 @@ def read_snapshot(using: str, now: dt.datetime, stale_after: float) -> Snapshot:
         circuits=_circuits(using),
         health=_health(using),
         budgets=_budgets(using, now),
+        workflows_running=_workflows_running(using),
     )
+
+
+def _workflows_running(using: str) -> dict[str, int]:
+    """Running workflow runs by workflow: the running ones only (``strait_wfrun_running``)."""
+    counts = dict.fromkeys(Workflow.objects.using(using).values_list("name", flat=True), 0)
+    rows = (
+        WorkflowRun.objects.using(using)
+        .filter(status=WorkflowRunStatus.RUNNING)
+        .values_list("workflow__name")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    counts.update(dict(rows))
+    return counts
 
 
 def _circuits(using: str) -> dict[str, int]:
@@ -233,6 +253,13 @@ def families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
     yield from (depth, due, lag)
     yield from _job_families(snap)
     yield from _protection_families(snap)
+    running = GaugeMetricFamily(
+        "strait_workflow_runs_running", "Workflow runs not finished yet, by workflow.",
+        labels=["workflow"],
+    )  # fmt: skip
+    for name, n in sorted(snap.workflows_running.items()):
+        running.add_metric([name], n)
+    yield running
     yield GaugeMetricFamily(
         "strait_workers_alive",
         "Worker processes seen within two heartbeat rounds (2 x STALE_AFTER / 5).",

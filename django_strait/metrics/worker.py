@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from django_strait.signals import workflow_completed, workflow_failed
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -46,6 +48,13 @@ class WorkerMetrics:
             "Results not recorded: the run was canceled, replayed or reaped meanwhile.",
             registry=self.registry,
         )
+        self.workflow_runs_finished = Counter(
+            "strait_worker_workflow_runs_finished",
+            "Workflow runs that reached a final status in this process, by workflow and status "
+            "(completed, failed; a cancel is a person's, counted where it is asked).",
+            ["workflow", "status"],
+            registry=self.registry,
+        )
         self.in_flight = Gauge(
             "strait_worker_in_flight", "Runs this worker is executing.", registry=self.registry
         )
@@ -78,6 +87,19 @@ class WorkerMetrics:
         if recorded.lost:
             self.lost.inc(len(recorded.lost))
 
+    def observe_workflow(self, *, workflow: str, status: str, **signal: Any) -> None:
+        """Count a workflow run that reached ``status`` (a receiver of the workflow signals)."""
+        self.workflow_runs_finished.labels(workflow, status).inc()
+
+    def watch_workflows(self) -> None:
+        """Count workflow runs that complete or fail in this process (the record's, the reaper's)."""
+        for signal in (workflow_completed, workflow_failed):
+            signal.connect(self.observe_workflow, dispatch_uid=self._uid)
+
+    @property
+    def _uid(self) -> str:
+        return f"strait-worker-metrics-{id(self)}"
+
     def watch_in_flight(self, count: Callable[[], int]) -> None:
         """Report ``count()`` as the in-flight gauge, called at each scrape."""
         self.in_flight.set_function(count)
@@ -90,7 +112,9 @@ class WorkerMetrics:
         return bound
 
     def close(self) -> None:
-        """Stop serving (a no-op when ``serve`` was never called)."""
+        """Stop serving and counting (a no-op when ``serve`` was never called)."""
+        for signal in (workflow_completed, workflow_failed):
+            signal.disconnect(dispatch_uid=self._uid)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -57,3 +57,41 @@ def sync_crm(payload: dict[str, Any]) -> None:
     raise CrmUnavailable(
         f"connection refused by crm.invalid while syncing {payload.get('contact')}"
     )
+
+
+# The demo workflow's jobs (see workflow.py): an order checked, then stock reserved and
+# the payment taken side by side, then shipped once both are done (a fan-in).
+
+
+@job(name="check-order", description="Workflow step: check an order. Always succeeds.")
+def check_order(payload: dict[str, Any]) -> dict[str, Any]:
+    """Return the order's lines, as the later steps need them."""
+    return {"order": payload.get("order"), "lines": int(payload.get("lines", 2))}
+
+
+@job(name="reserve-stock", description="Workflow step: reserve the order's stock.")
+def reserve_stock(payload: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Reserve as many items as the checked order has lines."""
+    return {"reserved": context.parents["check"]["lines"]}
+
+
+@job(
+    name="take-payment",
+    max_attempts=1,
+    retry={"initial_delay": "30s", "jitter": 0},
+    description="Workflow step: take the payment; the gateway is busy twice, then accepts.",
+)
+def take_payment(payload: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Fail the first two attempts (retryable); alone, this job would not retry at all."""
+    if context.attempt <= 2:
+        raise Error(
+            f"payment gateway busy on attempt {context.attempt}", type="payment.gateway_busy"
+        )
+    return {"paid": payload.get("amount", 0), "attempt": context.attempt}
+
+
+@job(name="ship-order", description="Workflow step: ship once stock and payment are done.")
+def ship_order(payload: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Ship what the two parents reserved and charged."""
+    parents = context.parents
+    return {"shipped": parents["reserve"]["reserved"], "paid": parents["charge"]["paid"]}

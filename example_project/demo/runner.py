@@ -17,9 +17,9 @@ from django.db import connection
 from django.db.models import Min, QuerySet
 from django.utils import timezone
 
-from django_strait.models import JobRun
+from django_strait.models import JobRun, WorkflowRun, WorkflowStepRun
 from django_strait.states import RunStatus
-from example_project.demo import seeding, summary
+from example_project.demo import seeding, summary, workflow
 from example_project.demo.server import LocalServer
 
 #: The demo gives up waiting for its runs after this long (they stay queued).
@@ -60,14 +60,19 @@ class Demo:
             seeding.seed_jobs(server.base_url, self.options.seed)
             ids = self._trigger()
             finished = self._drain(_runs_between(ids))
+            # After the runs, not among them: its runs would change the order in which
+            # the flaky endpoint's seeded answers fall, and so the story a seed tells.
+            wr = self._start_workflow()
+            self._drain(_step_runs(wr), what="workflow step run")
         # The server is gone: point the HTTP jobs at runserver, so that replaying
         # a dead letter from the admin later reaches the same endpoints.
         seeding.point_http_jobs(seeding.RUNSERVER_URL, self.options.seed)
-        self._report(_runs_between(ids), finished)
+        self._report(_runs_between(ids), finished, wr)
 
     def _queue_only(self) -> None:
         seeding.seed_jobs(seeding.RUNSERVER_URL, self.options.seed)
         ids = self._trigger()
+        self._start_workflow()
         self.write(
             f"Queued {len(ids)} runs and stopped there (--no-worker). To process them, run\n"
             f"  python manage.py runserver     (serves the HTTP jobs' endpoints)\n"
@@ -84,8 +89,27 @@ class Demo:
         )
         return ids
 
-    def _drain(self, runs: QuerySet[JobRun]) -> bool:
-        self.write("Running the worker (run_strait_worker --burst) until every run has ended...")
+    def _start_workflow(self) -> WorkflowRun:
+        with _quiet_worker(self.options.verbosity):
+            wr = workflow.start(order=self.options.seed)
+        self.write(
+            f"Started workflow run {wr.pk} of {workflow.NAME!r}: {len(workflow.STEPS)} steps, "
+            "a fan-in, a step with its own retry policy"
+        )
+        return wr
+
+    def _report_workflow(self, wr: WorkflowRun) -> None:
+        wr.refresh_from_db()
+        self.write("")
+        self.write(workflow.render(wr, workflow.step_lines(wr)))
+        self.write(
+            f"  (its DAG: /admin/django_strait/workflowrun/{wr.pk}/change/ once runserver is up)"
+        )
+
+    def _drain(self, runs: QuerySet[JobRun], what: str = "run") -> bool:
+        self.write(
+            f"Running the worker (run_strait_worker --burst) until every {what} has ended..."
+        )
         started = time.monotonic()
         deadline = started + DRAIN_TIME_CAP_SECS
         with _quiet_worker(self.options.verbosity):
@@ -93,7 +117,7 @@ class Demo:
                 self._burst(runs)
                 pending = runs.filter(status__in=UNFINISHED)
                 if not pending.exists():
-                    self.write(f"All runs ended in {time.monotonic() - started:.1f} s.")
+                    self.write(f"All {what}s ended in {time.monotonic() - started:.1f} s.")
                     return True
                 if time.monotonic() >= deadline:
                     return False
@@ -110,7 +134,7 @@ class Demo:
         if runs.filter(status=RunStatus.QUEUED, available_at__lt=started).exists():
             raise KeyboardInterrupt
 
-    def _report(self, runs: QuerySet[JobRun], finished: bool) -> None:
+    def _report(self, runs: QuerySet[JobRun], finished: bool, wr: WorkflowRun) -> None:
         if not finished:
             left = runs.filter(status__in=UNFINISHED).count()
             self.write(
@@ -124,6 +148,7 @@ class Demo:
             "Some dead letters (replay them from the admin or with manage.py strait_replay):"
         )
         self.write(summary.render_examples(summary.dead_letter_examples(runs)))
+        self._report_workflow(wr)
         self.write("")
         self.write(f"Next: {ADMIN_HINT}")
 
@@ -131,6 +156,13 @@ class Demo:
 def _runs_between(ids: list[int]) -> QuerySet[JobRun]:
     # Only this demo's runs: an earlier demo's runs in the same database do not count.
     return JobRun.objects.filter(pk__range=(min(ids), max(ids)), job__name__in=seeding.DEMO_JOBS)
+
+
+def _step_runs(wr: WorkflowRun) -> QuerySet[JobRun]:
+    # Evaluated afresh on each check: a step's run appears when its parents finish,
+    # in the transaction that records the last of them, so no moment has none left.
+    steps = WorkflowStepRun.objects.filter(workflow_run=wr, run__isnull=False)
+    return JobRun.objects.filter(pk__in=steps.values("run_id"))
 
 
 def _database_now() -> dt.datetime:

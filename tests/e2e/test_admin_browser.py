@@ -1,7 +1,8 @@
 """The admin in a real browser: headless Chromium driven by Selenium against a live server.
 
 Log in, open the dead letters, replay all matching through the confirmation
-page, open the overview; open endpoint health and the projects' budgets. Screenshots go to a temporary directory, or to
+page, open the overview; open endpoint health and the projects' budgets; a workflow run's
+DAG. Screenshots go to a temporary directory, or to
 ``STRAIT_SCREENSHOT_DIR`` when set (``docs/screenshots`` regenerates the docs').
 """
 
@@ -242,3 +243,36 @@ def test_admin_browser__endpoint_health_and_budgets(browser, live_server, admin_
     browser.get(f"{base}/admin/django_strait/job/overview/")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#strait-endpoint-health polyline")) == 4
     assert "support-bot" in browser.find_element(By.ID, "strait-budgets").text
+
+
+def test_admin_browser__a_workflow_runs_dag(browser, live_server, admin_static, shots, burst):
+    from selenium.webdriver.common.by import By
+
+    from django_strait import define_workflow, trigger_workflow
+
+    define_workflow(
+        "order-fulfilment",
+        steps=[
+            {"name": "check", "job": "wf-step"},
+            {"name": "reserve", "job": "wf-step", "depends_on": ["check"]},
+            {"name": "charge", "job": "wf-fail", "depends_on": ["check"]},
+            {"name": "ship", "job": "wf-step", "depends_on": ["reserve", "charge"]},
+        ],
+    )
+    wr = trigger_workflow("order-fulfilment", {"order": 7})
+    burst()
+    base = live_server.url
+    log_in(browser, base)
+
+    browser.get(f"{base}/admin/django_strait/workflowrun/{wr.pk}/change/")
+    boxes = browser.find_elements(By.CSS_SELECTOR, "svg.strait-dag g.strait-step")
+    assert {b.get_attribute("data-step"): b.get_attribute("data-status") for b in boxes} == {
+        "check": "completed", "reserve": "completed", "charge": "failed", "ship": "skipped",
+    }  # fmt: skip
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.strait-dag line")) == 4
+    tools = browser.find_element(By.CSS_SELECTOR, ".object-tools").text
+    assert "Replay failed step" in tools and "Cancel" in tools
+    browser.find_element(By.ID, "toggle-nav-sidebar").click()
+    picture = browser.find_element(By.CSS_SELECTOR, "svg.strait-dag")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", picture)
+    browser.save_screenshot(str(shots / "workflow.png"))

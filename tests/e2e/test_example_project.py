@@ -20,6 +20,8 @@ DEMO_JOBS = (
     "legacy-callback",
 )
 TERMINAL = {"completed", "failed", "dead_letter", "discarded", "canceled"}
+#: The jobs of the demo's workflow (order-fulfilment), one run of each per demo.
+WORKFLOW_JOBS = ("check-order", "reserve-stock", "take-payment", "ship-order")
 
 
 def summary_table(output: str) -> dict[str, dict[str, int]]:
@@ -88,15 +90,31 @@ def assert_runs_end_as_designed(jobs: dict[str, list[dict]]) -> None:
         assert (run["status"], run["attempt"], run["error_type"]) == ("dead_letter", 1, "http.404")
 
 
+def assert_workflow_ran_as_designed(example_project, jobs: dict[str, list[dict]], output: str):
+    """One workflow run completed; its charge step took the 3 attempts of its own policy."""
+    [wr] = example_project.rows("SELECT status FROM django_strait_workflowrun")
+    assert wr["status"] == "completed"
+    assert [(r["status"], r["attempt"]) for r in jobs["take-payment"]] == [("completed", 3)]
+    for name in ("check-order", "reserve-stock", "ship-order"):
+        assert [(r["status"], r["attempt"]) for r in jobs[name]] == [("completed", 1)]
+    assert jobs["ship-order"][0]["result"] == {"shipped": 3, "paid": 120}
+    # The two waits follow the step's policy (linear from 1 s), not the job's 30 s.
+    [charge] = [line.split() for line in output.splitlines() if line.strip().startswith("charge ")]
+    assert charge[:4] == ["charge", "take-payment", "completed", "3"]
+    waits = [float(charge[4]), float(charge[6])]
+    assert 1.0 <= waits[0] < 5 and 2.0 <= waits[1] < 6, charge
+
+
 def test_strait_demo__runs_end_as_designed_and_summary_matches_database(example_project):
     output = example_project.manage("strait_demo", "--runs", "5", "--seed", "1")
 
     runs = example_project.runs()
     jobs = by_job(runs)
-    assert sorted(jobs) == sorted(DEMO_JOBS)
+    assert sorted(jobs) == sorted(DEMO_JOBS + WORKFLOW_JOBS)
     assert all(len(jobs[name]) == 5 for name in DEMO_JOBS)
     assert_runs_end_as_designed(jobs)
     assert summary_table(output) == {name: counted(jobs[name]) for name in DEMO_JOBS}
+    assert_workflow_ran_as_designed(example_project, jobs, output)
     dead_types = {r["error_type"] for r in runs if r["status"] == "dead_letter"}
     examples = [line for line in output.splitlines() if line.strip().startswith("run ")]
     assert len(examples) == 3
@@ -109,9 +127,10 @@ def test_strait_demo__second_run_adds_runs_without_duplicating_jobs(example_proj
     output = example_project.manage("strait_demo", "--runs", "3", "--seed", "7")
 
     jobs = example_project.rows("SELECT name, endpoint_url FROM django_strait_job")
-    assert sorted(j["name"] for j in jobs) == sorted(DEMO_JOBS)
+    assert sorted(j["name"] for j in jobs) == sorted(DEMO_JOBS + WORKFLOW_JOBS)
     runs = example_project.runs()
-    assert len(runs) == 5 * len(DEMO_JOBS)
+    assert len([r for r in runs if r["job"] in DEMO_JOBS]) == 5 * len(DEMO_JOBS)
+    assert len([r for r in runs if r["job"] in WORKFLOW_JOBS]) == 2 * len(WORKFLOW_JOBS)
     assert all(r["status"] in TERMINAL for r in runs)
     # The summary counts this invocation's runs only.
     assert {row["runs"] for row in summary_table(output).values()} == {3}
@@ -124,7 +143,8 @@ def test_strait_demo__no_worker_only_queues(example_project):
     output = example_project.manage("strait_demo", "--runs", "2", "--no-worker")
 
     runs = example_project.runs()
-    assert Counter(r["status"] for r in runs) == {"queued": 2 * len(DEMO_JOBS)}
+    # And the workflow's root step, queued when the workflow run started.
+    assert Counter(r["status"] for r in runs) == {"queued": 2 * len(DEMO_JOBS) + 1}
     assert "run_strait_worker" in output
 
 

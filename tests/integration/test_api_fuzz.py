@@ -32,6 +32,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from django_strait import define_workflow, trigger_workflow
 from django_strait.api.auth import issue_key
 from django_strait.api.schema import generate_schema
 from django_strait.models import BudgetLedger, EndpointCircuit, EndpointHealth, Project
@@ -63,7 +64,8 @@ def unthrottled(settings):
 def key(live_server) -> str:
     """A key for everything, and rows for the fuzz to find.
 
-    A job in a project, runs, dead letters, an open circuit with its health, a ledger day.
+    A job in a project, runs, dead letters, an open circuit with its health, a ledger day,
+    a workflow with a run.
     """
     project = Project.objects.create(name="fuzz-project", daily_budget=Decimal("10"))
     BudgetLedger.objects.create(project=project, day=today(), spent=Decimal("1.5"))
@@ -73,6 +75,8 @@ def key(live_server) -> str:
     url = "http://127.0.0.1:9/fuzz"
     EndpointCircuit.objects.create(endpoint_url=url, state="open", failures=5)
     EndpointHealth.objects.create(endpoint_url=url, success_rate=0.4, failure_rate=0.6)
+    define_workflow("fuzz-flow", steps=[{"name": "a", "job": "fuzz-job"}])
+    trigger_workflow("fuzz-flow", {"n": 1})
     return issue_key("fuzz", ["*"])[1]
 
 

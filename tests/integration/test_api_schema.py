@@ -27,6 +27,8 @@ def test_schema__is_openapi_3_with_every_endpoint():
         "/runs/{id}/cancel/", "/runs/{id}/replay/", "/dead-letters/", "/dead-letters/replay/",
         "/dead-letters/{id}/replay/", "/dead-letters/{id}/discard/", "/circuits/",
         "/circuits/reset/", "/health/", "/budgets/", "/budgets/{project}/",
+        "/workflows/{name}/trigger/", "/workflow-runs/", "/workflow-runs/{id}/",
+        "/workflow-runs/{id}/cancel/",
     }  # fmt: skip
     security = schema["components"]["securitySchemes"]
     assert {"apiKey", "tokenAuth"} <= set(security)

@@ -15,6 +15,7 @@ from django.urls import include, path
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from django_strait import define_workflow, trigger_workflow
 from django_strait.metrics import WorkerMetrics
 from django_strait.metrics.database import dead_letters_by_job, in_flight_by_job, queued_by_queue
 from django_strait.models import (
@@ -296,3 +297,37 @@ def test_worker_metrics__serves_its_registry_on_127_0_0_1():
     got = samples(text)
     assert got[("strait_worker_in_flight", ())] == 2
     assert got[("strait_worker_claimed_total", ())] == 2
+
+
+# -- workflows ---------------------------------------------------------------------------
+
+
+def test_metrics_view__reports_running_workflow_runs_by_workflow(staff_client):
+    define_workflow("busy-flow", steps=[{"name": "a", "job": "wf-step"}])
+    define_workflow("idle-flow", steps=[{"name": "a", "job": "wf-step"}])
+    for _ in range(2):
+        trigger_workflow("busy-flow")
+    got = samples(staff_client.get("/metrics/").content.decode())
+    assert got[("strait_workflow_runs_running", (("workflow", "busy-flow"),))] == 2
+    assert got[("strait_workflow_runs_running", (("workflow", "idle-flow"),))] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_metrics__counts_workflow_runs_by_final_status(burst):
+    define_workflow("fine", steps=[{"name": "a", "job": "wf-step"}])
+    define_workflow("broken", steps=[{"name": "a", "job": "wf-fail"}])
+    metrics = WorkerMetrics()
+    metrics.watch_workflows()
+    try:
+        for name in ("fine", "fine", "broken"):
+            trigger_workflow(name)
+        burst()
+    finally:
+        metrics.close()
+    trigger_workflow("fine")
+    burst()  # after close: no longer counted
+
+    finished = "strait_worker_workflow_runs_finished_total"
+    value = metrics.registry.get_sample_value
+    assert value(finished, {"workflow": "fine", "status": "completed"}) == 2
+    assert value(finished, {"workflow": "broken", "status": "failed"}) == 1

@@ -11,6 +11,7 @@ from django.db import connection
 
 from django_strait import transitions, trigger
 from django_strait.models import JobRun
+from django_strait.wakeup import CHANNEL
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -71,3 +72,42 @@ def test_replay__wakes_an_idle_worker(idle_worker):
         time.sleep(0.02)
     again = JobRun.objects.get(pk=run.pk)
     assert (again.attempt, again.replayed_by) == (2, "tester")
+
+
+def test_run_queued_late_in_a_long_transaction__is_notified():
+    # Due by the application's clock at its INSERT, but after its transaction began
+    # (PostgreSQL's now()): as a workflow's next steps, queued by their parent's record.
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite workers poll")
+    import psycopg
+    from django.db import transaction
+
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+        with transaction.atomic():
+            JobRun.objects.exists()  # the transaction has begun: now() is fixed
+            time.sleep(0.2)
+            trigger("test-noop", {})
+        notes = list(listener.notifies(timeout=5.0, stop_after=1))
+    assert [n.payload for n in notes] == ["default"]
+
+
+def test_workflow__each_level_wakes_an_idle_worker(idle_worker):
+    from django_strait import define_workflow, trigger_workflow
+    from django_strait.models import WorkflowRun
+
+    define_workflow(
+        "chain",
+        steps=[
+            {"name": "a", "job": "wf-step"},
+            {"name": "b", "job": "wf-step", "depends_on": ["a"]},
+            {"name": "c", "job": "wf-step", "depends_on": ["b"]},
+        ],
+    )
+    time.sleep(2)  # past the wake-up its listener gives when it connects
+    wr = trigger_workflow("chain", {})
+    deadline = time.monotonic() + 10  # b and c would otherwise wait for an hour's poll
+    while WorkflowRun.objects.get(pk=wr.pk).status == "running":
+        assert time.monotonic() < deadline, "a step waited for the poll"
+        time.sleep(0.02)
+    assert WorkflowRun.objects.get(pk=wr.pk).status == "completed"
