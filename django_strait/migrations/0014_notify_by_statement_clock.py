@@ -31,8 +31,6 @@ def _on_postgres(sql):
 
 
 class Migration(migrations.Migration):
-    # main has 0013_task_policy_formats (also after 0012): when this branch is merged,
-    # depend on it instead, or Django finds two leaf migrations.
     dependencies = [("django_strait", "0013_task_policy_formats")]
 
     operations = [
