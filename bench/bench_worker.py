@@ -61,19 +61,21 @@ def create_pg_database(db_url: str) -> None:
 
 
 def clear() -> None:
+    """Empty the runs, their attempts and the workflow runs (they point at each other)."""
     from django.db import connection
 
-    from django_strait.models import JobRun, RunAttempt
+    from django_strait.models import JobRun, RunAttempt, WorkflowRun, WorkflowStepRun
 
-    if connection.vendor == "postgresql":
-        with connection.cursor() as c:
-            c.execute(f"TRUNCATE {RunAttempt._meta.db_table}, {JobRun._meta.db_table}")
-    else:
-        RunAttempt.objects.all().delete()
-        JobRun.objects.all().delete()
-    if connection.vendor == "postgresql":
-        with connection.cursor() as c:
-            c.execute(f"VACUUM ANALYZE {JobRun._meta.db_table}")
+    if connection.vendor != "postgresql":
+        JobRun.objects.update(workflow_step_run=None)
+        for model in (WorkflowStepRun, WorkflowRun, RunAttempt, JobRun):
+            model.objects.all().delete()
+        return
+    tables = [m._meta.db_table for m in (RunAttempt, JobRun, WorkflowStepRun, WorkflowRun)]
+    with connection.cursor() as c:
+        c.execute(f"TRUNCATE {', '.join(tables)}")
+        for table in tables:
+            c.execute(f"VACUUM ANALYZE {table}")
 
 
 #: --protect: what each level configures on the bench jobs (all of it generous enough

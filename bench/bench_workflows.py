@@ -56,25 +56,6 @@ def define(width: int) -> None:
     define_workflow(WORKFLOW, steps=steps)
 
 
-def clear_all() -> None:
-    """Empty the workflow runs and the runs (they point at each other: one TRUNCATE)."""
-    from django.db import connection
-
-    from django_strait.models import JobRun, RunAttempt, WorkflowRun, WorkflowStepRun
-
-    if connection.vendor != "postgresql":
-        JobRun.objects.update(workflow_step_run=None)
-        WorkflowStepRun.objects.all().delete()
-        WorkflowRun.objects.all().delete()
-        clear()
-        return
-    tables = [m._meta.db_table for m in (RunAttempt, JobRun, WorkflowStepRun, WorkflowRun)]
-    with connection.cursor() as c:
-        c.execute(f"TRUNCATE {', '.join(tables)}")
-        for table in tables:
-            c.execute(f"VACUUM ANALYZE {table}")
-
-
 def finished_span() -> tuple[int, float]:
     """Return how many runs completed and the seconds from the first completion to the last."""
     from django.db.models import Count, Max, Min
@@ -92,7 +73,7 @@ def timed(start, done, n: int, concurrency: int, batch: int) -> dict:
     """Queue the work with ``start()``, spawn a worker, wait for ``done()``; return the rates."""
     from django.db import connections
 
-    clear_all()
+    clear()
     start()
     connections.close_all()
     t0 = time.perf_counter()
@@ -211,7 +192,7 @@ def main() -> None:
     args = ap.parse_args()
     setup_django(args.db)
     make_jobs(None)
-    clear_all()  # a run left by an interrupted bench would keep its steps from changing
+    clear()  # a run left by an interrupted bench would keep its steps from changing
     define(args.width)
     raw: dict[str, list[dict]] = {"workflow": [], "plain": []}
     try:
@@ -220,7 +201,7 @@ def main() -> None:
             raw["workflow"].append(workflow_rep(args.width, args.concurrency, args.batch_size))
             raw["plain"].append(plain_rep(args.width + 2, args.concurrency, args.batch_size))
     finally:
-        clear_all()
+        clear()
     from django.db import connection
 
     out = {
