@@ -78,7 +78,11 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='jobrun',
             name='workflow_step_run',
-            field=models.ForeignKey(blank=True, editable=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='django_strait.workflowsteprun'),
+            field=models.ForeignKey(blank=True, db_index=False, editable=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='django_strait.workflowsteprun'),
+        ),
+        migrations.AddIndex(
+            model_name='jobrun',
+            index=models.Index(condition=models.Q(('workflow_step_run__isnull', False)), fields=['workflow_step_run'], name='strait_run_workflow_step'),
         ),
         migrations.AddIndex(
             model_name='workflowrun',

@@ -75,6 +75,7 @@ class JobRun(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
         editable=False,
+        db_index=False,  # strait_run_workflow_step: partial, so plain runs never write it
     )
 
     created_at = models.DateTimeField(default=timezone.now, editable=False)
@@ -120,6 +121,13 @@ class JobRun(models.Model):
                 name="strait_run_dead_letters",
             ),
             models.Index(fields=["status", "finished_at"], name="strait_run_status_finished"),
+            # A step's run, from its step run (the DAG, the step run's deletion). Partial:
+            # a full index cost every plain run's INSERT (bulk trigger ~10 % slower).
+            models.Index(
+                fields=["workflow_step_run"],
+                condition=Q(workflow_step_run__isnull=False),
+                name="strait_run_workflow_step",
+            ),
             # Looking a run up by its key alone (admin search, support questions).
             models.Index(
                 fields=["idempotency_key"],
