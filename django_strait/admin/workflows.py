@@ -267,23 +267,7 @@ def step_runs(wr_id: int) -> list[WorkflowStepRun]:
     The runs' payloads and results are left unread: a wide workflow's page must
     not carry every step's result.
     """
-    return list(
-        WorkflowStepRun.objects.filter(workflow_run_id=wr_id)
-        .select_related("step__job", "run")
-        .only(
-            "id",
-            "status",
-            "workflow_run_id",
-            "step__name",
-            "step__depends_on",
-            "step__job__name",
-            "run__id",
-            "run__status",
-            "run__attempt",
-            "run__error_type",
-        )  # fmt: skip
-        .order_by("id")
-    )
+    return list(WorkflowStepRun.objects.filter(workflow_run_id=wr_id).summaries())
 
 
 def replayable(steps: list[WorkflowStepRun]) -> list[int]:

@@ -57,22 +57,7 @@ def with_steps(runs: QuerySet | None = None) -> QuerySet:
     page must not carry every step's result.
     """
     runs = WorkflowRun.objects.all() if runs is None else runs
-    steps = (
-        WorkflowStepRun.objects.select_related("step__job", "run")
-        .only(
-            "id",
-            "status",
-            "workflow_run_id",
-            "step__name",
-            "step__depends_on",
-            "step__job__name",
-            "run__id",
-            "run__status",
-            "run__attempt",
-            "run__error_type",
-        )  # fmt: skip
-        .order_by("id")
-    )
+    steps = WorkflowStepRun.objects.summaries()
     return runs.select_related("workflow").prefetch_related(Prefetch("step_runs", queryset=steps))
 
 

@@ -129,6 +129,32 @@ class WorkflowRun(models.Model):
         return f"workflow run {self.pk} of {self.workflow_id} ({self.status})"
 
 
+class StepRunQuerySet(models.QuerySet):
+    """Step runs as the admin and the API show them."""
+
+    def summaries(self) -> StepRunQuerySet:
+        """With step, job and run in one query, the runs' payloads and results unread.
+
+        A wide workflow's page must not carry every step's result.
+        """
+        return (
+            self.select_related("step__job", "run")
+            .only(
+                "id",
+                "status",
+                "workflow_run_id",
+                "step__name",
+                "step__depends_on",
+                "step__job__name",
+                "run__id",
+                "run__status",
+                "run__attempt",
+                "run__error_type",
+            )  # fmt: skip
+            .order_by("id")
+        )
+
+
 class WorkflowStepRun(models.Model):
     """One step of a workflow run, and the JobRun that runs it once it is due."""
 
@@ -151,6 +177,8 @@ class WorkflowStepRun(models.Model):
         related_name="+",
         editable=False,
     )
+
+    objects = StepRunQuerySet.as_manager()
 
     class Meta:
         ordering = ["workflow_run", "id"]
