@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,15 +44,7 @@ class TriggerRequest:
     @classmethod
     def parse(cls, body: Any, header_key: str | None) -> TriggerRequest:
         """Read a JSON body and the Idempotency-Key header; raise ``TriggerError`` if unusable."""
-        if not isinstance(body, Mapping):
-            raise TriggerError(
-                "body",
-                f"must be a JSON object with {', '.join(TRIGGER_KEYS)}; "
-                f"got a JSON {_json_type(body)}",
-            )
-        unknown = sorted(set(body) - set(TRIGGER_KEYS))
-        if unknown:
-            raise TriggerError(unknown[0], f"unknown field; allowed: {', '.join(TRIGGER_KEYS)}")
+        _check_body(body, TRIGGER_KEYS)
         options = {k: v for k, v in body.items() if k != "payload" and v is not None}
         if "run_at" in options:
             options["run_at"] = parse_run_at(options["run_at"])
@@ -93,6 +85,18 @@ def idempotency_key(body_key: Any, header_key: str | None) -> Any:
         f"the {IDEMPOTENCY_HEADER} header ({header_key!r}) and the body's idempotency_key "
         f"({body_key!r}) differ; send one of them, or the same value in both",
     )
+
+
+def _check_body(body: Any, keys: Sequence[str]) -> None:
+    """Raise ``TriggerError`` unless ``body`` is a JSON object with only ``keys``."""
+    allowed = ", ".join(keys)
+    if not isinstance(body, Mapping):
+        raise TriggerError(
+            "body", f"must be a JSON object with {allowed}; got a JSON {_json_type(body)}"
+        )
+    unknown = sorted(set(body) - set(keys))
+    if unknown:
+        raise TriggerError(unknown[0], f"unknown field; allowed: {allowed}")
 
 
 def _json_type(value: Any) -> str:
@@ -473,16 +477,7 @@ class WorkflowTriggerRequest:
     @classmethod
     def parse(cls, body: Any, header_key: str | None) -> WorkflowTriggerRequest:
         """Read a JSON body and the Idempotency-Key header; raise ``TriggerError`` if unusable."""
-        if not isinstance(body, Mapping):
-            raise TriggerError(
-                "body",
-                f"must be a JSON object with {', '.join(WORKFLOW_TRIGGER_KEYS)}; "
-                f"got a JSON {_json_type(body)}",
-            )
-        unknown = sorted(set(body) - set(WORKFLOW_TRIGGER_KEYS))
-        if unknown:
-            allowed = ", ".join(WORKFLOW_TRIGGER_KEYS)
-            raise TriggerError(unknown[0], f"unknown field; allowed: {allowed}")
+        _check_body(body, WORKFLOW_TRIGGER_KEYS)
         key = idempotency_key(body.get("idempotency_key"), header_key)
         return cls(payload=body.get("payload"), idempotency_key=key)
 

@@ -10,23 +10,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_strait import define_workflow, trigger_workflow
-from django_strait.models import JobRun, WorkflowRun
+from django_strait.models import JobRun
 from django_strait.states import Transition
 from django_strait.storage import Claimed, Record, RecordBatch, Storage
 from tests.conformance.conftest import in_threads, needs_postgres, start
+from tests.integration.factories import DIAMOND
+from tests.integration.factories import step_statuses as steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-DIAMOND = [
-    {"name": "a", "job": "wf-step"},
-    {"name": "b", "job": "wf-step", "depends_on": ["a"]},
-    {"name": "c", "job": "wf-step", "depends_on": ["a"]},
-    {"name": "d", "job": "wf-step", "depends_on": ["b", "c"]},
-]
-
-
-def steps(wr: WorkflowRun) -> dict[str, str]:
-    return {sr.step.name: sr.status for sr in wr.step_runs.select_related("step")}
 
 
 def finish(storage: Storage, run: Claimed, transition: Transition, worker: str = "w1") -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt
+from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt, WorkflowRun
 from django_strait.states import RunStatus
 
 _names = itertools.count(1)
@@ -121,3 +121,17 @@ def _status_code(job: Job, outcome: str, error_type: str) -> int | None:
         return 200
     code = error_type.removeprefix("http.")
     return int(code) if code.isdigit() else None
+
+
+#: A diamond workflow of ``wf-step`` jobs (tests/testapp/jobs.py): a -> (b, c) -> d.
+DIAMOND = [
+    {"name": "a", "job": "wf-step"},
+    {"name": "b", "job": "wf-step", "depends_on": ["a"]},
+    {"name": "c", "job": "wf-step", "depends_on": ["a"]},
+    {"name": "d", "job": "wf-step", "depends_on": ["b", "c"]},
+]
+
+
+def step_statuses(wr: WorkflowRun) -> dict[str, str]:
+    """Return each step run's status by step name."""
+    return {sr.step.name: sr.status for sr in wr.step_runs.select_related("step")}

@@ -13,19 +13,10 @@ from django_strait.models import Job, JobRun, RunAttempt, WorkflowRun, WorkflowS
 from django_strait.transitions import cancel, discard, replay, replay_many
 from django_strait.workflows import WorkflowError
 from tests.conftest import Reply
+from tests.integration.factories import DIAMOND
+from tests.integration.factories import step_statuses as steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-DIAMOND = [
-    {"name": "a", "job": "wf-step"},
-    {"name": "b", "job": "wf-step", "depends_on": ["a"]},
-    {"name": "c", "job": "wf-step", "depends_on": ["a"]},
-    {"name": "d", "job": "wf-step", "depends_on": ["b", "c"]},
-]
-
-
-def steps(wr: WorkflowRun) -> dict[str, str]:
-    return {sr.step.name: sr.status for sr in wr.step_runs.select_related("step")}
 
 
 def run_of(wr: WorkflowRun, name: str) -> JobRun | None:
