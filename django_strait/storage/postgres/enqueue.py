@@ -1,9 +1,7 @@
 """Making runs on PostgreSQL in one statement: by job name, or many from arrays.
 
 These INSERTs are generated from ``JobRun``'s own fields rather than written in
-queries.sql: every column a run is born with comes from a template run prepared
-by its fields (``pre_save``, ``get_db_prep_save``), so no model default is ever
-copied into SQL by hand.
+queries.sql: their constant columns come from :func:`columns.prepared`.
 """
 
 from __future__ import annotations
@@ -18,19 +16,10 @@ from django.utils import timezone
 
 from django_strait.models import Job, JobRun
 from django_strait.sql import server_bound_cursor
+from django_strait.storage import columns
 
 #: Columns trigger() sets itself (or reads from the job row) in insert_by_name.
 _BY_NAME = ("payload", "idempotency_key", "job", "queue", "priority", "available_at")
-
-
-def _constants(template: JobRun, alias: str, leave_out: Sequence[str]) -> dict[str, Any]:
-    """The template's other columns, prepared for the database as the ORM would."""
-    connection = connections[alias]
-    return {
-        f.column: f.get_db_prep_save(f.pre_save(template, add=True), connection)
-        for f in JobRun._meta.concrete_fields
-        if not f.primary_key and f.name not in leave_out
-    }
 
 
 def insert_by_name(
@@ -50,7 +39,7 @@ def insert_by_name(
     caller then takes the ORM's way, which says which.
     """
     template = JobRun(available_at=available_at, created_at=timezone.now())
-    constant = _constants(template, alias, _BY_NAME)
+    constant = columns.prepared(template, alias, _BY_NAME)
     params = [text, key, queue, priority, available_at, *constant.values(), name]
     with server_bound_cursor(connections[alias]) as cursor:
         cursor.execute(_by_name_sql(tuple(constant), bool(key)), params)
@@ -99,7 +88,7 @@ def insert_many(
     each; this is several times faster. With keys, returns which rows this call
     inserted (RETURNING skips the conflicts).
     """
-    constant = _constants(template, alias, ("payload", "idempotency_key"))
+    constant = columns.prepared(template, alias, ("payload", "idempotency_key"))
     sql = _many_sql(tuple(constant), bool(keys))
     runs: list[JobRun] = []
     created: set[int] = set()
