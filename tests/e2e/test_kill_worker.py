@@ -33,10 +33,10 @@ def started() -> Iterator[list[subprocess.Popen]]:
 
 
 def start_worker(
-    started: list[subprocess.Popen], env: dict[str, str], worker_id: str
+    started: list[subprocess.Popen], env: dict[str, str], worker_id: str, *args: str
 ) -> subprocess.Popen:
     proc = subprocess.Popen(
-        worker_command("--worker-id", worker_id, "--concurrency", "1"),
+        worker_command("--worker-id", worker_id, "--concurrency", "1", *args),
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -134,3 +134,47 @@ def test_kill_worker__a_workflow_loses_no_step_and_completes(worker_env, started
     leaf = wr.step_runs.get(step__name="leaf").run
     assert leaf.result == {"step": "leaf", "parents": {"slow": {"attempt": 2}}}
     assert JobRun.objects.filter(workflow_step_run__workflow_run=wr).count() == 3
+
+
+def test_kill_worker__a_step_queued_by_its_parents_record_is_not_lost(
+    worker_env, started, wait_until
+):
+    # The kill falls between the root's record, whose transaction queues the child,
+    # and the child's claim: the doomed worker takes only the root's queue.
+    define_workflow(
+        "handover",
+        steps=[
+            {"name": "root", "job": "wf-step"},
+            {"name": "child", "job": "wf-step-later", "depends_on": ["root"]},
+        ],
+    )
+    wr = trigger_workflow("handover", {})
+    doomed = start_worker(started, worker_env, "doomed", "--queue", "default")
+
+    def child_status() -> str | None:
+        run = wr.step_runs.get(step__name="child").run
+        return run and run.status
+
+    wait_until(
+        lambda: child_status() == "queued",
+        timeout=START_TIMEOUT,
+        why=lambda: f"child's run is {child_status()}; worker exit code {doomed.poll()}",
+    )
+    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.wait(timeout=30)
+    assert WorkflowRun.objects.get(pk=wr.pk).status == "running"
+
+    rescuer = start_worker(started, worker_env, "rescuer")
+    wait_until(
+        lambda: WorkflowRun.objects.get(pk=wr.pk).status == "completed",
+        timeout=RESCUE_TIMEOUT,
+        why=lambda: f"workflow run is {WorkflowRun.objects.get(pk=wr.pk).status}",
+    )
+    rescuer.send_signal(signal.SIGTERM)
+    rescuer.communicate(timeout=60)
+
+    child = wr.step_runs.get(step__name="child").run
+    assert (child.status, child.attempt) == ("completed", 1)
+    assert child.result == {"step": "child", "parents": {"root": {"step": "root", "parents": {}}}}
+    assert RunAttempt.objects.get(run=child).worker == "rescuer"
+    assert JobRun.objects.filter(workflow_step_run__workflow_run=wr).count() == 2

@@ -80,6 +80,12 @@ def workflow_step(payload, context):
     return {"step": context.workflow["step"], "parents": dict(context.parents)}
 
 
+@job(name="wf-step-later", queue="later")
+def workflow_step_later(payload, context):
+    """A workflow step on a queue of its own (a worker may leave it alone)."""
+    return {"step": context.workflow["step"], "parents": dict(context.parents)}
+
+
 @job(name="wf-fail")
 def workflow_fail(payload):
     raise Fail("this step fails")
