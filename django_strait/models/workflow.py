@@ -158,8 +158,9 @@ class StepRunQuerySet(models.QuerySet):
 class WorkflowStepRun(models.Model):
     """One step of a workflow run, and the JobRun that runs it once it is due."""
 
+    #: No index of its own: the unique (workflow_run, step) index serves it.
     workflow_run = models.ForeignKey(
-        WorkflowRun, on_delete=models.CASCADE, related_name="step_runs"
+        WorkflowRun, on_delete=models.CASCADE, related_name="step_runs", db_index=False
     )
     step = models.ForeignKey(WorkflowStep, on_delete=models.PROTECT, related_name="+")
     status = models.CharField(
@@ -177,6 +178,9 @@ class WorkflowStepRun(models.Model):
         related_name="+",
         editable=False,
     )
+    #: How many of its parents have not ended well (completed, or failed with
+    #: continue_on_failure): it starts at 0. Kept by the DAG's advance for waiting steps.
+    parents_left = models.IntegerField(default=0, editable=False)
 
     objects = StepRunQuerySet.as_manager()
 

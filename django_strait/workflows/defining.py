@@ -8,12 +8,13 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import ProtectedError
+from django.utils.timezone import now
 
 from django_strait import dag
 from django_strait.conf import strait_settings
 from django_strait.models import Job, Workflow, WorkflowStep
 from django_strait.retry import STEP_FIELDS, PolicyError, resolve, step_partial
-from django_strait.storage import backend
+from django_strait.storage import backend, workflows
 from django_strait.triggering import TriggerError, resolve_job
 
 #: The keys a step may have.
@@ -117,6 +118,7 @@ def _save(name: str, description: str, specs: list[dict], jobs: dict[str, Job]) 
     alias = backend().alias
     with transaction.atomic(using=alias):
         workflow, _ = Workflow.objects.using(alias).get_or_create(name=name)
+        before = _shape(alias, workflow)
         if description and workflow.description != description:
             workflow.description = description
         workflow.save(using=alias)
@@ -133,4 +135,20 @@ def _save(name: str, description: str, specs: list[dict], jobs: dict[str, Job]) 
         except ProtectedError:
             step = gone.values_list("name", flat=True).first() or ""
             raise WorkflowError(step, "name", "has runs and cannot be removed") from None
+        if _shape(alias, workflow) != before:
+            # Runs under way follow the new dependencies from now on: each is settled
+            # again, its steps' parents_left counted anew (storage.workflows).
+            under_way = workflow.runs.using(alias).filter(status__in=workflows.MOVING)
+            workflows.advance_workflow_runs(alias, under_way.values_list("pk", flat=True), now())
     return workflow
+
+
+def _shape(alias: str, workflow: Workflow) -> set[tuple]:
+    """What the DAG moves by: each step's parents, and whether its failure stops them."""
+    steps = WorkflowStep.objects.using(alias).filter(workflow=workflow)
+    return {
+        (name, tuple(depends_on), lenient)
+        for name, depends_on, lenient in steps.values_list(
+            "name", "depends_on", "continue_on_failure"
+        )
+    }

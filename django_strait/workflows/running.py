@@ -60,8 +60,13 @@ def _start(alias: str, workflow: Workflow, payload: Any, key: str | None) -> Wor
     wr = WorkflowRun.objects.using(alias).create(
         workflow=workflow, payload=payload, idempotency_key=key, created_at=now, progressed_at=now
     )
+    steps = list(workflow.steps.using(alias))
+    names = {step.name for step in steps}
     WorkflowStepRun.objects.using(alias).bulk_create(
-        [WorkflowStepRun(workflow_run=wr, step=step) for step in workflow.steps.using(alias)]
+        WorkflowStepRun(
+            workflow_run=wr, step=step, parents_left=sum(1 for p in step.depends_on if p in names)
+        )
+        for step in steps
     )
     workflows.advance_workflow_runs(alias, [wr.pk], now)
     started = workflows.Change(wr.pk, workflow.name, "running")

@@ -101,7 +101,9 @@ def test_diamond__children_start_after_their_parents_and_d_sees_b_and_c(burst):
         signals.workflow_completed.receivers.clear()
 
     wr.refresh_from_db()
-    assert wr.status == "completed" and wr.finished_at is not None
+    runs = {name: (run_of(wr, name) and run_of(wr, name).status) for name in "abcd"}
+    assert wr.status == "completed", f"steps {steps(wr)}, their runs {runs}"
+    assert wr.finished_at is not None
     assert set(steps(wr).values()) == {"completed"}
     attempts = {name: RunAttempt.objects.get(run=run_of(wr, name)) for name in "abcd"}
     for child, parents in (("b", "a"), ("c", "a"), ("d", "bc")):
@@ -340,3 +342,28 @@ def test_redefine__a_step_added_later_does_not_hold_up_runs_in_flight(burst):
 
     wr.refresh_from_db()
     assert wr.status == "completed" and steps(wr) == {"a": "completed", "b": "completed"}
+
+
+def test_migration__counts_parents_left_for_runs_under_way():
+    # 0015 adds parents_left: step runs already waiting must get the count the DAG uses.
+    from importlib import import_module
+
+    from django.apps import apps
+    from django.db import connection
+
+    from django_strait.models import WorkflowStepRun
+
+    migration = import_module("django_strait.migrations.0015_step_run_parents_left")
+    define_workflow("diamond", steps=DIAMOND)
+    wr = trigger_workflow("diamond", {})
+    a = run_of(wr, "a")
+    a.status = "completed"
+    a.save()
+    WorkflowStepRun.objects.filter(workflow_run=wr, step__name="a").update(status="completed")
+    WorkflowStepRun.objects.update(parents_left=0)  # as the column is added
+
+    with connection.schema_editor() as editor:
+        migration.count_parents_left(apps, editor)
+
+    left = dict(wr.step_runs.values_list("step__name", "parents_left"))
+    assert left == {"a": 0, "b": 0, "c": 0, "d": 2}
