@@ -27,7 +27,8 @@ from django.utils import timezone
 
 from django_strait.models import BudgetLedger, EndpointHealth, JobRun
 from django_strait.resilience import budgets, health
-from django_strait.storage import workflows
+from django_strait.states import TERMINAL
+from django_strait.storage import webhooks, workflows
 from django_strait.storage.values import RecordBatch
 
 ZERO = Decimal(0)
@@ -168,6 +169,23 @@ def settle_runs(spends: list[budgets.Spend], alias: str) -> None:
         )
 
 
+class Webhooks:
+    """The completion webhooks owed for the runs the batch ended (the outbox, DESIGN §11).
+
+    Written with the record, so a committed result always has its deliveries and
+    a rolled-back one never does; workers deliver them later (``worker.webhooks``).
+    """
+
+    name = "webhooks"
+
+    def params(self, batch: RecordBatch) -> dict[str, Any]:
+        return {}  # it reads the record's own u and the jobs' webhook columns
+
+    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
+        ended = [run_id for run_id, status in moved.items() if status in TERMINAL]
+        webhooks.notify_runs(alias, ended, timezone.now())
+
+
 class Workflows:
     """The DAG moves on when a step's run moved: children start, dependents are skipped.
 
@@ -192,6 +210,6 @@ class Workflows:
 
 
 #: The parts every record's statement carries, in order.
-RECORD_PARTS: tuple[RecordPart, ...] = (Rollup(), Health(), Ledger())
+RECORD_PARTS: tuple[RecordPart, ...] = (Rollup(), Health(), Ledger(), Webhooks())
 #: The parts that follow the statement in its transaction, on every backend.
 FOLLOWING_PARTS: tuple[Workflows, ...] = (Workflows(),)

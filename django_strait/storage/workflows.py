@@ -30,6 +30,7 @@ from django_strait.models import (
 )
 from django_strait.retry import step_partial
 from django_strait.states import RunStatus
+from django_strait.storage import webhooks
 
 #: A step run's status for each status of its JobRun.
 STEP_STATUS = {
@@ -72,6 +73,7 @@ def advance_workflow_runs(alias: str, wr_ids: Iterable[int], now: dt.datetime) -
             .order_by("pk")
         )
         changes = [c for wr in locked for c in _advance_one(alias, wr, now)]
+        webhooks.notify_workflows(alias, changes, now)
         if changes:
             transaction.on_commit(lambda: signals.send_workflow_changes(changes), using=alias)
     return changes
@@ -261,6 +263,7 @@ def fail_stalled(alias: str, now: dt.datetime, stale_after: float) -> list[Chang
                 last_error=error,
             )  # fmt: skip
             changes.append(Change(wr.pk, wr.workflow.name, "failed", "workflow.stalled", error))
+        webhooks.notify_workflows(alias, changes, now)
         if changes:
             transaction.on_commit(lambda: signals.send_workflow_changes(changes), using=alias)
     return changes
