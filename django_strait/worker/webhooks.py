@@ -50,7 +50,7 @@ T = TypeVar("T")
 Db = Callable[..., Awaitable[Any]]
 
 #: How far past its timeout a claimed delivery stays leased to the worker sending it.
-LEASE_MARGIN = dt.timedelta(seconds=30)
+LEASE_MARGIN = dt.timedelta(seconds=5)
 
 
 @dataclass(frozen=True, slots=True)
