@@ -104,7 +104,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
 
     list_display = ("name", "step_count", "description", "updated_at")
     search_fields = ("name",)
-    fields = ("name", "description", "created_at", "updated_at")
+    fields = ("name", "description", "webhook_url", "webhook_events", "created_at", "updated_at")
     readonly_fields = fields
     inlines = (WorkflowStepInline,)
 
