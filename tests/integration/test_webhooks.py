@@ -266,3 +266,24 @@ def test_redeliver__sends_a_failed_delivery_again_with_the_same_id(http_server, 
     assert (delivery.status, delivery.attempt) == ("delivered", 1)
     ids = [r.headers["Strait-Delivery-Id"] for r in hooks(http_server)]
     assert ids == [str(delivery.delivery_id)] * 2
+
+
+def test_metrics__count_undelivered_webhooks_and_the_oldest_due_ones_lag():
+    from django_strait.metrics.database import families, read_snapshot
+
+    job = make_job(webhook_url="https://hooks.example.com/x")
+    for _ in range(2):
+        transitions.cancel(trigger(job.name, {}, delay=3600).pk)
+    WebhookDelivery.objects.update(next_attempt_at=timezone.now() - dt.timedelta(seconds=90))
+
+    snap = read_snapshot(backend().alias, timezone.now(), 300)
+
+    assert (snap.webhooks, snap.webhooks_due) == ({"pending": 2}, 2)
+    assert 90 <= snap.webhook_lag < 120
+    samples = {
+        (s.name, tuple(s.labels.items())): s.value
+        for family in families(snap)
+        for s in family.samples
+    }
+    assert samples[("strait_webhook_deliveries", (("status", "pending"),))] == 2
+    assert samples[("strait_webhook_deliveries", (("status", "failed"),))] == 0
