@@ -312,10 +312,7 @@ class Worker:
             logger.exception("counting %s results against circuits failed", len(chunk))
 
     def _recorded(self, chunk: list[Record], done: Recorded) -> None:
-        if any(
-            done.moved.get(r.run_id) in TERMINAL and self.catalog.get(r.job_id).row.webhook_url
-            for r in chunk
-        ):
+        if any(done.moved.get(r.run_id) in TERMINAL and self._may_owe(r) for r in chunk):
             self.deliverer.wake.set()
         if self._metrics is not None:
             self._metrics.observe_recorded(chunk, done, {r.run_id: r.job for r in chunk})
@@ -331,6 +328,10 @@ class Worker:
                 "(canceled, replayed or reaped meanwhile)",
                 done.lost,
             )
+
+    def _may_owe(self, rec: Record) -> bool:
+        """Whether an ended run may owe a webhook: its job's, or its workflow's if it ended."""
+        return bool(rec.step_run_id or self.catalog.get(rec.job_id).row.webhook_url)
 
     def _sent(self, sent: list[Sent]) -> None:
         announce(sent)

@@ -287,3 +287,45 @@ def test_metrics__count_undelivered_webhooks_and_the_oldest_due_ones_lag():
     }
     assert samples[("strait_webhook_deliveries", (("status", "pending"),))] == 2
     assert samples[("strait_webhook_deliveries", (("status", "failed"),))] == 0
+
+
+def test_workflow_runs__notify_completed_and_failed_signed_with_the_workflows_secret(
+    http_server, burst
+):
+    from django_strait import define_workflow, trigger_workflow
+    from tests.integration.factories import DIAMOND
+
+    hook = http_server.url("/wf-hook")
+    define_workflow("hooked-ok", DIAMOND, webhook_url=hook, signing_secret=SECRET)
+    define_workflow(
+        "hooked-fail", [{"name": "a", "job": "wf-step"}, {"name": "b", "job": "wf-fail"}],
+        webhook_url=hook, signing_secret=SECRET,
+    )  # fmt: skip
+    ok, failed = trigger_workflow("hooked-ok", {}), trigger_workflow("hooked-fail", {})
+
+    burst()
+
+    got = {r.json["run_id"]: r for r in hooks(http_server, "/wf-hook")}
+    assert set(got) == {ok.pk, failed.pk} and len(hooks(http_server, "/wf-hook")) == 2
+    assert (got[ok.pk].json["event"], got[ok.pk].json["workflow"]) == (
+        "workflow.completed", "hooked-ok"
+    )  # fmt: skip
+    assert got[failed.pk].json["event"] == "workflow.failed"
+    assert got[failed.pk].json["error_type"] == "workflow.step_failed"
+    assert all(verify(SECRET, r.body, r.headers["Strait-Signature"]) for r in got.values())
+    # The steps' jobs have no webhook of their own: only the workflows notified.
+    assert WebhookDelivery.objects.filter(run__isnull=False).count() == 0
+
+
+def test_define_workflow__refuses_an_unknown_webhook_event_naming_the_allowed_ones():
+    from django_strait import define_workflow
+    from django_strait.workflows.defining import WorkflowError
+
+    with pytest.raises(WorkflowError) as caught:
+        define_workflow(
+            "hooked", [{"name": "a", "job": "wf-step"}],
+            webhook_url="https://hooks.example.com/x", webhook_events=["run.completed"],
+        )  # fmt: skip
+
+    assert caught.value.field == "webhook_events"
+    assert "workflow.completed, workflow.failed" in str(caught.value)
