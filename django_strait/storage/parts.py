@@ -30,6 +30,7 @@ from django_strait.resilience import budgets, health
 from django_strait.states import TERMINAL
 from django_strait.storage import webhooks, workflows
 from django_strait.storage.values import RecordBatch
+from django_strait.webhooks import events
 
 ZERO = Decimal(0)
 
@@ -169,6 +170,10 @@ def settle_runs(spends: list[budgets.Spend], alias: str) -> None:
         )
 
 
+EVENT_FOR_STATUS = events.RUN_EVENT_FOR_STATUS
+EVENTS = list(EVENT_FOR_STATUS.values())
+
+
 class Webhooks:
     """The completion webhooks owed for the runs the batch ended (the outbox, DESIGN §11).
 
@@ -179,7 +184,7 @@ class Webhooks:
     name = "webhooks"
 
     def params(self, batch: RecordBatch) -> dict[str, Any]:
-        return {}  # it reads the record's own u and the jobs' webhook columns
+        return {"webhook_status": list(EVENT_FOR_STATUS), "webhook_event": EVENTS}
 
     def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
         ended = [run_id for run_id, status in moved.items() if status in TERMINAL]
