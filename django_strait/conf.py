@@ -274,7 +274,7 @@ KEYS: dict[str, Key] = {
         Key("API_MAX_PAYLOAD_BYTES", 2_621_440, _integer(1), _int_text),
         # Completion webhooks: each delivery's deadline, and most in flight per worker.
         Key("WEBHOOK_TIMEOUT", 10.0, _duration(positive=True), _text),
-        Key("WEBHOOK_CONCURRENCY", 20, _integer(1), _int_text),
+        Key("WEBHOOK_CONCURRENCY", 50, _integer(1), _int_text),
     )
 }
 

@@ -35,7 +35,7 @@ class WorkerConfig:
     webhooks: bool = True
     #: A webhook delivery's total deadline in seconds, and most deliveries in flight at once.
     webhook_timeout: float = 10.0
-    webhook_concurrency: int = 20
+    webhook_concurrency: int = 50
 
 
 _STAT_FOR_STATUS = {
