@@ -13,6 +13,7 @@ leaves its rows to another once the lease ends) and settle them
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -21,15 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, transaction
-from django.db.models import (
-    Case,
-    CharField,
-    DateTimeField,
-    IntegerField,
-    TextField,
-    Value,
-    When,
-)
+from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from django_strait.models import DeliveryStatus, JobRun, WebhookDelivery, WorkflowRun
@@ -201,30 +194,25 @@ class Settled:
 
 
 def settle(alias: str, settled: Sequence[Settled]) -> None:
-    """Write what became of claimed deliveries, in one statement (still pending only: a
-    delivery redelivered meanwhile keeps its fresh budget)."""
-    if not settled:
-        return
-    columns = {
-        "status": CharField(), "attempt": IntegerField(), "next_attempt_at": DateTimeField(),
-        "last_status_code": IntegerField(), "last_error": TextField(),
-        "last_response": TextField(), "delivered_at": DateTimeField(),
-    }  # fmt: skip
-    attrs = {"last_status_code": "status_code", "last_error": "error", "last_response": "response"}
-    updates = {
-        column: Case(
-            *(
-                # Cast: a NULL parameter is text to PostgreSQL, whatever the column.
-                When(pk=s.pk, then=Cast(Value(getattr(s, attrs.get(column, column))), field))
-                for s in settled
-            ),
-            output_field=field,
-        )
-        for column, field in columns.items()
-    }
-    WebhookDelivery.objects.using(alias).filter(
-        pk__in=[s.pk for s in settled], status=DeliveryStatus.PENDING
-    ).update(**updates)
+    """Write what became of claimed deliveries: one UPDATE per distinct outcome, not per row.
+
+    Only rows still pending move: a delivery redelivered meanwhile keeps its fresh budget.
+    """
+    groups: dict[Settled, list[int]] = {}
+    for s in settled:
+        groups.setdefault(dataclasses.replace(s, pk=0), []).append(s.pk)
+    rows = WebhookDelivery.objects.using(alias)
+    with transaction.atomic(using=alias):
+        for s, pks in groups.items():
+            rows.filter(pk__in=pks, status=DeliveryStatus.PENDING).update(
+                status=s.status,
+                attempt=s.attempt,
+                next_attempt_at=s.next_attempt_at,
+                last_status_code=s.status_code,
+                last_error=s.error,
+                last_response=s.response,
+                delivered_at=s.delivered_at,
+            )
 
 
 def hold(alias: str, pks: Sequence[int], until: dt.datetime) -> None:

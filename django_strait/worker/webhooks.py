@@ -127,7 +127,11 @@ class Deliverer:
             return 0
         sending = await self._db(self._gate, due, now)
         results = await asyncio.gather(*(self._send(d) for d in sending))
-        sent = [Sent(d, o, self._settle_one(d, o)) for d, o in zip(sending, results, strict=True)]
+        # One clock for the round: deliveries that ended alike are settled by one statement.
+        ended = timezone.now()
+        sent = [
+            Sent(d, o, self._settle_one(d, o, ended)) for d, o in zip(sending, results, strict=True)
+        ]
         await self._db(self._write, sent)
         self._on_sent(sent)
         return len(due)
@@ -160,8 +164,7 @@ class Deliverer:
         )  # fmt: skip
         return await self.http.post(req, body, notice.headers(body, due.secret, time.time()))
 
-    def _settle_one(self, due: outbox.Due, outcome: Outcome) -> outbox.Settled:
-        now = timezone.now()
+    def _settle_one(self, due: outbox.Due, outcome: Outcome, now: dt.datetime) -> outbox.Settled:
         attempt = due.attempt + 1
         decision = decide(
             outcome, budget_used=attempt, policy=self._policy(due), now=now, rng=self._rng
