@@ -25,6 +25,7 @@ from django_strait.admin import actions
 from django_strait.admin.charts import OTHER_COLOUR
 from django_strait.admin.dagpicture import Box, draw
 from django_strait.admin.runs import pretty_json
+from django_strait.admin.webhooks import WebhookDeliveryInline
 from django_strait.models import (
     JobRun,
     StepRunStatus,
@@ -128,6 +129,7 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
     search_help_text = "A workflow run id, or an idempotency key (exact match)."
     actions = ("cancel_selected",)
     change_form_template = "admin/django_strait/workflowrun_change_form.html"
+    inlines = (WebhookDeliveryInline,)
     fields = (
         "workflow", "status_badge", "idempotency_key", "error_type", "last_error", "payload_json",
         "created_at", "progressed_at", "finished_at",

@@ -175,3 +175,19 @@ def test_api_job__writes_webhook_fields_and_reads_them_back():
         "https://hooks.example.com/x", ["run.failed"]
     )  # fmt: skip
     assert got["webhook_retry"] == {"max_attempts": 3, "initial_delay": "5s"}
+
+
+def test_admin_workflow_run_page__lists_its_deliveries(admin_client):
+    from django_strait import define_workflow, trigger_workflow
+
+    define_workflow(
+        "hooked", [{"name": "a", "job": "wf-step"}], webhook_url="https://hooks.example.com/w"
+    )
+    wr = trigger_workflow("hooked", {})
+    transitions.discard(wr.step_runs.get().run_id)  # the step fails: so does the workflow
+    delivery = WebhookDelivery.objects.get(workflow_run=wr)
+
+    page = admin_client.get(reverse("admin:django_strait_workflowrun_change", args=[wr.pk]))
+
+    assert page.status_code == 200
+    assert str(delivery.delivery_id) in page.text and "workflow.failed" in page.text
