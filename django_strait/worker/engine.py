@@ -331,7 +331,12 @@ class Worker:
 
     def _may_owe(self, rec: Record) -> bool:
         """Whether an ended run may owe a webhook: its job's, or its workflow's if it ended."""
-        return bool(rec.step_run_id or self.catalog.get(rec.job_id).row.webhook_url)
+        if rec.step_run_id:
+            return True
+        try:
+            return bool(self.catalog.get(rec.job_id).row.webhook_url)
+        except KeyError:
+            return True  # not loaded here: a wasted round costs one query, a raise re-records
 
     def _sent(self, sent: list[Sent]) -> None:
         announce(sent)

@@ -222,6 +222,7 @@ class Deliverer:
         ]
         samples = endpoint_health.summarize(answers, alpha=strait_settings.HEALTH_EWMA_ALPHA)
         if samples:
+            # The record's health part, fed a batch of samples and no records.
             with transaction.atomic(using=self.storage.alias):
                 Health().apply(RecordBatch(self.worker_id, (), samples), {}, self.storage.alias)
 
