@@ -167,3 +167,15 @@ def test_run_once__deletes_delivered_webhooks_with_their_runs_and_keeps_runs_tha
     assert result.counts == {"deleted": 1, "batches": 1, "kept_for_webhooks": 2}
     assert left(*runs.values()) == [False, True, True]
     assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {"pending", "failed"}
+
+
+def test_prune_command__says_how_many_runs_it_kept_for_their_webhooks():
+    job = make_job(webhook_url="https://hooks.example.com/x")
+    owing = finished(job, "completed", 40)
+    WebhookDelivery.objects.create(run=owing, event="run.completed", url=job.webhook_url)
+    out = StringIO()
+
+    call_command("strait_prune", stdout=out)
+
+    assert "Deleted 0 run(s)" in out.getvalue()
+    assert "Kept 1 run(s) past retention: they still owe a completion webhook" in out.getvalue()
