@@ -1,13 +1,18 @@
 """The deliverer: a worker's completion webhooks, sent beside its runs, never before them.
 
-Each round claims due deliveries (``storage.webhooks.claim_due``, on a database
-thread of its own, so a slow round never delays a claim of runs), passes them
+It claims due deliveries (``storage.webhooks.claim_due``, on a database
+thread of its own, so a slow delivery never delays a claim of runs), passes them
 through the endpoints' circuits and health (the same ``CircuitBreaker`` as
 dispatches: an open circuit holds a delivery without spending an attempt),
 POSTs them concurrently over an HTTP pool of their own (the SSRF guard of
 dispatches, ``HttpDispatcher.post``), and settles them: delivered, due again
 after the retry policy's delay, or failed. The answers count against the
 receivers' circuits and health as dispatches do.
+
+Deliveries do not go in lockstep rounds: each free slot (``batch_size``, the
+worker's ``WEBHOOK_CONCURRENCY``) is refilled as soon as an answer is settled,
+so one receiver that hangs until its timeout holds only its own slots, never
+the deliveries to other receivers.
 
 It knows the database only through ``db``, which the worker gives (a call on
 the deliverer's own thread).
@@ -90,51 +95,96 @@ class Deliverer:
         self.lease = dt.timedelta(seconds=timeout) + LEASE_MARGIN
         self._on_sent = on_sent
         self._rng = rng or random.Random()
-        #: Deliveries may be due: a run with a webhook ended here (or the worker is stopping).
+        #: Deliveries may be due (a run with a webhook ended here), one was answered, or the
+        #: worker is stopping.
         self.wake = asyncio.Event()
         self.stopping = False
+        self._in_flight: set[asyncio.Task[None]] = set()
+        #: Answered deliveries waiting to be settled, with the answer.
+        self._answered: list[tuple[outbox.Due, Outcome]] = []
+
+    @property
+    def in_flight(self) -> int:
+        """Deliveries sent and not answered yet."""
+        return len(self._in_flight)
 
     def stop(self) -> None:
-        """Start no new round; ``run`` returns once the round in flight has settled."""
+        """Claim nothing more; ``run`` returns once the deliveries in flight are settled."""
         self.stopping = True
         self.wake.set()
 
     async def run(self) -> None:
-        """Deliver rounds until stopped; wait for a wake-up or the poll interval when none is due."""
+        """Deliver until stopped: settle answers, claim what free slots allow, wait when idle."""
         while not self.stopping:
             self.wake.clear()
-            if await self.round_guarded() < self.batch_size:
+            claimed, asked = await self.step()
+            if claimed < asked or not asked:  # nothing more is due, or every slot is busy
                 await _wait(self.wake, self.poll_interval)
+        await self._finish()
 
     async def drain(self) -> None:
-        """Deliver what is due now, round after round, until nothing is (a ``--burst`` worker's end)."""
-        while await self.round_guarded():
-            pass
+        """Deliver what is due now until nothing is and nothing is in flight (``--burst``'s end)."""
+        while True:
+            claimed, _ = await self.step()
+            if self._in_flight:
+                await asyncio.wait(set(self._in_flight), return_when=asyncio.FIRST_COMPLETED)
+            elif not claimed and not self._answered:
+                return
 
-    async def round_guarded(self) -> int:
-        """One round; a failure is logged (the claimed rows wait for their lease), never raised."""
+    async def step(self) -> tuple[int, int]:
+        """Settle the answered deliveries, then claim and send as many as there are free slots.
+
+        Returns how many were claimed and how many were asked for. A failure is
+        logged, never raised: claimed rows wait for their lease, answers not
+        settled are sent again (at least once).
+        """
         try:
-            return await self.round()
+            await self._settle_answered()
+            asked = self.batch_size - len(self._in_flight)
+            return (await self._claim_and_send(asked) if asked > 0 else 0), asked
         except Exception:
             logger.exception("delivering webhooks failed; trying again in %ss", self.poll_interval)
-            return 0
+            return 0, 0
 
-    async def round(self) -> int:
-        """Claim, gate, send and settle one batch; return how many were claimed."""
+    async def _claim_and_send(self, limit: int) -> int:
         now = timezone.now()
-        due = await self._db(outbox.claim_due, self.storage.alias, self.batch_size, now, self.lease)
+        due = await self._db(outbox.claim_due, self.storage.alias, limit, now, self.lease)
         if not due:
             return 0
-        sending = await self._db(self._gate, due, now)
-        results = await asyncio.gather(*(self._send(d) for d in sending))
-        # One clock for the round: deliveries that ended alike are settled by one statement.
+        for d in await self._db(self._gate, due, now):
+            task = asyncio.create_task(self._send_one(d))
+            self._in_flight.add(task)
+            task.add_done_callback(self._in_flight.discard)
+        return len(due)
+
+    async def _send_one(self, due: outbox.Due) -> None:
+        try:
+            outcome = await self._send(due)
+        except Exception as exc:  # building the notice failed: this row's fault, not the loop's
+            logger.exception("delivery %s could not be sent", due.delivery_id)
+            error = f"{type(exc).__name__}: {exc}"
+            outcome = failure("webhook.internal", error, retryable=False, endpoint=due.url)
+        self._answered.append((due, outcome))
+        self.wake.set()
+
+    async def _settle_answered(self) -> None:
+        if not self._answered:
+            return
+        answered, self._answered = self._answered, []
+        # One clock for the lot: deliveries that ended alike are settled by one statement.
         ended = timezone.now()
-        sent = [
-            Sent(d, o, self._settle_one(d, o, ended)) for d, o in zip(sending, results, strict=True)
-        ]
+        sent = [Sent(d, o, self._settle_one(d, o, ended)) for d, o in answered]
         await self._db(self._write, sent)
         self._on_sent(sent)
-        return len(due)
+
+    async def _finish(self) -> None:
+        """Wait for the deliveries in flight (each within its timeout) and settle them."""
+        if self._in_flight:
+            await asyncio.wait(set(self._in_flight))
+        try:
+            await self._settle_answered()
+        except Exception:
+            logger.exception("settling webhook answers failed; they will be sent again")
 
     # -- gate ------------------------------------------------------------------------
 

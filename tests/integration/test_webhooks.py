@@ -329,3 +329,48 @@ def test_define_workflow__refuses_an_unknown_webhook_event_naming_the_allowed_on
 
     assert caught.value.field == "webhook_events"
     assert "workflow.completed, workflow.failed" in str(caught.value)
+
+
+def test_a_receiver_that_hangs__holds_no_run_and_no_other_receivers_delivery(
+    http_server, running_worker
+):
+    release = threading.Event()
+
+    def hang(request: Received) -> Reply:
+        release.wait(60)
+        return Reply(204, b"")
+
+    http_server.routes["/hang"] = hang
+    hanging = make_job(webhook_url=http_server.url("/hang"))
+    fine = make_job(webhook_url=http_server.url("/hook"))
+    other = make_job()
+    try:
+        trigger_many(hanging.name, [{"i": i} for i in range(10)])
+        running_worker(poll_interval=0.1, webhook_timeout=60.0)
+        wait_for(
+            lambda: len(hooks(http_server, "/hang")) == 10,
+            lambda: f"{len(hooks(http_server, '/hang'))} deliveries reached the receiver",
+        )
+        later = trigger_many(other.name, [{"i": i} for i in range(50)])
+        notified = trigger_many(fine.name, [{"i": i} for i in range(10)])
+
+        # While ten deliveries wait for an answer, every run completes and the other
+        # receiver gets each of its deliveries.
+        wait_for(
+            lambda: WebhookDelivery.objects.filter(status="delivered").count() == 10,
+            lambda: str(Counter(WebhookDelivery.objects.values_list("url", "status"))),
+        )
+        delivered = WebhookDelivery.objects.filter(status="delivered")
+        assert set(delivered.values_list("run_id", flat=True)) == {r.pk for r in notified}
+        assert len(hooks(http_server, "/hang")) == 10  # still unanswered
+        wait_for(
+            lambda: JobRun.objects.filter(status="completed").count() == 70,
+            lambda: str(Counter(JobRun.objects.values_list("status", flat=True))),
+        )
+        assert all(JobRun.objects.get(pk=r.pk).attempt == 1 for r in later)
+    finally:
+        release.set()
+    wait_for(
+        lambda: WebhookDelivery.objects.filter(status="delivered").count() == 20,
+        lambda: str(Counter(WebhookDelivery.objects.values_list("status", flat=True))),
+    )
