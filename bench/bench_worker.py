@@ -12,6 +12,10 @@ Phases (each a median over ``--reps``):
   rss              the drain worker's peak RSS (VmHWM) in MB
   --protect        off (default) | limits | all: the same drain with never-binding
                    limits (and a budget and a fallback): the protection layer's cost
+  --webhook        every bench run notifies a webhook receiver (the fast endpoint, in
+                   its own process on 127.0.0.1): the drain's cost with the outbox, and
+                   deliveries/s (first completion to last delivery) and how long the
+                   last delivery trails the last completion
   cpu per run      the drain worker's CPU time (user + system) per run, including its
                    start-up (~0.8 s), and steady (first completion to last): steadier
                    than runs/s when other work shares the machine
@@ -64,14 +68,21 @@ def clear() -> None:
     """Empty the runs, their attempts and the workflow runs (they point at each other)."""
     from django.db import connection
 
-    from django_strait.models import JobRun, RunAttempt, WorkflowRun, WorkflowStepRun
+    from django_strait.models import (
+        JobRun,
+        RunAttempt,
+        WebhookDelivery,
+        WorkflowRun,
+        WorkflowStepRun,
+    )
 
+    ordered = (WebhookDelivery, RunAttempt, JobRun, WorkflowStepRun, WorkflowRun)
     if connection.vendor != "postgresql":
         JobRun.objects.update(workflow_step_run=None)
-        for model in (WorkflowStepRun, WorkflowRun, RunAttempt, JobRun):
+        for model in (WebhookDelivery, WorkflowStepRun, WorkflowRun, RunAttempt, JobRun):
             model.objects.all().delete()
         return
-    tables = [m._meta.db_table for m in (RunAttempt, JobRun, WorkflowStepRun, WorkflowRun)]
+    tables = [m._meta.db_table for m in ordered]
     with connection.cursor() as c:
         c.execute(f"TRUNCATE {', '.join(tables)}")
         for table in tables:
@@ -83,7 +94,7 @@ def clear() -> None:
 PROTECT_LEVELS = ("off", "limits", "all")
 
 
-def make_jobs(endpoint: str | None, protect: str = "off") -> None:
+def make_jobs(endpoint: str | None, protect: str = "off", webhook: str = "") -> None:
     """Create the bench jobs; ``protect`` adds limits (and a budget and a fallback) to them.
 
     Circuits and endpoint health are always on for HTTP jobs (they cannot be
@@ -112,7 +123,14 @@ def make_jobs(endpoint: str | None, protect: str = "off") -> None:
     EndpointHealth.objects.all().delete()
     Job.objects.update_or_create(
         name="bench-noop",
-        defaults={"handler": "bench.jobs.noop", "endpoint_url": "", **limits, **budget},
+        defaults={
+            "handler": "bench.jobs.noop",
+            "endpoint_url": "",
+            "webhook_url": webhook,
+            "signing_secret": "bench" if webhook else "",
+            **limits,
+            **budget,
+        },
     )
     if endpoint:
         Job.objects.update_or_create(
@@ -197,7 +215,15 @@ def bulk_trigger(n: int) -> float:
     return n / (time.perf_counter() - t)
 
 
-def drain(job: str, n: int, concurrency: int, batch: int) -> dict:
+def delivered_count() -> int:
+    from django.db import connection
+
+    with connection.cursor() as c:
+        c.execute("SELECT count(*) FROM django_strait_webhookdelivery WHERE status = 'delivered'")
+        return c.fetchone()[0]
+
+
+def drain(job: str, n: int, concurrency: int, batch: int, webhooks: bool = False) -> dict:
     from django.db import connections
 
     from django_strait import trigger_many
@@ -226,9 +252,11 @@ def drain(job: str, n: int, concurrency: int, batch: int) -> dict:
             time.sleep(0.02)
         rss = peak_rss_mb(proc.pid)
         cpu = cpu_seconds(proc.pid)
+        hooks = _deliveries(n, first, t, t0) if webhooks else {}
     finally:
         stop(proc)
     return {
+        **hooks,
         "worker_cpu_ms_per_run": cpu * 1000 / n if cpu is not None else None,
         # From the first completion on: what a run costs once the worker is up.
         "worker_steady_cpu_ms_per_run": (
@@ -239,6 +267,19 @@ def drain(job: str, n: int, concurrency: int, batch: int) -> dict:
         "steady_runs_per_s": (n - first_done) / (t - first) if t > first else None,
         "incl_startup_runs_per_s": n / (t - t0),
         "peak_rss_mb": rss,
+    }
+
+
+def _deliveries(n: int, first: float, last_done: float, t0: float) -> dict:
+    """Wait for every run's webhook to be delivered; return deliveries/s and the trail."""
+    while (delivered := delivered_count()) < n:
+        if time.perf_counter() - t0 > 300:
+            return {"error": f"timeout: {delivered}/{n} webhooks delivered"}
+        time.sleep(0.02)
+    t = time.perf_counter()
+    return {
+        "deliveries_per_s": n / (t - first) if t > first else None,
+        "last_delivery_after_last_run_s": t - last_done,
     }
 
 
@@ -316,11 +357,17 @@ def main() -> None:
         help="limits: never-binding max_concurrency and rate limit on the bench jobs; "
         "all: also a budget that never runs out and a fallback endpoint",
     )
+    ap.add_argument(
+        "--webhook",
+        action="store_true",
+        help="every bench run notifies a webhook receiver on 127.0.0.1 (signed)",
+    )
     args = ap.parse_args()
     phases = args.only.split(",")
     setup_django(args.db)
-    endpoint_proc, url = start_endpoint() if "drain_http" in phases else (None, None)
-    make_jobs(url, args.protect)
+    needs_endpoint = "drain_http" in phases or args.webhook
+    endpoint_proc, url = start_endpoint() if needs_endpoint else (None, None)
+    make_jobs(url, args.protect, webhook=url if args.webhook else "")
     raw: dict[str, list] = {p: [] for p in phases}
     try:
         for _ in range(args.reps):
@@ -328,7 +375,7 @@ def main() -> None:
                 raw["bulk_trigger"].append(bulk_trigger(args.n))
             if "drain_noop" in phases:
                 raw["drain_noop"].append(
-                    drain("bench-noop", args.n, args.concurrency, args.batch_size)
+                    drain("bench-noop", args.n, args.concurrency, args.batch_size, args.webhook)
                 )
             if "drain_http" in phases:
                 raw["drain_http"].append(
@@ -349,6 +396,7 @@ def main() -> None:
         "concurrency": args.concurrency,
         "batch_size": args.batch_size,
         "protect": args.protect,
+        "webhook": args.webhook,
     }
     if raw.get("bulk_trigger"):
         out["bulk_trigger_runs_per_s"] = summarize(raw["bulk_trigger"])
@@ -367,6 +415,13 @@ def main() -> None:
             out[f"{key}_worker_steady_cpu_ms_per_run"] = summarize(
                 [r.get("worker_steady_cpu_ms_per_run") for r in raw[key]]
             )
+            if args.webhook and key == "drain_noop":
+                out["webhook_deliveries_per_s"] = summarize(
+                    [r.get("deliveries_per_s") for r in raw[key]]
+                )
+                out["webhook_last_delivery_after_last_run_s"] = summarize(
+                    [r.get("last_delivery_after_last_run_s") for r in raw[key]]
+                )
             errors = [r["error"] for r in raw[key] if "error" in r]
             if errors:
                 out[f"{key}_errors"] = errors

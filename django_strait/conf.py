@@ -272,6 +272,9 @@ KEYS: dict[str, Key] = {
         Key("API_AUTH_FAILURE_THROTTLE_RATE", "30/minute", _rate, _rate_text),
         Key("API_BULK_TRIGGER_MAX", 1000, _integer(1), _int_text),
         Key("API_MAX_PAYLOAD_BYTES", 2_621_440, _integer(1), _int_text),
+        # Completion webhooks: each delivery's deadline, and most in flight per worker.
+        Key("WEBHOOK_TIMEOUT", 10.0, _duration(positive=True), _text),
+        Key("WEBHOOK_CONCURRENCY", 50, _integer(1), _int_text),
     )
 }
 
@@ -417,6 +420,8 @@ class StraitSettings:
     API_AUTH_FAILURE_THROTTLE_RATE: str | None
     API_BULK_TRIGGER_MAX: int
     API_MAX_PAYLOAD_BYTES: int
+    WEBHOOK_TIMEOUT: float
+    WEBHOOK_CONCURRENCY: int
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}

@@ -27,7 +27,15 @@ from django.db import transaction
 from django.dispatch import Signal
 
 from django_strait.database import alias
-from django_strait.models import CircuitState, EndpointCircuit, JobRun, Project, WorkflowRun
+from django_strait.models import (
+    CircuitState,
+    DeliveryStatus,
+    EndpointCircuit,
+    JobRun,
+    Project,
+    WebhookDelivery,
+    WorkflowRun,
+)
 from django_strait.states import RunStatus
 
 if TYPE_CHECKING:
@@ -35,6 +43,7 @@ if TYPE_CHECKING:
     from django_strait.resilience.policy import Change
     from django_strait.storage.values import Claimed, Record, Recorded, Rescued
     from django_strait.storage.workflows import Change as WorkflowChange
+    from django_strait.worker.webhooks import Sent
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +78,14 @@ workflow_completed = Signal()
 #: A workflow run failed: a step failed without ``continue_on_failure``, or it stalled
 #: (``error_type``: ``workflow.step_failed`` or ``workflow.stalled``; ``error``).
 workflow_failed = Signal()
+
+#: A completion webhook was delivered (``sender=WebhookDelivery``): ``delivery_id``, ``event``,
+#: ``url``, ``run_id`` (the run's, or the workflow run's for workflow events), ``attempt``,
+#: ``status_code``, ``duration_ms``.
+webhook_delivered = Signal()
+#: A delivery attempt failed: the same arguments, with ``error_type``, ``error``, and
+#: ``retrying`` (True: due again at ``next_attempt_at``; False: given up, ``failed``).
+webhook_failed = Signal()
 
 #: The signal for each status a run can reach when an attempt ends or a person acts.
 SIGNAL_FOR_STATUS: Mapping[str, Signal] = {
@@ -352,4 +369,35 @@ def send_workflow_changes(changes: Iterable[WorkflowChange]) -> None:
                 status=change.status,
                 error_type=change.error_type,
                 error=change.error,
+            )
+
+
+# -- webhooks ----------------------------------------------------------------------
+
+
+def send_webhooks(sent: Iterable[Sent]) -> None:
+    """Send ``webhook_delivered`` or ``webhook_failed`` for each delivery attempt."""
+    if not (webhook_delivered.receivers or webhook_failed.receivers):
+        return
+    for s in sent:
+        settled, outcome = s.settled, s.outcome
+        common = {
+            "delivery_id": s.due.delivery_id,
+            "event": s.due.event,
+            "url": s.due.url,
+            "run_id": s.due.run_id,
+            "attempt": settled.attempt,
+            "status_code": outcome.status_code,
+            "duration_ms": outcome.duration_ms,
+        }
+        if settled.status == DeliveryStatus.DELIVERED:
+            webhook_delivered.send_robust(sender=WebhookDelivery, **common)
+        else:
+            webhook_failed.send_robust(
+                sender=WebhookDelivery,
+                **common,
+                error_type=outcome.error_type,
+                error=outcome.error,
+                retrying=settled.status == DeliveryStatus.PENDING,
+                next_attempt_at=settled.next_attempt_at,
             )

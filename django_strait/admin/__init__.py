@@ -1,5 +1,5 @@
 """django-strait in the Django admin: jobs, runs, dead letters, workers, circuits, health, budgets,
-workflows and their runs, an overview.
+workflows and their runs, webhook deliveries, an overview.
 
 Importing this package registers the model admins (Django's admin autodiscovery
 does it for you when ``django.contrib.admin`` is installed).
@@ -12,6 +12,7 @@ from django_strait.admin.deadletters import DeadLetterAdmin
 from django_strait.admin.health import EndpointHealthAdmin as EndpointHealthAdmin
 from django_strait.admin.jobs import JobAdmin
 from django_strait.admin.runs import JobRunAdmin, RunAttemptInline
+from django_strait.admin.webhooks import WebhookDeliveryAdmin
 from django_strait.admin.workers import WorkerProcessAdmin
 from django_strait.admin.workflows import WorkflowAdmin, WorkflowRunAdmin
 
@@ -20,6 +21,7 @@ __all__ = [
     "JobAdmin",
     "JobRunAdmin",
     "RunAttemptInline",
+    "WebhookDeliveryAdmin",
     "WorkerProcessAdmin",
     "WorkflowAdmin",
     "WorkflowRunAdmin",

@@ -121,6 +121,9 @@ class JobAdmin(admin.ModelAdmin):
         ("Schedule and retention", {"fields": (
             "schedule", "timezone", "schedule_missed", "schedule_overlap", "retention_days",
         )}),
+        ("Completion webhook (signed with the signing secret)", {"fields": (
+            "webhook_url", "webhook_events", "webhook_retry",
+        )}),
         (None, {"fields": ("created_at", "updated_at")}),
     )  # fmt: skip
 

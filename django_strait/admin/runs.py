@@ -23,6 +23,7 @@ from django_strait import transitions
 from django_strait.admin import actions
 from django_strait.admin.filters import ErrorTypeFilter, QueueFilter
 from django_strait.admin.forms import ReplayPayloadForm
+from django_strait.admin.webhooks import WebhookDeliveryInline
 from django_strait.models import JobRun, RunAttempt, WorkflowStepRun
 from django_strait.states import Transition
 from django_strait.storage import backend
@@ -178,7 +179,7 @@ class JobRunAdmin(admin.ModelAdmin):
     search_fields = ("id", "idempotency_key")
     search_help_text = "A run id, or an idempotency key (exact match)."
     actions = ("replay_selected", "cancel_selected", "discard_selected")
-    inlines = (RunAttemptInline,)
+    inlines = (RunAttemptInline, WebhookDeliveryInline)
     change_form_template = "admin/django_strait/run_change_form.html"
     fieldsets = (
         (None, {"fields": (

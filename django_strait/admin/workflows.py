@@ -25,6 +25,7 @@ from django_strait.admin import actions
 from django_strait.admin.charts import OTHER_COLOUR
 from django_strait.admin.dagpicture import Box, draw
 from django_strait.admin.runs import pretty_json
+from django_strait.admin.webhooks import WebhookDeliveryInline
 from django_strait.models import (
     JobRun,
     StepRunStatus,
@@ -104,7 +105,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
 
     list_display = ("name", "step_count", "description", "updated_at")
     search_fields = ("name",)
-    fields = ("name", "description", "created_at", "updated_at")
+    fields = ("name", "description", "webhook_url", "webhook_events", "created_at", "updated_at")
     readonly_fields = fields
     inlines = (WorkflowStepInline,)
 
@@ -128,6 +129,7 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
     search_help_text = "A workflow run id, or an idempotency key (exact match)."
     actions = ("cancel_selected",)
     change_form_template = "admin/django_strait/workflowrun_change_form.html"
+    inlines = (WebhookDeliveryInline,)
     fields = (
         "workflow", "status_badge", "idempotency_key", "error_type", "last_error", "payload_json",
         "created_at", "progressed_at", "finished_at",

@@ -21,6 +21,7 @@ from django_strait.models import (
     JobRun,
     Project,
     RunAttempt,
+    WebhookDelivery,
     WorkflowRun,
     WorkflowStepRun,
 )
@@ -156,6 +157,25 @@ class RunSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class DeliverySerializer(serializers.ModelSerializer):
+    """One completion webhook: what it notifies, where, and how its attempts went."""
+
+    class Meta:
+        model = WebhookDelivery
+        fields = (
+            "id", "delivery_id", "run", "workflow_run", "event", "url", "status", "attempt",
+            "next_attempt_at", "last_status_code", "last_error", "last_response", "created_at",
+            "delivered_at",
+        )  # fmt: skip
+        read_only_fields = fields
+
+
+class DeliveryListSerializer(serializers.Serializer):
+    """A run's deliveries, oldest first (for the schema)."""
+
+    results = DeliverySerializer(many=True)
+
+
 class RunSummarySerializer(RunSerializer):
     """A run in a list: everything but its attempts."""
 
@@ -191,7 +211,8 @@ JOB_FIELDS = (
     "retry_jitter_window_secs",
     "retry_function", "non_retryable_errors", "on_exhaustion", "schedule", "timezone",
     "schedule_missed", "schedule_overlap", "retention_days", "max_concurrency", "rate_limit_max",
-    "rate_limit_window_secs", "project", "estimated_cost",
+    "rate_limit_window_secs", "project", "estimated_cost", "webhook_url", "webhook_events",
+    "webhook_retry",
 )  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from django_strait.api import (
     jobs,
     runs,
     schema,
+    webhooks,
     workflows,
 )
 
@@ -30,6 +31,12 @@ urlpatterns = [
     path("runs/<int:pk>/", runs.RunView.as_view(), name="run"),
     path("runs/<int:pk>/cancel/", runs.CancelView.as_view(), name="run-cancel"),
     path("runs/<int:pk>/replay/", runs.ReplayView.as_view(), name="run-replay"),
+    path("runs/<int:pk>/deliveries/", webhooks.RunDeliveriesView.as_view(), name="run-deliveries"),
+    path(
+        "deliveries/<int:pk>/redeliver/",
+        webhooks.RedeliverView.as_view(),
+        name="delivery-redeliver",
+    ),
     path("dead-letters/", deadletters.DeadLetterListView.as_view(), name="dead-letters"),
     path(
         "dead-letters/replay/",

@@ -218,9 +218,25 @@ class HttpDispatcher:
 
     async def dispatch(self, req: HttpRequest) -> Outcome:
         """Send one attempt and describe what came back; never raise."""
+        return await self._guarded(req, None)
+
+    async def post(self, req: HttpRequest, body: bytes, headers: Mapping[str, str]) -> Outcome:
+        """Send ``body`` with Strait's ``headers`` (a webhook) under the same guard; never raise.
+
+        ``req`` names the URL, the timeout and what the log says; its payload is not sent.
+        """
+        sent: CIMultiDict[str] = CIMultiDict({"User-Agent": self._user_agent})
+        sent["Content-Type"] = "application/json"
+        sent["Accept-Encoding"] = "identity"
+        sent.update(headers)
+        return await self._guarded(req, (body, sent))
+
+    async def _guarded(
+        self, req: HttpRequest, prepared: tuple[bytes, CIMultiDict[str]] | None
+    ) -> Outcome:
         started = time.perf_counter()
         try:
-            return await self._exchange(req, started)
+            return await self._exchange(req, started, prepared)
         except Exception as exc:
             logger.exception(
                 "Dispatching run %s to %s failed inside django-strait",
@@ -235,7 +251,9 @@ class HttpDispatcher:
                 duration_ms=_elapsed_ms(started),
             )
 
-    async def _exchange(self, req: HttpRequest, started: float) -> Outcome:
+    async def _exchange(
+        self, req: HttpRequest, started: float, prepared: tuple[bytes, CIMultiDict[str]] | None
+    ) -> Outcome:
         if self._session is None:
             await self.start()
         assert self._session is not None
@@ -249,8 +267,11 @@ class HttpDispatcher:
         problem = unsendable_header(req.headers)
         if problem is not None:
             return _invalid_header(req, problem, _elapsed_ms(started))
-        body = encode_body(req)
-        headers = build_headers(req, body, self._user_agent)
+        if prepared is None:
+            body = encode_body(req)
+            headers = build_headers(req, body, self._user_agent)
+        else:
+            body, headers = prepared
         status: int | None = None
         try:
             async with self._session.request(

@@ -4,7 +4,9 @@ Only ``completed``, ``discarded`` and ``canceled`` runs are pruned. Dead letters
 wait for a person (DESIGN §2: never pruned automatically) and ``failed`` runs are
 a recognised permanent failure someone may still need to read; both stay until
 deleted by hand. Active runs are never touched. Attempts go with their run
-(``on_delete=CASCADE``).
+(``on_delete=CASCADE``), and so do delivered completion webhooks; a run that
+still owes one (pending, or failed and not redelivered) is kept, so that its
+notice can still be sent, and counted (``kept_for_webhooks``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from django_strait.conf import strait_settings
 from django_strait.database import alias
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
-from django_strait.models import Job, JobRun
+from django_strait.models import DeliveryStatus, Job, JobRun, WebhookDelivery
 from django_strait.states import RunStatus
 
 logger = logging.getLogger(__name__)
@@ -54,8 +56,33 @@ class PruneCount:
     runs: int
 
 
+#: Deliveries that keep their run: not delivered yet, or given up on and not redelivered.
+UNDELIVERED = (DeliveryStatus.PENDING, DeliveryStatus.FAILED)
+
+
 def prunable(selection: PruneSelection, now: dt.datetime, *, using: str | None = None) -> QuerySet:
     """Return the runs ``selection`` lets go at ``now`` (unordered, unsliced)."""
+    return past_retention(selection, now, using=using).exclude(pk__in=_owing(using))
+
+
+def kept_for_webhooks(
+    selection: PruneSelection, now: dt.datetime, *, using: str | None = None
+) -> int:
+    """Count the runs past retention that are kept because they still owe a webhook."""
+    return past_retention(selection, now, using=using).filter(pk__in=_owing(using)).count()
+
+
+def _owing(using: str | None) -> QuerySet:
+    undelivered = WebhookDelivery.objects.using(using).filter(
+        status__in=UNDELIVERED, run__isnull=False
+    )
+    return undelivered.values("run_id")
+
+
+def past_retention(
+    selection: PruneSelection, now: dt.datetime, *, using: str | None = None
+) -> QuerySet:
+    """Return the finished runs past their retention, owing webhooks or not."""
     runs = JobRun.objects.using(using).filter(status__in=PRUNABLE)
     if selection.job is not None:
         runs = runs.filter(job__name=selection.job)
@@ -149,7 +176,11 @@ class Pruner:
             return DutyResult(self.name, led=False)
         if deleted:
             logger.info("pruned %s run(s) in %s batch(es)", deleted, batches)
-        return DutyResult(self.name, led=True, counts={"deleted": deleted, "batches": batches})
+        kept = kept_for_webhooks(selection, now, using=self.using)
+        if kept:
+            logger.warning("kept %s finished run(s) past retention: they owe webhooks", kept)
+        counts = {"deleted": deleted, "batches": batches, "kept_for_webhooks": kept}
+        return DutyResult(self.name, led=True, counts=counts)
 
     def _delete_batch(self, selection: PruneSelection, now: dt.datetime) -> int:
         ids = list(

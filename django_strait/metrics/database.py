@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db.models import Count, Min, Q, Sum
 from django.utils import timezone
@@ -28,6 +29,7 @@ from django_strait.models import (
     Job,
     JobRun,
     Project,
+    WebhookDelivery,
     WorkerProcess,
     Workflow,
     WorkflowRun,
@@ -35,6 +37,7 @@ from django_strait.models import (
 )
 from django_strait.states import IN_FLIGHT, RunStatus
 from django_strait.storage import backend
+from django_strait.storage import webhooks as outbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,11 @@ class Snapshot:
     budgets: tuple[BudgetGauge, ...] = ()
     #: workflow -> its running workflow runs.
     workflows_running: dict[str, int] = field(default_factory=dict)
+    #: Completion webhooks: deliveries by status (pending, failed; delivered are not
+    #: counted), those due now, and how late the oldest due one is in seconds.
+    webhooks: dict[str, int] = field(default_factory=dict)
+    webhooks_due: int = 0
+    webhook_lag: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +102,16 @@ def read_snapshot(using: str, now: dt.datetime, stale_after: float) -> Snapshot:
         health=_health(using),
         budgets=_budgets(using, now),
         workflows_running=_workflows_running(using),
+        **_webhooks(using, now),
     )
+
+
+def _webhooks(using: str, now: dt.datetime) -> dict[str, Any]:
+    """Undelivered webhooks by status, and the due ones' count and lag (partial index)."""
+    rows = WebhookDelivery.objects.using(using).filter(status__in=["pending", "failed"])
+    by_status = dict(rows.order_by().values_list("status").annotate(n=Count("id")))
+    due, lag = outbox.lag(using, now)
+    return {"webhooks": by_status, "webhooks_due": due, "webhook_lag": lag}
 
 
 def _workflows_running(using: str) -> dict[str, int]:
@@ -260,6 +277,7 @@ def families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
     for name, n in sorted(snap.workflows_running.items()):
         running.add_metric([name], n)
     yield running
+    yield from _webhook_families(snap)
     yield GaugeMetricFamily(
         "strait_workers_alive",
         "Worker processes seen within two heartbeat rounds (2 x STALE_AFTER / 5).",
@@ -330,3 +348,21 @@ def _protection_families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
         reserved.add_metric([g.project], g.reserved)
         soft.add_metric([g.project], 1.0 if g.soft_limit_reached else 0.0)
     yield from (budget, spent, reserved, soft)
+
+
+def _webhook_families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
+    undelivered = GaugeMetricFamily(
+        "strait_webhook_deliveries", "Webhook deliveries not delivered, by status (pending, failed).",
+        labels=["status"],
+    )  # fmt: skip
+    for status in ("pending", "failed"):
+        undelivered.add_metric([status], snap.webhooks.get(status, 0))
+    yield undelivered
+    yield GaugeMetricFamily(
+        "strait_webhook_due", "Webhook deliveries due now, not sent yet.", value=snap.webhooks_due
+    )
+    yield GaugeMetricFamily(
+        "strait_webhook_lag_seconds",
+        "How long the oldest due webhook delivery has waited.",
+        value=snap.webhook_lag,
+    )

@@ -15,9 +15,12 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from django_strait.storage.values import Record, Recorded
+    from django_strait.worker.webhooks import Sent
 
 logger = logging.getLogger(__name__)
 
+#: Seconds from a run's end to its webhook's delivery: from at once to a day of retries.
+LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)
 #: Attempt durations in seconds: from a fast handler up to long HTTP calls.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -55,6 +58,19 @@ class WorkerMetrics:
             ["workflow", "status"],
             registry=self.registry,
         )
+        self.webhooks = Counter(
+            "strait_worker_webhook_deliveries",
+            "Webhook delivery attempts, by event and outcome (delivered, retrying, failed).",
+            ["event", "outcome"],
+            registry=self.registry,
+        )
+        self.webhook_lag = Histogram(
+            "strait_worker_webhook_lag_seconds",
+            "From the transition that owed a webhook to its delivery, by event.",
+            ["event"],
+            buckets=LAG_BUCKETS,
+            registry=self.registry,
+        )
         self.in_flight = Gauge(
             "strait_worker_in_flight", "Runs this worker is executing.", registry=self.registry
         )
@@ -86,6 +102,16 @@ class WorkerMetrics:
             self.attempt_duration.labels(job, rec.outcome).observe(rec.duration_ms / 1000)
         if recorded.lost:
             self.lost.inc(len(recorded.lost))
+
+    def observe_webhooks(self, sent: Sequence[Sent]) -> None:
+        """Count delivery attempts by outcome; time each delivery from its transition."""
+        for s in sent:
+            settled = s.settled
+            outcome = "retrying" if settled.status == "pending" else settled.status
+            self.webhooks.labels(s.due.event, outcome).inc()
+            if settled.delivered_at is not None:
+                lag = (settled.delivered_at - s.due.created_at).total_seconds()
+                self.webhook_lag.labels(s.due.event).observe(max(lag, 0.0))
 
     def observe_workflow(self, *, workflow: str, status: str, **signal: Any) -> None:
         """Count a workflow run that reached ``status`` (a receiver of the workflow signals)."""

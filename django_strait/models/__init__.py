@@ -9,6 +9,7 @@ from django_strait.models.job import HttpMethod, Job, MissedTicks, OnExhaustion,
 from django_strait.models.limits import JobRateAdmission
 from django_strait.models.rollup import RunRollup
 from django_strait.models.run import DeadLetter, JobRun
+from django_strait.models.webhook import DeliveryStatus, WebhookDelivery
 from django_strait.models.worker import WorkerProcess
 from django_strait.models.workflow import (
     StepRunStatus,
@@ -26,6 +27,7 @@ __all__ = [
     "BudgetLedger",
     "CircuitState",
     "DeadLetter",
+    "DeliveryStatus",
     "EndpointCircuit",
     "EndpointHealth",
     "HealthLevel",
@@ -41,6 +43,7 @@ __all__ = [
     "RunAttempt",
     "RunRollup",
     "StepRunStatus",
+    "WebhookDelivery",
     "WorkerProcess",
     "Workflow",
     "WorkflowRun",

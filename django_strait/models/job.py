@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxLengthValidator
 from django.db import models
@@ -14,6 +16,7 @@ from django_strait.dispatch.addresses import url_problem
 from django_strait.dispatch.headers import header_problems as dispatch_header_problems
 from django_strait.handlers import find_handler, handlers
 from django_strait.retry import PolicyError, check_registered, job_partial, resolve
+from django_strait.webhooks import events as webhook_events
 
 PRIORITY_VALIDATORS = bounds.within(*bounds.PRIORITY)
 
@@ -171,6 +174,22 @@ class Job(models.Model):
         null=True, blank=True, validators=bounds.within(*bounds.RETENTION_DAYS)
     )
 
+    # Completion webhooks (DESIGN §11): notified when a run ends, signed with signing_secret.
+    webhook_url = models.URLField(
+        max_length=2048, blank=True, help_text="Notified (POST) when a run ends; empty = none."
+    )
+    webhook_events = models.JSONField(
+        default=webhook_events.all_run_events,
+        blank=True,
+        help_text="The events notified: " + ", ".join(webhook_events.RUN_EVENTS) + ".",
+    )
+    webhook_retry = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The delivery retry policy (partial, as trigger's retry); "
+        "empty = exponential, 10 attempts, capped at 1 h.",
+    )
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -216,7 +235,8 @@ def definition_problems(job: Job, *, fields: bool = True) -> dict[str, list[str]
             job.clean_fields(exclude=["project"])
         except ValidationError as exc:
             errors.update({name: list(messages) for name, messages in exc.message_dict.items()})
-    for check in (target_problems, limit_problems, policy_problems, schedule_problems):
+    checks = (target_problems, limit_problems, policy_problems, schedule_problems, webhook_problems)
+    for check in checks:
         for name, problem in check(job):
             errors.setdefault(name, []).append(problem)
     return errors
@@ -258,6 +278,8 @@ def url_problems(job: Job) -> list[tuple[str, str]]:
     for i, url in enumerate(fallbacks):
         if problem := url_problem(url, allowed):
             problems.append(("fallback_endpoint_urls", f"Entry {i} ({url}): {problem}."))
+    if job.webhook_url and (problem := url_problem(job.webhook_url, allowed)):
+        problems.append(("webhook_url", f"{job.webhook_url}: {problem}."))
     return problems
 
 
@@ -285,6 +307,19 @@ def schedule_problems(job: Job) -> list[tuple[str, str]]:
             check(value)
         except ScheduleError as exc:
             problems.append((exc.field, str(exc)))
+    return problems
+
+
+def webhook_problems(job: Any) -> list[tuple[str, str]]:
+    """Return (field, message) for webhook events or a delivery policy that cannot be used."""
+    problems = []
+    allowed = webhook_events.RUN_EVENTS if isinstance(job, Job) else webhook_events.WORKFLOW_EVENTS
+    if problem := webhook_events.events_problem(job.webhook_events, allowed):
+        problems.append(("webhook_events", problem))
+    try:
+        webhook_events.policy(getattr(job, "webhook_retry", None))
+    except PolicyError as exc:
+        problems.append(("webhook_retry", str(exc)))
     return problems
 
 

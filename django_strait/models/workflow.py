@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from django_strait import bounds
-from django_strait.models.job import RetryStrategy
+from django_strait.conf import strait_settings
+from django_strait.dispatch.addresses import url_problem
+from django_strait.models.job import RetryStrategy, webhook_problems
+from django_strait.webhooks import events as webhook_events
 
 
 class WorkflowRunStatus(models.TextChoices):
@@ -45,6 +49,17 @@ class Workflow(models.Model):
 
     name = models.SlugField(max_length=100, unique=True)
     description = models.TextField(blank=True, max_length=bounds.DESCRIPTION_MAX_LENGTH)
+    # Completion webhooks (DESIGN §11): notified when a workflow run completes or fails.
+    webhook_url = models.URLField(
+        max_length=2048, blank=True, help_text="Notified (POST) when a run ends; empty = none."
+    )
+    webhook_events = models.JSONField(
+        default=webhook_events.all_workflow_events,
+        blank=True,
+        help_text="The events notified: " + ", ".join(webhook_events.WORKFLOW_EVENTS) + ".",
+    )
+    #: Signs the workflow's webhooks as a job's signing_secret signs its own.
+    signing_secret = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -53,6 +68,16 @@ class Workflow(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        for name, problem in webhook_problems(self):
+            errors.setdefault(name, []).append(problem)
+        allowed = strait_settings.ALLOWED_PRIVATE_NETWORKS
+        if self.webhook_url and (problem := url_problem(self.webhook_url, allowed)):
+            errors.setdefault("webhook_url", []).append(f"{self.webhook_url}: {problem}.")
+        if errors:
+            raise ValidationError(errors)
 
 
 class WorkflowStep(models.Model):

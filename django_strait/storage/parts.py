@@ -27,8 +27,10 @@ from django.utils import timezone
 
 from django_strait.models import BudgetLedger, EndpointHealth, JobRun
 from django_strait.resilience import budgets, health
-from django_strait.storage import workflows
+from django_strait.states import TERMINAL
+from django_strait.storage import webhooks, workflows
 from django_strait.storage.values import RecordBatch
+from django_strait.webhooks import events
 
 ZERO = Decimal(0)
 
@@ -168,6 +170,27 @@ def settle_runs(spends: list[budgets.Spend], alias: str) -> None:
         )
 
 
+EVENT_FOR_STATUS = events.RUN_EVENT_FOR_STATUS
+EVENTS = list(EVENT_FOR_STATUS.values())
+
+
+class Webhooks:
+    """The completion webhooks owed for the runs the batch ended (the outbox, DESIGN §11).
+
+    Written with the record, so a committed result always has its deliveries and
+    a rolled-back one never does; workers deliver them later (``worker.webhooks``).
+    """
+
+    name = "webhooks"
+
+    def params(self, batch: RecordBatch) -> dict[str, Any]:
+        return {"webhook_status": list(EVENT_FOR_STATUS), "webhook_event": EVENTS}
+
+    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
+        ended = [run_id for run_id, status in moved.items() if status in TERMINAL]
+        webhooks.notify_runs(alias, ended, timezone.now())
+
+
 class Workflows:
     """The DAG moves on when a step's run moved: children start, dependents are skipped.
 
@@ -192,6 +215,6 @@ class Workflows:
 
 
 #: The parts every record's statement carries, in order.
-RECORD_PARTS: tuple[RecordPart, ...] = (Rollup(), Health(), Ledger())
+RECORD_PARTS: tuple[RecordPart, ...] = (Rollup(), Health(), Ledger(), Webhooks())
 #: The parts that follow the statement in its transaction, on every backend.
 FOLLOWING_PARTS: tuple[Workflows, ...] = (Workflows(),)

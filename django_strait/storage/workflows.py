@@ -42,7 +42,7 @@ from django_strait.models import (
 )
 from django_strait.retry import STEP_FIELDS, step_partial
 from django_strait.states import RunStatus
-from django_strait.storage import columns
+from django_strait.storage import columns, webhooks
 
 #: A step run's status for each status of its JobRun.
 STEP_STATUS = {
@@ -84,7 +84,7 @@ def advance(alias: str, run_ids: Iterable[int], now: dt.datetime) -> list[Change
             return []  # plain runs: one query
         locked = _lock(alias, sorted(moved))
         changes = [c for wr in locked for c in _step_forward(alias, wr, moved[wr.pk], now)]
-        _announce(alias, changes)
+        _announce(alias, changes, now)
     return changes
 
 
@@ -92,7 +92,7 @@ def advance_workflow_runs(alias: str, wr_ids: Iterable[int], now: dt.datetime) -
     """Lock the workflow runs ``wr_ids`` and move each on, reading all its steps; announce changes after commit."""
     with transaction.atomic(using=alias, savepoint=False):
         changes = [c for wr in _lock(alias, sorted(wr_ids)) for c in _advance_one(alias, wr, now)]
-        _announce(alias, changes)
+        _announce(alias, changes, now)
     return changes
 
 
@@ -102,8 +102,10 @@ def _lock(alias: str, wr_ids: Any) -> list[WorkflowRun]:
     return list(runs.filter(pk__in=wr_ids).select_related("workflow").order_by("pk"))
 
 
-def _announce(alias: str, changes: list[Change]) -> None:
+def _announce(alias: str, changes: list[Change], now: dt.datetime) -> None:
+    """Write the webhook deliveries the changes owe (same transaction); signal them after commit."""
     if changes:
+        webhooks.notify_workflows(alias, changes, now)
         transaction.on_commit(lambda: signals.send_workflow_changes(changes), using=alias)
 
 
@@ -531,8 +533,7 @@ def fail_stalled(alias: str, now: dt.datetime, stale_after: float) -> list[Chang
                 last_error=error,
             )  # fmt: skip
             changes.append(Change(wr.pk, wr.workflow.name, "failed", "workflow.stalled", error))
-        if changes:
-            transaction.on_commit(lambda: signals.send_workflow_changes(changes), using=alias)
+        _announce(alias, changes, now)
     return changes
 
 

@@ -31,6 +31,11 @@ class WorkerConfig:
     user_agent: str = "django-strait"
     #: The DATABASES alias of django-strait's tables (None: STRAIT["DATABASE"]).
     using: str | None = None
+    #: Deliver completion webhooks in this process.
+    webhooks: bool = True
+    #: A webhook delivery's total deadline in seconds, and most deliveries in flight at once.
+    webhook_timeout: float = 10.0
+    webhook_concurrency: int = 50
 
 
 _STAT_FOR_STATUS = {

@@ -9,12 +9,15 @@ It composes the parts (docs/architecture.md draws them):
 - each ended attempt becomes a record (``worker.outcomes``) that the
   **completer** (``worker.completer``) writes in batches;
 - the **duty runner** (``worker.duty_runner``) runs the periodic duties;
+- the **deliverer** (``worker.webhooks``) sends the completion webhooks that
+  ended runs owe, over an HTTP pool of its own;
 - the **lifecycle** (``worker.lifecycle``) waits for the database, handles
   signals, heartbeats and drains.
 
-One asyncio loop drives everything. Database work runs on three dedicated
+One asyncio loop drives everything. Database work runs on four dedicated
 threads, each with its own connection: one claims, one records (so claiming
-and recording overlap), one runs the duties.
+and recording overlap), one runs the duties, one delivers webhooks (so a
+delivery never waits for, nor delays, a claim).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from django_strait.models import AttemptOutcome
 from django_strait.outcome import Outcome
 from django_strait.resilience import health as endpoint_health
 from django_strait.resilience.breaker import Attempted, CircuitBreaker
-from django_strait.states import RunStatus
+from django_strait.states import TERMINAL, RunStatus
 from django_strait.storage import Claimed, Record, RecordBatch, Recorded, backend
 from django_strait.transitions import claim_and_start, record
 from django_strait.wakeup import Listener
@@ -52,6 +55,7 @@ from django_strait.worker.heartbeat import Heartbeats
 from django_strait.worker.lifecycle import Lifecycle
 from django_strait.worker.outcomes import to_record
 from django_strait.worker.producer import Producer
+from django_strait.worker.webhooks import Deliverer, Sent, announce
 
 __all__ = ["Stats", "Worker", "WorkerConfig"]
 
@@ -95,6 +99,7 @@ class Worker:
         self._claim_db = ThreadPoolExecutor(1, thread_name_prefix="strait-claim")
         self._record_db = ThreadPoolExecutor(1, thread_name_prefix="strait-record")
         self._duty_db = ThreadPoolExecutor(1, thread_name_prefix="strait-duty")
+        self._webhook_db = ThreadPoolExecutor(1, thread_name_prefix="strait-webhook")
         self._all_done = asyncio.Event()
         self.beats = Heartbeats(cfg.worker_id, self.storage)
         self.http = HttpDispatcher(
@@ -117,6 +122,18 @@ class Worker:
             self._write, on_recorded=self._recorded, wake=self.producer.wake.set,
             shutdown_timeout=cfg.shutdown_timeout,
         )  # fmt: skip
+        self.webhook_http = HttpDispatcher(
+            max_result_bytes=0,
+            user_agent=cfg.user_agent,
+            limit=cfg.webhook_concurrency,
+            allowed_networks=strait_settings.ALLOWED_PRIVATE_NETWORKS,
+        )
+        self.deliverer = Deliverer(
+            self.storage, self.circuits, self.webhook_http,
+            lambda fn, *args: self._call(self._webhook_db, fn, *args),
+            worker_id=cfg.worker_id, batch_size=cfg.webhook_concurrency,
+            poll_interval=cfg.poll_interval, timeout=cfg.webhook_timeout, on_sent=self._sent,
+        )  # fmt: skip
         self.lifecycle = Lifecycle(
             cfg, self.stats, self.beats,
             on_stop=self.producer.stop, in_flight=lambda: list(self.executors.in_flight),
@@ -138,12 +155,14 @@ class Worker:
             logger.info("worker %s stopped before its database answered", cfg.worker_id)
             return
         await self.http.start()
+        await self.webhook_http.start()
         self._metrics = self._serve_metrics()
         self._listener = self._start_listener()
         await self._duty(self.lifecycle.register)
         tasks = [
             asyncio.create_task(self.completer.run()),
             asyncio.create_task(self.lifecycle.periodic(self._record, self._duty, self.storage)),
+            asyncio.create_task(self.deliverer.run() if cfg.webhooks else asyncio.sleep(0)),
         ]
         duties = (
             asyncio.create_task(DutyRunner(default_duties(using=self.alias), self._duty).run())
@@ -157,14 +176,24 @@ class Worker:
                 duties.cancel()
             await self._shutdown(*tasks)
 
-    async def _shutdown(self, completer: asyncio.Task[None], periodic: asyncio.Task[None]) -> None:
+    async def _shutdown(
+        self,
+        completer: asyncio.Task[None],
+        periodic: asyncio.Task[None],
+        deliverer: asyncio.Task[None],
+    ) -> None:
         in_flight = self.executors.in_flight
         logger.info("worker %s stopping: %s runs in flight", self.config.worker_id, len(in_flight))
         await self._drain()
         self.completer.close()
         await completer
         periodic.cancel()
+        self.deliverer.stop()
+        await deliverer
+        if self.config.burst and self.config.webhooks:
+            await self.deliverer.drain()  # what the drained runs owe, due now
         await self.http.close()
+        await self.webhook_http.close()
         if self._listener is not None:
             self._listener.stop()
         if self._metrics is not None:
@@ -188,7 +217,7 @@ class Worker:
             )
 
     async def _close_pools(self) -> None:
-        for pool in (self._claim_db, self._record_db, self._duty_db):
+        for pool in (self._claim_db, self._record_db, self._duty_db, self._webhook_db):
             await self._call(pool, connections.close_all)
             pool.shutdown(wait=True)
 
@@ -283,6 +312,8 @@ class Worker:
             logger.exception("counting %s results against circuits failed", len(chunk))
 
     def _recorded(self, chunk: list[Record], done: Recorded) -> None:
+        if any(done.moved.get(r.run_id) in TERMINAL and self._may_owe(r) for r in chunk):
+            self.deliverer.wake.set()
         if self._metrics is not None:
             self._metrics.observe_recorded(chunk, done, {r.run_id: r.job for r in chunk})
         if logger.isEnabledFor(logging.INFO):
@@ -297,6 +328,20 @@ class Worker:
                 "(canceled, replayed or reaped meanwhile)",
                 done.lost,
             )
+
+    def _may_owe(self, rec: Record) -> bool:
+        """Whether an ended run may owe a webhook: its job's, or its workflow's if it ended."""
+        if rec.step_run_id:
+            return True
+        try:
+            return bool(self.catalog.get(rec.job_id).row.webhook_url)
+        except KeyError:
+            return True  # not loaded here: a wasted round costs one query, a raise re-records
+
+    def _sent(self, sent: list[Sent]) -> None:
+        announce(sent)
+        if self._metrics is not None:
+            self._metrics.observe_webhooks(sent)
 
     # -- wake-ups and metrics -----------------------------------------------------------
 

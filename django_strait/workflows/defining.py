@@ -16,6 +16,7 @@ from django_strait.models import Job, Workflow, WorkflowStep
 from django_strait.retry import STEP_FIELDS, PolicyError, resolve, step_partial
 from django_strait.storage import backend, workflows
 from django_strait.triggering import TriggerError, resolve_job
+from django_strait.webhooks.events import all_workflow_events
 
 #: The keys a step may have.
 STEP_KEYS = frozenset({"name", "job", "depends_on", "continue_on_failure", *STEP_FIELDS.values()})
@@ -32,15 +33,24 @@ class WorkflowError(ValueError):
 
 
 def define_workflow(
-    name: str, steps: Sequence[Mapping[str, Any]], *, description: str = ""
+    name: str,
+    steps: Sequence[Mapping[str, Any]],
+    *,
+    description: str = "",
+    webhook_url: str = "",
+    webhook_events: Sequence[str] | None = None,
+    signing_secret: str = "",
 ) -> Workflow:
     """Create or update workflow ``name`` with ``steps``; steps no longer named are removed.
 
     Each step is ``{"name", "job", "depends_on": [...], "continue_on_failure",
     "retry_backoff", "retry_initial_delay_secs", "retry_max_delay_secs",
-    "max_attempts"}``. Raises WorkflowError naming the step and the field.
+    "max_attempts"}``. ``webhook_url`` is notified when a run completes or fails
+    (``webhook_events``: both by default), signed with ``signing_secret``. Raises
+    WorkflowError naming the step (empty for the workflow's own fields) and the field.
     """
     _check_name(name)
+    hook = _check_webhook(webhook_url, webhook_events, signing_secret)
     specs = [_check_shape(i, spec) for i, spec in enumerate(steps)]
     try:
         dag.check([(s["name"], s["depends_on"]) for s in specs])
@@ -49,7 +59,24 @@ def define_workflow(
     jobs = {s["name"]: _job(s) for s in specs}
     for spec in specs:
         _check_policy(spec, jobs[spec["name"]])
-    return _save(name, description, specs, jobs)
+    return _save(name, description, specs, jobs, hook)
+
+
+def _check_webhook(url: str, events: Sequence[str] | None, secret: str) -> dict[str, Any]:
+    """Return the workflow's webhook fields, checked as ``Workflow.clean`` checks them."""
+    hook = {
+        "webhook_url": url,
+        "webhook_events": list(events) if events is not None else all_workflow_events(),
+        "signing_secret": secret,
+    }
+    try:
+        candidate = Workflow(name="x", **hook)
+        candidate.clean_fields(exclude=["name", "description"])
+        candidate.clean()
+    except ValidationError as exc:
+        field, messages = next(iter(exc.message_dict.items()))
+        raise WorkflowError("", field, " ".join(messages)) from None
+    return hook
 
 
 def _check_name(name: Any) -> None:
@@ -114,13 +141,17 @@ def _fields(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _save(name: str, description: str, specs: list[dict], jobs: dict[str, Job]) -> Workflow:
+def _save(
+    name: str, description: str, specs: list[dict], jobs: dict[str, Job], hook: dict[str, Any]
+) -> Workflow:
     alias = backend().alias
     with transaction.atomic(using=alias):
         workflow, _ = Workflow.objects.using(alias).get_or_create(name=name)
         before = _shape(alias, workflow)
         if description and workflow.description != description:
             workflow.description = description
+        for field, value in hook.items():
+            setattr(workflow, field, value)
         workflow.save(using=alias)
         for spec in specs:
             WorkflowStep.objects.using(alias).update_or_create(

@@ -110,3 +110,66 @@ def test_record__a_health_rate_decayed_to_nothing_folds_to_zero_not_an_error(sto
 
     assert done.moved == {run.id: "completed"}
     assert EndpointHealth.objects.get(endpoint_url=url).failure_rate == 0.0
+
+
+def test_record__writes_one_webhook_delivery_per_ended_run_its_job_wants(storage):
+    from django_strait.models import WebhookDelivery
+
+    hooked = make_job(webhook_url="https://hooks.example.com/a")
+    picky = make_job(webhook_url="https://hooks.example.com/b", webhook_events=["run.failed"])
+    plain = make_job()
+    for job in (hooked, hooked, hooked, picky, plain):
+        JobRun.objects.create(job=job, available_at=timezone.now())
+    runs = sorted(start(storage, limit=5), key=lambda r: r.id)
+    now = timezone.now()
+    transitions = [Transition.COMPLETE, Transition.RETRY, Transition.DEAD_LETTER,
+                   Transition.COMPLETE, Transition.COMPLETE]  # fmt: skip
+    records = [
+        Record(r.id, 1, t, now, now, 1, "succeeded", job_id=r.job_id,
+               available_at=now if t is Transition.RETRY else None)
+        for r, t in zip(runs, transitions, strict=True)
+    ]  # fmt: skip
+
+    storage.record(RecordBatch("w1", records))
+
+    written = WebhookDelivery.objects.order_by("run_id").values_list("run_id", "event", "url")
+    assert list(written) == [
+        (runs[0].id, "run.completed", "https://hooks.example.com/a"),
+        (runs[2].id, "run.dead_lettered", "https://hooks.example.com/a"),
+    ]  # a retry ends nothing; picky wants failures only; plain has no webhook
+    ids = WebhookDelivery.objects.values_list("delivery_id", flat=True)
+    assert len(set(ids)) == 2 and all(ids)
+    assert set(WebhookDelivery.objects.values_list("status", "attempt")) == {("pending", 0)}
+
+
+def test_record__on_postgresql_writes_a_batchs_webhooks_in_its_one_statement():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from django_strait.models import WebhookDelivery
+    from django_strait.storage import PostgresStorage
+    from tests.conformance.conftest import needs_postgres
+
+    needs_postgres("the record is one hand-written statement there")
+
+    class Counting(PostgresStorage):
+        statements = 0
+
+        def _execute(self, sql, params):
+            Counting.statements += 1
+            return super()._execute(sql, params)
+
+    storage = Counting(connection.alias)
+    job = make_job(webhook_url="https://hooks.example.com/a")
+    JobRun.objects.bulk_create([JobRun(job=job, available_at=timezone.now()) for _ in range(50)])
+    runs = start(storage, limit=50)
+    now = timezone.now()
+    records = [Record(r.id, 1, Transition.COMPLETE, now, now, 1, "succeeded", job_id=job.pk)
+               for r in runs]  # fmt: skip
+    Counting.statements = 0
+
+    with CaptureQueriesContext(connection) as through_django:
+        storage.record(RecordBatch("w1", records))
+
+    assert (Counting.statements, len(through_django)) == (1, 0)
+    assert WebhookDelivery.objects.count() == 50

@@ -5,13 +5,21 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from django_strait import define_workflow, trigger, trigger_workflow
-from django_strait.models import JobRun, RunAttempt, WorkerProcess, WorkflowRun
-from tests.conftest import ROOT, worker_command
+from django_strait.models import (
+    Job,
+    JobRun,
+    RunAttempt,
+    WebhookDelivery,
+    WorkerProcess,
+    WorkflowRun,
+)
+from tests.conftest import ROOT, Received, Reply, worker_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -178,3 +186,54 @@ def test_kill_worker__a_step_queued_by_its_parents_record_is_not_lost(
     assert child.result == {"step": "child", "parents": {"root": {"step": "root", "parents": {}}}}
     assert RunAttempt.objects.get(run=child).worker == "rescuer"
     assert JobRun.objects.filter(workflow_step_run__workflow_run=wr).count() == 2
+
+
+def test_kill_worker__mid_delivery_a_second_worker_delivers_the_webhook(
+    worker_env, started, wait_until, http_server
+):
+    """After the record, before the receiver answered: the outbox row outlives its worker."""
+    release = threading.Event()
+    first = threading.Event()
+
+    def hang_first(request: Received) -> Reply:
+        if not first.is_set():
+            first.set()
+            release.wait(60)  # the doomed worker's POST never gets an answer
+        return Reply(204, b"")
+
+    http_server.routes["/hook"] = hang_first
+    job = Job.objects.create(
+        name="hooked", handler="tests.testapp.jobs.noop", webhook_url=http_server.url("/hook")
+    )
+    run = trigger(job.name, {})
+    env = {**worker_env, "STRAIT_WEBHOOK_TIMEOUT": "5s"}  # leased for 5 s + 5 s
+    doomed = start_worker(started, env, "doomed")
+    wait_until(
+        first.is_set,
+        timeout=START_TIMEOUT,
+        why=lambda: f"run is {status_of(run.pk)}; worker exit code {doomed.poll()}",
+    )
+    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.wait(timeout=30)
+    release.set()
+    assert status_of(run.pk) == "completed"  # recorded before the delivery began
+    assert WebhookDelivery.objects.get(run=run).status == "pending"
+
+    other = start_worker(started, env, "other")
+    wait_until(
+        lambda: WebhookDelivery.objects.get(run=run).status == "delivered",
+        timeout=RESCUE_TIMEOUT,
+        why=lambda: (
+            f"delivery is {WebhookDelivery.objects.get(run=run).status}; "
+            f"worker exit code {other.poll()}"
+        ),
+    )
+    other.send_signal(signal.SIGTERM)
+    output = other.communicate(timeout=60)[0]
+
+    assert other.returncode == 0, output
+    hooks = [r for r in http_server.requests if r.path == "/hook"]
+    delivery = WebhookDelivery.objects.get(run=run)
+    assert [r.headers["Strait-Delivery-Id"] for r in hooks] == [str(delivery.delivery_id)] * 2
+    assert (delivery.attempt, delivery.last_status_code) == (1, 204)  # the doomed one never settled
+    assert RunAttempt.objects.filter(run=run).count() == 1  # the run itself ran once

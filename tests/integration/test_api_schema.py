@@ -28,7 +28,7 @@ def test_schema__is_openapi_3_with_every_endpoint():
         "/dead-letters/{id}/replay/", "/dead-letters/{id}/discard/", "/circuits/",
         "/circuits/reset/", "/health/", "/budgets/", "/budgets/{project}/",
         "/workflows/{name}/trigger/", "/workflow-runs/", "/workflow-runs/{id}/",
-        "/workflow-runs/{id}/cancel/",
+        "/workflow-runs/{id}/cancel/", "/runs/{id}/deliveries/", "/deliveries/{id}/redeliver/",
     }  # fmt: skip
     security = schema["components"]["securitySchemes"]
     assert {"apiKey", "tokenAuth"} <= set(security)

@@ -483,3 +483,22 @@ def test_rescue__logs_each_rescue_only_once_it_is_committed(
     for callback in callbacks:
         callback()
     assert f"run {run.pk}: worker w-lost lost" in caplog.text
+
+
+def test_rescue__a_run_it_dead_letters_or_cancels_owes_its_webhook_and_a_retry_none():
+    from django_strait.models import WebhookDelivery
+
+    hooked = retrying_job(max_attempts=1, webhook_url="https://hooks.example.com/r")
+    dead = silent_run("executing", STALE + 30, job=hooked)
+    canceled = silent_run("executing", STALE + 30, job=hooked, cancel_requested=True)
+    retried = silent_run(
+        "executing", STALE + 30, job=retrying_job(webhook_url="https://hooks.example.com/r")
+    )
+
+    reaper().run_once(NOW)
+
+    assert (fresh(dead).status, fresh(canceled).status, fresh(retried).status) == (
+        "dead_letter", "canceled", "queued"
+    )  # fmt: skip
+    owed = dict(WebhookDelivery.objects.values_list("run_id", "event"))
+    assert owed == {dead.pk: "run.dead_lettered", canceled.pk: "run.canceled"}

@@ -17,6 +17,7 @@ from django.db import connection
 
 from django_strait import trigger, trigger_many
 from django_strait.models import Job, JobRun
+from tests.conftest import Reply
 from tests.integration.factories import make_job
 from tests.security.live import run_burst_worker
 
@@ -159,3 +160,37 @@ def test_worker__a_row_that_makes_the_claim_raise_holds_only_its_jobs_runs(worke
     assert (run.status, run.error_type) == ("queued", "worker.claim_failed")
     assert "out of range" in run.last_error
     assert "claiming again job by job" in output
+
+
+def test_worker__bad_webhook_rows_fail_alone_and_every_other_delivery_goes_out(
+    worker_env, http_server
+):
+    from django_strait import transitions
+    from django_strait.models import WebhookDelivery
+
+    http_server.routes["/flaky"] = lambda request: Reply(500, b"later")
+    job = make_job("hooked", webhook_url=http_server.url("/hook"))
+    flaky = make_job("flaky-hooked", webhook_url=http_server.url("/flaky"))
+    runs = [transitions.cancel(trigger(job.name, {}, delay=3600).pk) for _ in range(8)]
+    flaky_run = transitions.cancel(trigger(flaky.name, {}, delay=3600).pk)
+    bad_url, bad_result = (WebhookDelivery.objects.get(run=r) for r in runs[:2])
+    set_columns(WebhookDelivery._meta.db_table, bad_url.pk, url="not a url at all")
+    set_columns(RUN_TABLE, runs[1].pk, result=nested())
+    set_columns(JOB_TABLE, flaky.pk, webhook_retry='{"max_attempts": "lots"}')
+
+    code, output = run_burst_worker(worker_env)
+
+    assert code == 0, output
+    by_run = {d.run_id: d for d in WebhookDelivery.objects.all()}
+    bad_url, bad_result = by_run[runs[0].pk], by_run[runs[1].pk]
+    assert (bad_url.status, bad_url.attempt) == (
+        "failed",
+        1,
+    ) and "not a valid" in bad_url.last_error
+    assert bad_result.status == "failed" and "result cannot be read" in bad_result.last_error
+    # An unreadable policy falls back to the default one: retried, not given up.
+    flaky_delivery = by_run[flaky_run.pk]
+    assert (flaky_delivery.status, flaky_delivery.attempt) == ("pending", 1), output
+    assert {by_run[r.pk].status for r in runs[2:]} == {"delivered"}
+    sent = [r.json["run_id"] for r in http_server.requests if r.path == "/hook"]
+    assert sorted(sent) == sorted(r.pk for r in runs[2:])  # the bad rows were never sent

@@ -90,6 +90,12 @@ class Command(BaseCommand):
             help="Serve this worker's Prometheus metrics on 127.0.0.1:PORT (0: any free port).",
         )
         parser.add_argument(
+            "--no-webhooks",
+            dest="webhooks",
+            action="store_false",
+            help="Deliver no completion webhooks in this process (other workers deliver them).",
+        )
+        parser.add_argument(
             "--worker-id", default=None, help="Name this worker (default host-pid-random)."
         )
 
@@ -147,4 +153,7 @@ def build_config(options: dict) -> WorkerConfig:
         result_max_bytes=s.RESULT_MAX_BYTES,
         user_agent=s.HTTP_USER_AGENT,
         using=s.DATABASE,
+        webhooks=options.get("webhooks", True),
+        webhook_timeout=s.WEBHOOK_TIMEOUT,
+        webhook_concurrency=s.WEBHOOK_CONCURRENCY,
     )

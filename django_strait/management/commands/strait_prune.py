@@ -72,6 +72,13 @@ class Command(BaseCommand):
                 f"Deleted {counts['deleted']} run(s) in {counts['batches']} batch(es)."
             )
         )
+        if counts["kept_for_webhooks"]:
+            self.stdout.write(
+                self.style.WARNING(
+                    f"Kept {counts['kept_for_webhooks']} run(s) past retention: they still owe "
+                    "a completion webhook (pending, or failed and not redelivered)."
+                )
+            )
 
     def _print_preview(self, counts) -> None:
         for row in counts:

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from django_strait.models import JobRun
 from django_strait.states import InvalidTransition, RunStatus, Transition
-from django_strait.storage import workflows
+from django_strait.storage import webhooks, workflows
 
 
 def apply(alias: str, run_id: int, transition: Transition, updates: dict[str, Any]) -> JobRun:
@@ -30,7 +30,9 @@ def apply(alias: str, run_id: int, transition: Transition, updates: dict[str, An
             if status is None:
                 raise JobRun.DoesNotExist(f"run {run_id} does not exist")
             raise InvalidTransition(run_id, status, transition)
-        workflows.advance(alias, [run_id], timezone.now())
+        now = timezone.now()
+        webhooks.notify_runs(alias, [run_id], now)
+        workflows.advance(alias, [run_id], now)
     return runs.select_related("job").get(pk=run_id)
 
 

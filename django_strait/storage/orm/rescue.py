@@ -28,7 +28,7 @@ from django_strait.outcome import failure
 from django_strait.resilience.budgets import Spend
 from django_strait.retry import PolicyError, RetryPolicy, resolve
 from django_strait.states import IN_FLIGHT, RunStatus, Transition
-from django_strait.storage import workflows
+from django_strait.storage import webhooks, workflows
 from django_strait.storage.orm.protection import settle_budgets
 from django_strait.storage.values import Rescued, Stale
 
@@ -79,6 +79,7 @@ def rescue_batch(
             if (done := _rescue_guarded(alias, run, now, stale_after, policies, rng, isolate))
         ]
         _settle_lost(alias, [r.run for r in rescued], now)
+        webhooks.notify_runs(alias, [r.run.id for r in rescued], now)
         workflows.advance(alias, [r.run.id for r in rescued], now)
     return len(stale), rescued
 

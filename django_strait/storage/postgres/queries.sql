@@ -178,6 +178,23 @@ ledger AS (
 );
 
 
+-- name: record.webhooks
+-- Completion webhooks (the outbox): one delivery per run the batch ended whose job names a
+-- webhook_url and wants the event (storage.webhooks.notify_runs does the same elsewhere).
+-- The events by terminal status come in as arrays (webhooks.events, one table for both).
+webhooks AS (
+    INSERT INTO django_strait_webhookdelivery (delivery_id, run_id, event, url, status, attempt,
+        next_attempt_at, last_error, last_response, created_at)
+    SELECT gen_random_uuid(), u.id, e.event, j.webhook_url, 'pending', 0, now(), '', '', now()
+    FROM u JOIN v ON v.id = u.id
+    JOIN unnest(%(webhook_status)s::varchar[], %(webhook_event)s::varchar[]) AS e(status, event)
+        ON e.status = u.status
+    JOIN django_strait_job AS j ON j.id = v.job_id
+    WHERE j.webhook_url <> ''
+      AND jsonb_typeof(j.webhook_events) = 'array' AND j.webhook_events @> to_jsonb(e.event)
+);
+
+
 -- name: limits
 -- Per limited job of a claim: its limits (read here, under the job row lock the claim
 -- took, so a raised or removed limit applies at once); its active runs, this batch's

@@ -1,0 +1,52 @@
+"""Completion webhooks: a run's deliveries, and redelivering one."""
+
+from __future__ import annotations
+
+import logging
+
+from rest_framework import exceptions
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from django_strait.api.auth import Rule
+from django_strait.api.base import MAX_ID, StraitAPIView, find_run, who
+from django_strait.api.schema import documented, errors
+from django_strait.api.serializers import DeliveryListSerializer, DeliverySerializer
+from django_strait.models import WebhookDelivery
+from django_strait.webhooks.redelivery import redeliver
+
+logger = logging.getLogger(__name__)
+
+READ = Rule("runs:read", "django_strait.view_webhookdelivery")
+REDELIVER = Rule("runs:write", "django_strait.redeliver_webhookdelivery")
+
+
+class RunDeliveriesView(StraitAPIView):
+    """GET runs/<id>/deliveries/: the completion webhooks a run owes or sent, oldest first."""
+
+    rules = {"GET": READ}
+
+    @documented(
+        operation_id="runs_deliveries", responses={200: DeliveryListSerializer, **errors(404)}
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        run = find_run(pk)
+        deliveries = WebhookDelivery.objects.filter(run=run).order_by("id")
+        return Response({"results": DeliverySerializer(deliveries, many=True).data})
+
+
+class RedeliverView(StraitAPIView):
+    """POST deliveries/<id>/redeliver/: send a delivery again (same delivery id), budget reset."""
+
+    rules = {"POST": REDELIVER}
+
+    @documented(
+        operation_id="deliveries_redeliver",
+        request=None,
+        responses={200: DeliverySerializer, **errors(404)},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        if pk > MAX_ID or not redeliver([pk], by=who(request)):
+            raise exceptions.NotFound(f"no webhook delivery with id {pk}")
+        logger.info("api: delivery %s redelivered by %s", pk, who(request))
+        return Response(DeliverySerializer(WebhookDelivery.objects.get(pk=pk)).data)
