@@ -111,7 +111,9 @@ class Producer:
             # claiming again for every ended run would only cost empty claims.
             await _wait(self.work, self.poll_interval)
             return False
-        if not claimed_some and self._drained():
+        # A result recorded while the claim above was awaited may have queued runs
+        # that claim could not see (a workflow's next steps): claim again first.
+        if not claimed_some and self._drained() and not self.wake.is_set():
             return True
         await _wait(self.wake, None)  # until something in flight ends
         return False

@@ -87,6 +87,32 @@ def test_producer__burst_returns_once_nothing_is_due_or_in_flight():
     assert [c for c in harness.calls] == [(4, False), (4, False)]
 
 
+def test_producer__burst_claims_again_when_a_result_lands_during_an_empty_claim():
+    # A workflow step's record queues its child while the claim is awaited: the claim
+    # saw nothing, the record woke the producer; a burst worker must look once more.
+    storage = MemoryStorage()
+    harness = Harness(storage, burst=True)
+    claim = harness.claim
+
+    async def claim_while_a_record_lands(limit: int, isolate: bool):
+        runs = await claim(limit, isolate)
+        if len(harness.calls) == 1:
+            storage.add(7)  # committed after this claim's snapshot
+            harness.producer.wake.set()
+        return runs
+
+    harness.producer._claim = claim_while_a_record_lands
+
+    async def main():
+        task = asyncio.create_task(harness.producer.run())
+        await asyncio.sleep(0.02)
+        assert harness.in_flight == [7]
+        harness.finish_all()
+        await asyncio.wait_for(task, 1)
+
+    asyncio.run(main())
+
+
 def test_producer__a_failed_claim_is_tried_again_at_once_job_by_job(caplog):
     storage = MemoryStorage()
     storage.add(1, 2)
