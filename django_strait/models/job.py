@@ -7,7 +7,7 @@ from django.core.validators import MaxLengthValidator
 from django.db import models
 from django.db.models import Q
 
-from django_strait import bounds
+from django_strait import bounds, presets
 from django_strait.conf import strait_settings
 from django_strait.cron import ScheduleError, check_schedule, check_timezone
 from django_strait.dispatch.addresses import url_problem
@@ -37,6 +37,15 @@ class MissedTicks(models.TextChoices):
 class Overlap(models.TextChoices):
     ALLOW = "allow", "Allow"
     SKIP = "skip", "Skip while a run is active"
+
+
+class Execution(models.TextChoices):
+    """Where a Python job's handler runs (DESIGN §12)."""
+
+    #: On the worker's threads (or its event loop, for ``async def``): the default.
+    THREAD = "thread", "Worker thread"
+    #: In a child process of the worker's pool, under its preset's memory limit.
+    PROCESS = "process", "Child process (memory preset, hard timeout)"
 
 
 class RetryStrategy(models.TextChoices):
@@ -82,6 +91,19 @@ class Job(models.Model):
     )
     timeout_secs = models.FloatField(
         default=30.0, validators=bounds.within(*bounds.TIMEOUT_SECS, "seconds")
+    )
+    # Process execution (DESIGN §12): Python jobs only.
+    execution = models.CharField(
+        max_length=10,
+        choices=Execution.choices,
+        default=Execution.THREAD,
+        help_text="process: each run in a child process with a memory limit and a hard timeout.",
+    )
+    preset = models.CharField(
+        max_length=presets.NAME_MAX_LENGTH,
+        blank=True,
+        help_text="The memory preset runs start at (a STRAIT['PRESETS'] name); "
+        "empty = the first. Process jobs only.",
     )
 
     # Retry policy columns: null means "inherit the default", distinct from any value,
@@ -216,7 +238,9 @@ def definition_problems(job: Job, *, fields: bool = True) -> dict[str, list[str]
             job.clean_fields(exclude=["project"])
         except ValidationError as exc:
             errors.update({name: list(messages) for name, messages in exc.message_dict.items()})
-    for check in (target_problems, limit_problems, policy_problems, schedule_problems):
+    for check in (
+        target_problems, limit_problems, policy_problems, schedule_problems, execution_problems,
+    ):  # fmt: skip
         for name, problem in check(job):
             errors.setdefault(name, []).append(problem)
     return errors
@@ -299,4 +323,19 @@ def limit_problems(job: Job) -> list[tuple[str, str]]:
         )
     if job.project_id is not None and job.estimated_cost is None:
         problems.append(("estimated_cost", "Required when the job has a project (a cost >= 0)."))
+    return problems
+
+
+def execution_problems(job: Job) -> list[tuple[str, str]]:
+    """Return (field, message) when the execution or the preset cannot be used."""
+    problems = []
+    if job.execution == Execution.PROCESS and not job.handler:
+        problems.append(("execution", "process execution is for Python jobs (set a handler)."))
+    chain = strait_settings.PRESETS
+    if not isinstance(job.preset, str) or (job.preset and job.preset not in chain.names):
+        problems.append(
+            ("preset", f"{job.preset!r} is not a preset; allowed: {', '.join(chain.names)}.")
+        )
+    elif job.preset and job.execution != Execution.PROCESS:
+        problems.append(("preset", "a preset is for process execution (execution='process')."))
     return problems

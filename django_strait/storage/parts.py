@@ -25,10 +25,12 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from django_strait.models import BudgetLedger, EndpointHealth, JobRun
+from django_strait.conf import strait_settings
+from django_strait.models import BudgetLedger, EndpointHealth, JobPresetRecommendation, JobRun
+from django_strait.presets import RECOMMENDATION_TTL_SECS, Chain
 from django_strait.resilience import budgets, health
 from django_strait.storage import workflows
-from django_strait.storage.values import RecordBatch
+from django_strait.storage.values import Record, RecordBatch
 
 ZERO = Decimal(0)
 
@@ -178,6 +180,10 @@ class Workflows:
 
     name = "workflow"
 
+    def wanted(self, batch: RecordBatch) -> bool:
+        """Whether the batch has workflow steps (else PostgreSQL skips the part)."""
+        return any(r.step_run_id for r in batch.records)
+
     def steps(self, batch: RecordBatch, moved: Mapping[int, str]) -> list[int]:
         """The batch's moved runs that are workflow steps."""
         return [r.run_id for r in batch.records if r.step_run_id and r.run_id in moved]
@@ -191,7 +197,49 @@ class Workflows:
             workflows.advance(alias, ids, timezone.now())
 
 
+class Presets:
+    """After an out-of-memory kill, the job's future runs start at the preset it moved to.
+
+    Rare (only batches with an OOM record), so a step after the statement on every
+    backend, never a CTE of the hot one. A recommendation is raised, or renewed for
+    another 24 h, never lowered while it lasts: two runs killed at different presets
+    leave the larger.
+    """
+
+    name = "presets"
+
+    def wanted(self, batch: RecordBatch) -> bool:
+        return any(r.recommend for r in batch.records)
+
+    def params(self, batch: RecordBatch) -> dict[str, Any]:
+        return {}
+
+    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
+        chain = strait_settings.PRESETS
+        wanted: dict[int, Record] = {}
+        for rec in batch.records:
+            if rec.recommend and rec.run_id in moved:
+                before = wanted.get(rec.job_id)
+                if before is None or chain.rank(rec.recommend) >= chain.rank(before.recommend):
+                    wanted[rec.job_id] = rec
+        for job_id in sorted(wanted):  # job order: two workers never deadlock
+            _recommend(alias, job_id, wanted[job_id], chain)
+
+
+def _recommend(alias: str, job_id: int, rec: Record, chain: Chain) -> None:
+    rows = JobPresetRecommendation.objects.using(alias)
+    expires = rec.finished_at + dt.timedelta(seconds=RECOMMENDATION_TTL_SECS)
+    fields = {"preset": rec.recommend, "expires_at": expires, "updated_at": rec.finished_at}
+    rows.bulk_create([JobPresetRecommendation(job_id=job_id, **fields)], ignore_conflicts=True)
+    row = rows.select_for_update().get(job_id=job_id)
+    lasting = row.expires_at > rec.finished_at and chain.rank(row.preset) > chain.rank(
+        rec.recommend
+    )
+    if not lasting:
+        rows.filter(pk=row.pk).update(**fields)
+
+
 #: The parts every record's statement carries, in order.
 RECORD_PARTS: tuple[RecordPart, ...] = (Rollup(), Health(), Ledger())
 #: The parts that follow the statement in its transaction, on every backend.
-FOLLOWING_PARTS: tuple[Workflows, ...] = (Workflows(),)
+FOLLOWING_PARTS: tuple[Workflows | Presets, ...] = (Workflows(), Presets())

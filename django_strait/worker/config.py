@@ -31,6 +31,10 @@ class WorkerConfig:
     user_agent: str = "django-strait"
     #: The DATABASES alias of django-strait's tables (None: STRAIT["DATABASE"]).
     using: str | None = None
+    #: Most child processes for process jobs (DESIGN §12); None: the CPU count.
+    processes: int | None = None
+    #: Runs a child executes before it is replaced (STRAIT["PROCESS_MAX_RUNS"]).
+    process_max_runs: int = 1000
 
 
 _STAT_FOR_STATUS = {
