@@ -111,7 +111,7 @@ class Worker:
         )
         self.processes = ProcessPool(
             loop, size=cfg.processes or os.cpu_count() or 1, max_runs=cfg.process_max_runs,
-            max_result_bytes=cfg.result_max_bytes, settings_module=django_settings.SETTINGS_MODULE,
+            max_result_bytes=cfg.result_max_bytes, settings_module=_settings_module(),
             databases={a: connections[a].settings_dict["NAME"] for a in connections},
         )  # fmt: skip
         self.executors = Executors(
@@ -432,6 +432,11 @@ def _log_attempt(rec: Record, status: str | None) -> None:
             "error_type": rec.error_type,
         },
     )
+
+
+def _settings_module() -> str:
+    # Under override_settings, SETTINGS_MODULE is None: the module is still in the environment.
+    return django_settings.SETTINGS_MODULE or os.environ.get("DJANGO_SETTINGS_MODULE", "")
 
 
 def _has_process_jobs(using: str) -> bool:
