@@ -383,6 +383,7 @@ class Worker:
             return None
         metrics = WorkerMetrics()
         metrics.watch_in_flight(lambda: len(self.executors.in_flight))
+        metrics.watch_processes(lambda: len(self.processes.pids))
         metrics.watch_workflows()
         metrics.serve(self.config.metrics_port)
         return metrics

@@ -17,6 +17,7 @@ from django.test import override_settings
 
 from django_strait import __version__
 from django_strait.conf import KEYS, SettingError, known_env_vars, strait_settings
+from django_strait.presets import DEFAULT_PRESETS, parse_chain
 from django_strait.retry import BUILTIN, PolicyError, RetryPolicy, merge
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +56,8 @@ DEFAULTS = {
     "API_AUTH_FAILURE_THROTTLE_RATE": "30/minute",
     "API_BULK_TRIGGER_MAX": 1000,
     "API_MAX_PAYLOAD_BYTES": 2_621_440,
+    "PRESETS": parse_chain(DEFAULT_PRESETS),
+    "PROCESS_MAX_RUNS": 1000,
 }
 
 

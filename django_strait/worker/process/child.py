@@ -22,6 +22,15 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
+import django
+from django.db import connections
+
+# None of these reads settings or models at import: the child imports them before setup.
+from django_strait.dispatch.python import RunContext, call_sync, settle
+from django_strait.handlers import UNKNOWN_HANDLER, find_handler, handlers
+from django_strait.outcome import failure
+from django_strait.worker.process import wire
+
 #: prctl(2) option: the signal this process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
 #: The child's exit status when the worker is gone.
@@ -56,12 +65,9 @@ def watch_lifeline(fd: int) -> None:
 
 def set_up(init: dict[str, Any]) -> None:
     """Set Django up as the worker has it, on the worker's databases."""
-    os.environ["DJANGO_SETTINGS_MODULE"] = init["settings"]
-    import django
-
+    if init.get("settings"):
+        os.environ["DJANGO_SETTINGS_MODULE"] = init["settings"]
     django.setup()
-    from django.db import connections
-
     # The worker's database names, which a test runner may have changed after start.
     for alias, name in init.get("databases", {}).items():
         if alias in connections:
@@ -70,11 +76,6 @@ def set_up(init: dict[str, Any]) -> None:
 
 def execute(message: dict[str, Any], max_result_bytes: int) -> dict[str, Any]:
     """Run one handler for one attempt and return its outcome on the wire."""
-    from django_strait.dispatch.python import RunContext, call_sync, settle
-    from django_strait.handlers import UNKNOWN_HANDLER, find_handler, handlers
-    from django_strait.outcome import failure
-    from django_strait.worker.process import wire
-
     handler = find_handler(message["handler"])
     if handler is None:
         outcome = failure(UNKNOWN_HANDLER, handlers.unknown(message["handler"]), retryable=False)
@@ -100,8 +101,6 @@ def execute(message: dict[str, Any], max_result_bytes: int) -> dict[str, Any]:
 
 def serve(commands: Connection, results: Connection) -> None:
     """Answer run messages until told to stop or the worker's end closes."""
-    from django_strait.worker.process import wire
-
     init = wire.loads(commands.recv_bytes())
     set_up(init)
     max_result_bytes = int(init.get("max_result_bytes", 65536))
