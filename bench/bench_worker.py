@@ -197,16 +197,24 @@ def bulk_trigger(n: int) -> float:
     return n / (time.perf_counter() - t)
 
 
-def drain(job: str, n: int, concurrency: int, batch: int) -> dict:
+def drain(
+    job: str,
+    n: int,
+    concurrency: int,
+    batch: int,
+    extra: list[str] | None = None,
+    payload: dict | None = None,
+) -> dict:
+    """Drain N runs of ``job`` with one worker (``extra``: more worker options)."""
     from django.db import connections
 
     from django_strait import trigger_many
 
     clear()
-    trigger_many(job, [{"i": i} for i in range(n)])
+    trigger_many(job, [{"i": i, **(payload or {})} for i in range(n)])
     connections.close_all()
     t0 = time.perf_counter()
-    proc = spawn_worker(concurrency, batch)
+    proc = spawn_worker(concurrency, batch, extra)
     first = None
     first_done = 0
     cpu_first = None

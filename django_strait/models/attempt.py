@@ -33,7 +33,7 @@ class RunAttempt(models.Model):
     response_excerpt = models.TextField(blank=True)
     worker = models.CharField(max_length=200, blank=True)
     #: The memory preset a process attempt ran at (empty: a thread attempt).
-    preset = models.CharField(max_length=50, blank=True)
+    preset = models.CharField(max_length=50, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["run_id", "number"]

@@ -97,11 +97,14 @@ class Job(models.Model):
         max_length=10,
         choices=Execution.choices,
         default=Execution.THREAD,
+        db_default=Execution.THREAD,  # rows written by SQL (older releases, scripts) too
         help_text="process: each run in a child process with a memory limit and a hard timeout.",
     )
     preset = models.CharField(
         max_length=presets.NAME_MAX_LENGTH,
         blank=True,
+        default="",
+        db_default="",
         help_text="The memory preset runs start at (a STRAIT['PRESETS'] name); "
         "empty = the first. Process jobs only.",
     )

@@ -55,15 +55,12 @@ def _move(runs: Any, worker_id: str, rec: Record) -> int:
         "last_error": rec.error,
         "error_type": rec.error_type,
         "endpoint_used": rec.endpoint,
-        "preset": rec.run_preset,
         "claimed_by": "",
         "heartbeat_at": None,
         "updated_at": timezone.now(),
     }
     if rec.available_at is not None:
         updates["available_at"] = rec.available_at
-    if rec.free_attempt:
-        updates["attempts_before_replay"] = F("attempts_before_replay") + 1
     if rec.spent is not None:
         spent = Value(rec.spent, output_field=DecimalField(max_digits=18, decimal_places=6))
         updates["reserved_cost"] = None
@@ -86,5 +83,4 @@ def _attempt(rec: Record, worker_id: str) -> RunAttempt:
         error=rec.error,
         response_excerpt=rec.response_excerpt,
         worker=worker_id,
-        preset=rec.preset,
     )

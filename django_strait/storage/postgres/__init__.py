@@ -232,8 +232,5 @@ def _record_columns(batch: RecordBatch) -> dict[str, Any]:
         "excerpt": [r.response_excerpt for r in recs],
         "job_id": [r.job_id for r in recs],
         "cost": [r.spent for r in recs],
-        "preset": [r.preset for r in recs],
-        "run_preset": [r.run_preset for r in recs],
-        "free": [int(r.free_attempt) for r in recs],
         "worker": batch.worker_id,
     }

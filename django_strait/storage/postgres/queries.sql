@@ -71,9 +71,9 @@ u AS (
     RETURNING r.id, r.attempt
 )
 INSERT INTO django_strait_runattempt (run_id, number, endpoint, started_at, finished_at,
-    duration_ms, outcome, status_code, error_type, error, response_excerpt, worker, preset)
+    duration_ms, outcome, status_code, error_type, error, response_excerpt, worker)
 SELECT u.id, u.attempt, v.endpoint, now(), now(), 0, 'short_circuited', NULL,
-       v.error_type, v.error, '', %(worker)s, ''
+       v.error_type, v.error, '', %(worker)s
 FROM v JOIN u ON u.id = v.id
 WHERE v.attempt_row;
 
@@ -90,11 +90,10 @@ WITH v AS (
         %(error_type)s::varchar[], %(endpoint)s::varchar[], %(started_at)s::timestamptz[],
         %(finished_at)s::timestamptz[], %(duration_ms)s::integer[], %(outcome)s::varchar[],
         %(status_code)s::integer[], %(excerpt)s::text[], %(job_id)s::bigint[],
-        %(cost)s::numeric[], %(preset)s::varchar[], %(run_preset)s::varchar[],
-        %(free)s::integer[]
+        %(cost)s::numeric[]
     ) AS v(id, attempt, status, available_at, result, last_error, error_type, endpoint,
            started_at, finished_at, duration_ms, outcome, status_code, response_excerpt,
-           job_id, cost, preset, run_preset, free)
+           job_id, cost)
 ),
 u AS (
     UPDATE django_strait_jobrun AS r SET
@@ -104,8 +103,6 @@ u AS (
                            THEN NULL ELSE v.finished_at END,
         result = v.result::jsonb, last_error = v.last_error, error_type = v.error_type,
         endpoint_used = v.endpoint, claimed_by = '', heartbeat_at = NULL, updated_at = now(),
-        -- Process runs: the preset from now on; an OOM retried at the next one is free.
-        preset = v.run_preset, attempts_before_replay = r.attempts_before_replay + v.free,
         -- Budgets: a cost (budgeted jobs only) ends the attempt's reservation.
         reserved_cost = CASE WHEN v.cost IS NULL THEN r.reserved_cost END,
         actual_cost = CASE WHEN v.cost IS NULL THEN r.actual_cost
@@ -117,10 +114,9 @@ u AS (
 ),
 a AS (
     INSERT INTO django_strait_runattempt (run_id, number, endpoint, started_at, finished_at,
-        duration_ms, outcome, status_code, error_type, error, response_excerpt, worker, preset)
+        duration_ms, outcome, status_code, error_type, error, response_excerpt, worker)
     SELECT v.id, v.attempt, v.endpoint, v.started_at, v.finished_at, v.duration_ms,
-        v.outcome, v.status_code, v.error_type, v.last_error, v.response_excerpt, %(worker)s,
-        v.preset
+        v.outcome, v.status_code, v.error_type, v.last_error, v.response_excerpt, %(worker)s
     FROM v JOIN u ON u.id = v.id
 )
 /*parts*/
