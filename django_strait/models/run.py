@@ -56,9 +56,7 @@ class JobRun(models.Model):
     error_type = models.CharField(max_length=200, blank=True, editable=False)
     endpoint_used = models.CharField(max_length=2048, blank=True, editable=False)
     #: A process run's memory preset: its last attempt's, or the next one after an OOM.
-    preset = models.CharField(
-        max_length=50, blank=True, default="", db_default="", editable=False
-    )
+    preset = models.CharField(max_length=50, blank=True, default="", db_default="", editable=False)
     #: The budget reserved for the attempt in flight, and what the attempts spent so far.
     reserved_cost = models.DecimalField(
         max_digits=18, decimal_places=6, null=True, blank=True, editable=False
