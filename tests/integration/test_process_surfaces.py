@@ -138,3 +138,17 @@ def test_job_decorator__an_unknown_preset_is_refused_when_its_row_is_written():
             registry.sync(handler)
     finally:
         registry._registry.pop("too-big", None)
+
+
+def test_admin__a_job_form_posted_without_execution_keeps_the_jobs(admin_client):
+    crunch = make_job("crunch", execution="process", preset="small-1x")
+    url = reverse("admin:django_strait_job_change", args=[crunch.pk])
+    form = admin_client.get(url).context["adminform"].form
+    data = {k: v for k, v in form.initial.items() if v is not None and k != "headers"}
+    data.update(headers="{}", fallback_endpoint_urls="[]", non_retryable_errors="[]")
+    del data["execution"]
+
+    page = admin_client.post(url, data)
+
+    assert page.status_code == 302, page.context["adminform"].form.errors
+    assert Job.objects.get(pk=crunch.pk).execution == "process"

@@ -102,3 +102,23 @@ def test_presets_from_the_environment_are_json(setenv):
     from django_strait.conf import strait_settings
 
     assert strait_settings.PRESETS.names == ("s", "m")
+
+
+@pytest.mark.parametrize(
+    ("returncode", "error_type", "fragment"),
+    [
+        (-9, "system.oom", "SIGKILL"),
+        (137, "system.oom", "SIGKILL"),
+        (-11, "system.process_died", "SIGSEGV"),
+        (-100, "system.process_died", "signal 100"),
+        (3, "system.process_died", "exited with status 3"),
+    ],
+)
+def test_died__a_sigkill_the_worker_did_not_send_counts_as_out_of_memory(
+    returncode, error_type, fragment
+):
+    from django_strait.worker.process.wire import died
+
+    outcome = died(returncode)
+    assert outcome.error_type == error_type and fragment in outcome.error
+    assert outcome.attempt_outcome == ("oom" if error_type == "system.oom" else "failed")

@@ -75,7 +75,10 @@ def died(returncode: int | None) -> Outcome:
             "out-of-memory killer)"
         )
     if returncode is not None and returncode < 0:
-        how = f"was killed by {signal.Signals(-returncode).name}"
+        try:
+            how = f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"was killed by signal {-returncode}"
     else:
         how = f"exited with status {returncode}"
     return failure("system.process_died", f"the child process {how} during the run")
