@@ -17,7 +17,10 @@ import pytest
 from django.utils import timezone
 
 from django_strait import registry, signals, trigger
+from django_strait.metrics.worker import WorkerMetrics
 from django_strait.models import Job, JobPresetRecommendation, JobRun, RunAttempt
+from django_strait.states import Transition
+from django_strait.storage import Record, Recorded
 from django_strait.worker.process.pool import resident_bytes
 from tests.process_helpers import strait_children
 
@@ -156,3 +159,43 @@ def test_process__a_job_row_with_an_unknown_preset_is_held_and_others_run(burst)
 def test_process__resident_bytes_reads_a_live_process():
     assert resident_bytes(os.getpid()) > 10 * 2**20
     assert resident_bytes(2**22 + 12345) is None
+
+
+def test_process__a_handler_dying_of_memory_error_is_an_oom_and_climbs(burst):
+    run = trigger("test-process-memory-error", {})
+
+    burst(processes=1)
+
+    run.refresh_from_db()
+    assert (run.status, run.error_type) == ("dead_letter", "system.oom")
+    assert [a[:3] for a in attempts(run)] == [
+        (1, "oom", "micro"),
+        (2, "oom", "small-1x"),
+        (3, "oom", "small-2x"),
+    ]
+    assert "cannot allocate 8 GB" in run.last_error
+
+
+def test_process__runs_a_coroutine_handler_in_the_child(burst):
+    run = trigger("test-process-async", {})
+
+    burst(processes=1)
+
+    run.refresh_from_db()
+    assert run.status == "completed"
+    assert run.result["async"] is True and run.result["pid"] != os.getpid()
+
+
+def test_worker_metrics__count_oom_kills_by_job_and_preset():
+    now = timezone.now()
+    oom = Record(1, 1, Transition.RETRY, now, now, 5, "oom", preset="micro", job="crunch")
+    ok = Record(2, 1, Transition.COMPLETE, now, now, 5, "succeeded", preset="micro", job="crunch")
+    metrics = WorkerMetrics()
+
+    metrics.observe_recorded(
+        [oom, ok], Recorded(moved={1: "queued", 2: "completed"}), {1: "crunch", 2: "crunch"}
+    )
+
+    value = metrics.registry.get_sample_value
+    assert value("strait_worker_oom_kills_total", {"job": "crunch", "preset": "micro"}) == 1
+    assert value("strait_worker_oom_kills_total", {"job": "crunch", "preset": "small-1x"}) is None

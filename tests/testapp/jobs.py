@@ -141,3 +141,15 @@ def cpu_work(ms: float) -> int:
     while time.perf_counter() < deadline:
         n += sum(i * i for i in range(200))
     return n
+
+
+@job(name="test-process-memory-error", execution="process", max_attempts=1, timeout=30)
+def process_memory_error(payload):
+    """Fails as an allocation past a limit does (RLIMIT_AS, or a C library) would."""
+    raise MemoryError("cannot allocate 8 GB")
+
+
+@job(name="test-process-async", execution="process", max_attempts=1, timeout=30)
+async def process_async(payload, context):
+    await asyncio.sleep(0)
+    return {"async": True, "pid": os.getpid(), "attempt": context.attempt}
