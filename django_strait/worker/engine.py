@@ -42,6 +42,7 @@ from django_strait.resilience import health as endpoint_health
 from django_strait.resilience.breaker import Attempted, CircuitBreaker
 from django_strait.states import RunStatus
 from django_strait.storage import Claimed, Record, RecordBatch, Recorded, backend
+from django_strait.storage.values import PresetsOf
 from django_strait.transitions import claim_and_start, record
 from django_strait.wakeup import Listener
 from django_strait.worker.catalog import Catalog
@@ -250,9 +251,14 @@ class Worker:
         process = [r for r in runs if self._is_process(r.job_id)]
         if not process:
             return
-        found = self.storage.presets_of(
-            [r.id for r in process], {r.job_id for r in process}, now=timezone.now()
-        )
+        try:
+            found = self.storage.presets_of(
+                [r.id for r in process], {r.job_id for r in process}, now=timezone.now()
+            )
+        except Exception:
+            # The runs are started: they must run. At their jobs' own presets, then.
+            logger.exception("reading the presets of runs %s failed", [r.id for r in process])
+            found = PresetsOf()
         chain = strait_settings.PRESETS
         for run in process:
             job = self.catalog.get(run.job_id).row

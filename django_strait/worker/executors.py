@@ -2,7 +2,8 @@
 
 One per kind of job: HTTP jobs and ``async def`` handlers run on the worker's
 event loop (an HTTP call costs no thread); plain-function handlers run on the
-worker's threads (``SyncRunner``, which hands outcomes back in batches). A run
+worker's threads (``SyncRunner``, which hands outcomes back in batches); the
+handlers of process jobs run in the child processes of ``worker.process``. A run
 whose own row could not be read, or whose job's handler this process has not
 registered, fails without running. What an attempt's outcome means for the run
 is decided afterwards (``worker.outcomes``).

@@ -277,13 +277,19 @@ class ProcessPool:
     # -- children -------------------------------------------------------------------
 
     async def warm(self) -> None:
-        """Start children until ``size`` are alive (at start-up, when process jobs exist)."""
-        while len(self._children) < self.size:
-            try:
-                self._idle.append(await self._spawn())
-            except ChildStartError:
-                logger.exception("starting a child process failed")
-                return
+        """Start children until ``size`` are alive (at start-up, when process jobs exist).
+
+        All at once: each spends its start-up importing Django, in parallel.
+        """
+        missing = self.size - len(self._children)
+        started = await asyncio.gather(
+            *(self._spawn() for _ in range(missing)), return_exceptions=True
+        )
+        for child in started:
+            if isinstance(child, Child):
+                self._idle.append(child)
+            else:
+                logger.error("starting a child process failed: %s", child)
 
     async def _take(self) -> Child:
         while self._idle:
