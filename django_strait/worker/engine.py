@@ -154,8 +154,8 @@ class Worker:
         self._metrics = self._serve_metrics()
         self._listener = self._start_listener()
         await self._duty(self.lifecycle.register)
-        if await self._duty(_has_process_jobs, self.alias):
-            await self.processes.warm()
+        if await self._duty(_has_process_jobs, self.alias, cfg.queues):
+            self.processes.start_warming()
         tasks = [
             asyncio.create_task(self.completer.run()),
             asyncio.create_task(self.lifecycle.periodic(self._record, self._duty, self.storage)),
@@ -446,9 +446,11 @@ def _settings_module() -> str:
     return django_settings.SETTINGS_MODULE or os.environ.get("DJANGO_SETTINGS_MODULE", "")
 
 
-def _has_process_jobs(using: str) -> bool:
-    """Whether any enabled job runs in processes (the pool then starts with the worker)."""
-    return Job.objects.using(using).filter(execution=Execution.PROCESS, enabled=True).exists()
+def _has_process_jobs(using: str, queues: tuple[str, ...]) -> bool:
+    """Whether an enabled job of the worker's queues runs in processes (the pool then
+    starts with the worker)."""
+    jobs = Job.objects.using(using).filter(execution=Execution.PROCESS, enabled=True)
+    return (jobs.filter(queue__in=queues) if queues else jobs).exists()
 
 
 def _guarded(using: str, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:

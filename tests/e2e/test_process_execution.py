@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_strait import trigger
-from django_strait.models import JobRun, RunAttempt
+from django_strait import registry, trigger
+from django_strait.models import JobRun, RunAttempt, WorkerProcess
 from django_strait.transitions import cancel
 from tests.conftest import ROOT, worker_command
 from tests.process_helpers import strait_children
@@ -133,3 +133,29 @@ def test_process__a_run_taken_from_the_worker_has_its_child_killed(worker_env, s
 
     assert status_of(run.pk) == "system_failed"  # the worker's result found the run gone
     assert not RunAttempt.objects.filter(run_id=run.pk).exists()
+
+
+def test_process__the_pool_starts_with_the_worker_only_when_its_queues_have_process_jobs(
+    worker_env, started
+):
+    registry.synced_row("test-process-echo")  # queue "default"
+    other = subprocess.Popen(
+        worker_command("--worker-id", "other", "--processes", "2", "--queue", "elsewhere"),
+        cwd=ROOT, env=worker_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    started.append(other)
+    worker = start_worker(started, worker_env)
+
+    wait_for(
+        lambda: len(strait_children(worker.pid)) == 1,
+        timeout=START_TIMEOUT,
+        why=lambda: f"children: {strait_children(worker.pid)}; exit code {worker.poll()}",
+    )
+    wait_for(
+        lambda: WorkerProcess.objects.filter(worker_id="other").exists(),
+        timeout=START_TIMEOUT,
+        why=lambda: f"worker 'other' not registered; exit code {other.poll()}",
+    )
+    time.sleep(1)  # it decides right after registering; a child would be up by now
+    assert strait_children(other.pid) == [] and other.poll() is None

@@ -182,6 +182,7 @@ class ProcessPool:
         #: Run id -> why it must stop (set by ``stop_run``; read by the watch).
         self._stop: dict[int, str] = {}
         self._retiring: set[asyncio.Task[None]] = set()
+        self._warming: asyncio.Task[None] | None = None
         self.spawned = 0
 
     @property
@@ -276,6 +277,10 @@ class ProcessPool:
 
     # -- children -------------------------------------------------------------------
 
+    def start_warming(self) -> None:
+        """Start the children in the background; runs that need one meanwhile wait for it."""
+        self._warming = self._loop.create_task(self.warm())
+
     async def warm(self) -> None:
         """Start children until ``size`` are alive (at start-up, when process jobs exist).
 
@@ -292,6 +297,8 @@ class ProcessPool:
                 logger.error("starting a child process failed: %s", child)
 
     async def _take(self) -> Child:
+        if self._warming is not None and not self._warming.done():
+            await asyncio.shield(self._warming)
         while self._idle:
             child = self._idle.pop()
             if child.alive:
@@ -373,6 +380,8 @@ class ProcessPool:
 
     async def close(self) -> None:
         """Stop every child: idle ones are told to exit, busy ones killed; wait for all."""
+        if self._warming is not None:
+            await asyncio.gather(self._warming, return_exceptions=True)
         for child in list(self._children):
             if child in self._idle:
                 self._retire(child)
