@@ -86,7 +86,7 @@ class Command(BaseCommand):
             default=None,
             help="Most child processes for process jobs (execution='process'); "
             "default: the CPU count. Started with the worker when an enabled process job "
-            "exists, else at the first process run.",
+            "is in its queues, else at the first process run.",
         )
         parser.add_argument(
             "--burst", action="store_true", help="Drain the runs that are due now, then exit 0."
