@@ -199,3 +199,30 @@ def test_worker_metrics__count_oom_kills_by_job_and_preset():
     value = metrics.registry.get_sample_value
     assert value("strait_worker_oom_kills_total", {"job": "crunch", "preset": "micro"}) == 1
     assert value("strait_worker_oom_kills_total", {"job": "crunch", "preset": "small-1x"}) is None
+
+
+def test_process__a_timeout_kills_what_the_handler_started_too(burst, tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    run = trigger("test-process-grandchild", {"pidfile": str(pidfile)})
+
+    burst(processes=1)
+
+    run.refresh_from_db()
+    assert run.error_type == "python.timeout"
+    grandchild = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert not _alive(grandchild)
+    finally:
+        if _alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False

@@ -153,3 +153,16 @@ def process_memory_error(payload):
 async def process_async(payload, context):
     await asyncio.sleep(0)
     return {"async": True, "pid": os.getpid(), "attempt": context.attempt}
+
+
+@job(name="test-process-grandchild", execution="process", max_attempts=1, timeout=2)
+def process_grandchild(payload):
+    """Starts a process of its own, writes its pid to ``pidfile``, then never returns."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    with open(payload["pidfile"], "w") as f:
+        f.write(str(proc.pid))
+    while True:
+        time.sleep(0.1)

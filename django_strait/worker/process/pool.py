@@ -108,10 +108,17 @@ class Child:
         return not self.killed and self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the child (it may hold a handler that ignores every other signal)."""
+        """SIGKILL the child and its process group: any process its handler started too.
+
+        SIGKILL, since a handler may ignore every other signal. The child leads a
+        process group of its own (it was started in a new session).
+        """
         self.killed = True
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
 
     def receive(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[dict[str, Any] | None]:
         """Return a future of the child's next message (None: the pipe closed, it died)."""
@@ -343,6 +350,7 @@ class ProcessPool:
                 [sys.executable, "-m", "django_strait.worker.process.child", str(os.getpid()),
                  *(str(fd) for fd in theirs)],
                 pass_fds=theirs, env=_child_env(), stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
             for fd in (*theirs, commands_w, results_r, lifeline_w):
