@@ -134,8 +134,11 @@ def test_process__a_handler_past_its_timeout_is_killed_as_python_timeout(burst):
 def test_process__children_are_reused_then_recycled_after_process_max_runs(burst, settings):
     settings.STRAIT = {**settings.STRAIT, "PROCESS_MAX_RUNS": 2}
     runs = [trigger("test-process-echo", {"i": i}) for i in range(5)]
+    fds = len(os.listdir("/proc/self/fd"))
 
     burst(processes=1, concurrency=1)
+
+    assert len(os.listdir("/proc/self/fd")) <= fds  # every replaced child's pipes closed
 
     pids = [JobRun.objects.get(pk=r.pk).result["pid"] for r in runs]
     # One child at a time, each running two runs before it is replaced.

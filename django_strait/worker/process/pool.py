@@ -315,8 +315,9 @@ class ProcessPool:
         return await self._spawn()
 
     def _give_back(self, child: Child) -> None:
-        if not child.alive:
+        if not child.alive:  # killed (or died) after it answered: reap it, close its pipes
             self._forget(child)
+            self._reap_later(child)
             return
         child.runs += 1
         grown = (resident_bytes(child.pid) or 0) - child.started_rss
@@ -329,6 +330,9 @@ class ProcessPool:
         self._forget(child)
         with contextlib.suppress(OSError, ValueError):
             child.commands.send_bytes(wire.dumps({"stop": True}))
+        self._reap_later(child)
+
+    def _reap_later(self, child: Child) -> None:
         task = self._loop.create_task(child.reaped())
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
@@ -396,9 +400,7 @@ class ProcessPool:
             else:
                 child.kill()
                 self._forget(child)
-                task = self._loop.create_task(child.reaped())
-                self._retiring.add(task)
-                task.add_done_callback(self._retiring.discard)
+                self._reap_later(child)
         if self._retiring:
             await asyncio.gather(*self._retiring, return_exceptions=True)
 
