@@ -159,3 +159,25 @@ def test_process__the_pool_starts_with_the_worker_only_when_its_queues_have_proc
     )
     time.sleep(1)  # it decides right after registering; a child would be up by now
     assert strait_children(other.pid) == [] and other.poll() is None
+
+
+def test_process__a_spinning_handler_ends_as_python_timeout_within_3s(worker_env, started):
+    registry.synced_row("test-process-spin")  # timeout_secs 2, max_attempts 1
+    worker = start_worker(started, {**worker_env, "STRAIT_POLL_INTERVAL": "50ms"})
+    wait_for(
+        lambda: strait_children(worker.pid) and WorkerProcess.objects.filter(worker_id="proc"),
+        timeout=START_TIMEOUT,
+        why=lambda: f"worker not up; exit code {worker.poll()}",
+    )
+    time.sleep(1)  # the child has set Django up
+
+    began = time.monotonic()
+    run = trigger("test-process-spin", {})
+    took = wait_for(
+        lambda: status_of(run.pk) == "dead_letter", timeout=10, why=lambda: status_of(run.pk)
+    )
+
+    assert took < 3, took
+    run.refresh_from_db()
+    assert run.error_type == "python.timeout"
+    assert time.monotonic() - began < 3

@@ -37,6 +37,17 @@ def no_children_left() -> Iterator[None]:
     assert not left, f"child processes outlived the worker: {left}"
 
 
+def open_pipes() -> int:
+    """How many pipes this process holds open (the pool's three per child among them)."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
+        except OSError:
+            pass
+    return found
+
+
 def attempts(run: JobRun) -> list[tuple]:
     return list(
         RunAttempt.objects.filter(run=run)
@@ -125,8 +136,8 @@ def test_process__a_handler_past_its_timeout_is_killed_as_python_timeout(burst):
 
     run.refresh_from_db()
     assert (run.status, run.error_type) == ("dead_letter", "python.timeout")
-    took = (run.finished_at - run.started_at).total_seconds()
-    assert 2 <= took < 3, took
+    # The handler's own time in its child (the clock starts when the child has the run).
+    assert 2000 <= run.attempts.get().duration_ms < 3000
     assert time.monotonic() - began < 30
     assert attempts(run) == [(1, "timed_out", "micro", "python.timeout")]
 
@@ -134,11 +145,11 @@ def test_process__a_handler_past_its_timeout_is_killed_as_python_timeout(burst):
 def test_process__children_are_reused_then_recycled_after_process_max_runs(burst, settings):
     settings.STRAIT = {**settings.STRAIT, "PROCESS_MAX_RUNS": 2}
     runs = [trigger("test-process-echo", {"i": i}) for i in range(5)]
-    fds = len(os.listdir("/proc/self/fd"))
+    pipes = open_pipes()
 
     burst(processes=1, concurrency=1)
 
-    assert len(os.listdir("/proc/self/fd")) <= fds  # every replaced child's pipes closed
+    assert open_pipes() <= pipes  # every replaced child's pipes were closed
 
     pids = [JobRun.objects.get(pk=r.pk).result["pid"] for r in runs]
     # One child at a time, each running two runs before it is replaced.

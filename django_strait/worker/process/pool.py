@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -252,11 +252,13 @@ class ProcessPool:
         if message is not None and "kind" in message:
             return wire.outcome_from_wire(message)  # it answered before the kill landed
         returncode = await child.reaped()
+        # The attempt's duration is the child's time with the run (not the wait for a child).
+        spent = {"duration_ms": int((time.monotonic() - began) * 1000)}
         if verdict is not None:
-            return verdict
+            return replace(verdict, **spent)
         if task.run_id in self._stop:
-            return _stopped(self._stop[task.run_id])
-        outcome = wire.died(returncode)
+            return replace(_stopped(self._stop[task.run_id]), **spent)
+        outcome = replace(wire.died(returncode), **spent)
         logger.warning(
             "the child of run %s (pid %s) died: %s (peak resident memory %s)",
             task.run_id, child.pid, outcome.error, show_bytes(peak),
