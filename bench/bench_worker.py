@@ -223,16 +223,25 @@ def delivered_count() -> int:
         return c.fetchone()[0]
 
 
-def drain(job: str, n: int, concurrency: int, batch: int, webhooks: bool = False) -> dict:
+def drain(
+    job: str,
+    n: int,
+    concurrency: int,
+    batch: int,
+    extra: list[str] | None = None,
+    payload: dict | None = None,
+    webhooks: bool = False,
+) -> dict:
+    """Drain N runs of ``job`` with one worker (``extra``: more worker options)."""
     from django.db import connections
 
     from django_strait import trigger_many
 
     clear()
-    trigger_many(job, [{"i": i} for i in range(n)])
+    trigger_many(job, [{"i": i, **(payload or {})} for i in range(n)])
     connections.close_all()
     t0 = time.perf_counter()
-    proc = spawn_worker(concurrency, batch)
+    proc = spawn_worker(concurrency, batch, extra)
     first = None
     first_done = 0
     cpu_first = None
@@ -375,7 +384,13 @@ def main() -> None:
                 raw["bulk_trigger"].append(bulk_trigger(args.n))
             if "drain_noop" in phases:
                 raw["drain_noop"].append(
-                    drain("bench-noop", args.n, args.concurrency, args.batch_size, args.webhook)
+                    drain(
+                        "bench-noop",
+                        args.n,
+                        args.concurrency,
+                        args.batch_size,
+                        webhooks=args.webhook,
+                    )
                 )
             if "drain_http" in phases:
                 raw["drain_http"].append(

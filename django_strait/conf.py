@@ -28,6 +28,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_strait import __version__
+from django_strait.presets import DEFAULT_PRESETS, Chain, parse_chain
 from django_strait.retry import (
     BUILTIN,
     FIELDS,
@@ -236,6 +237,18 @@ def _policy_text(text: str, field: str) -> Any:
         raise PolicyError(field, text, allowed, problem=f"invalid JSON ({exc})") from None
 
 
+def _presets(value: Any, field: str) -> Chain:
+    return value if isinstance(value, Chain) else parse_chain(value, field)
+
+
+def _presets_text(text: str, field: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        allowed = 'a JSON object of preset name -> memory, e.g. {"micro": "256MB", "small": "1GB"}'
+        raise PolicyError(field, text, allowed, problem=f"invalid JSON ({exc})") from None
+
+
 KEYS: dict[str, Key] = {
     key.name: key
     for key in (
@@ -275,6 +288,9 @@ KEYS: dict[str, Key] = {
         # Completion webhooks: each delivery's deadline, and most in flight per worker.
         Key("WEBHOOK_TIMEOUT", 10.0, _duration(positive=True), _text),
         Key("WEBHOOK_CONCURRENCY", 50, _integer(1), _int_text),
+        # Process execution (DESIGN §12): the memory preset chain, and runs per child.
+        Key("PRESETS", parse_chain(DEFAULT_PRESETS), _presets, _presets_text),
+        Key("PROCESS_MAX_RUNS", 1000, _integer(1), _int_text),
     )
 }
 
@@ -422,6 +438,8 @@ class StraitSettings:
     API_MAX_PAYLOAD_BYTES: int
     WEBHOOK_TIMEOUT: float
     WEBHOOK_CONCURRENCY: int
+    PRESETS: Chain
+    PROCESS_MAX_RUNS: int
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}

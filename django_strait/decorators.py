@@ -49,13 +49,20 @@ def job(
     retry: Mapping[str, Any] | None = None,
     timeout: float | None = None,
     description: str | None = None,
+    execution: str | None = None,
+    preset: str | None = None,
 ) -> Any:
-    """Register a Python function (sync or ``async``) as a job and its handler."""
+    """Register a Python function (sync or ``async``) as a job and its handler.
+
+    ``execution="process"`` runs each attempt in a child process of the worker's
+    pool, under the memory limit of ``preset`` (a ``STRAIT["PRESETS"]`` name).
+    """
 
     def register(fn: Callable[..., Any]) -> Handler:
         spec = registry.spec_of(
             fn, name=name, queue=queue, priority=priority, max_attempts=max_attempts,
-            retry=retry, timeout=timeout, description=description,
+            retry=retry, timeout=timeout, description=description, execution=execution,
+            preset=preset,
         )  # fmt: skip
         wrapped = Handler(fn, spec)
         registry.register(wrapped)

@@ -15,7 +15,9 @@ from typing import Any
 from django.utils.text import slugify
 
 from django_strait.callables import dotted_path
-from django_strait.models import Job
+from django_strait.conf import strait_settings
+from django_strait.models import Execution, Job
+from django_strait.presets import NAME_MAX_LENGTH
 from django_strait.retry import JOB_COLUMNS, PolicyError, check_registered, validate_partial
 
 #: Job name -> what registered it (a ``decorators.Handler``: its ``spec`` and function).
@@ -55,13 +57,37 @@ def spec_of(
     retry: Mapping[str, Any] | None,
     timeout: float | None,
     description: str | None,
+    execution: str | None = None,
+    preset: str | None = None,
 ) -> JobSpec:
     """Return what ``@job(...)`` declares about ``fn``, its options checked."""
+    columns = _columns(queue, priority, max_attempts, retry, timeout, description)
+    columns.update(_execution_columns(execution, preset))
     return JobSpec(
         name=name or slugify(fn.__name__.replace("_", "-")),
         path=dotted_path(fn),
-        columns=_columns(queue, priority, max_attempts, retry, timeout, description),
+        columns=columns,
     )
+
+
+def _execution_columns(execution: str | None, preset: str | None) -> dict[str, Any]:
+    """Check ``@job(execution=, preset=)``; the preset's name is checked against the
+    settings when the row is written (settings may not be ready at import time)."""
+    columns: dict[str, Any] = {}
+    if execution is not None:
+        if execution not in Execution.values:
+            allowed = " or ".join(repr(v) for v in Execution.values)
+            raise ValueError(f"@job(execution={execution!r}): must be {allowed}")
+        columns["execution"] = execution
+    if preset is not None:
+        if not isinstance(preset, str) or not preset or len(preset) > NAME_MAX_LENGTH:
+            raise ValueError(
+                f"@job(preset={preset!r}): must be the name of a STRAIT['PRESETS'] entry"
+            )
+        if execution != Execution.PROCESS:
+            raise ValueError(f"@job(preset={preset!r}) needs execution='process'")
+        columns["preset"] = preset
+    return columns
 
 
 def _columns(queue, priority, max_attempts, retry, timeout, description) -> dict[str, Any]:
@@ -106,6 +132,7 @@ def sync(entry: Any) -> Job:
     spec = entry.spec
     check_registered({"function": spec.columns.get("retry_function")}, prefix="@job.retry")
     wanted = {"handler": spec.path, "endpoint_url": "", **spec.columns}
+    _check_preset(spec)
     row, created = Job.objects.get_or_create(name=spec.name, defaults=wanted)
     changed = [k for k, v in wanted.items() if getattr(row, k) != v]
     if not created and changed:
@@ -114,6 +141,15 @@ def sync(entry: Any) -> Job:
         row.save(update_fields=[*changed, "updated_at"])
     _synced.add(spec.name)
     return row
+
+
+def _check_preset(spec: JobSpec) -> None:
+    preset = spec.columns.get("preset")
+    names = strait_settings.PRESETS.names
+    if preset and preset not in names:
+        raise ValueError(
+            f"@job(preset={preset!r}) on {spec.path}: not a preset; allowed: {', '.join(names)}"
+        )
 
 
 def sync_all() -> list:

@@ -36,6 +36,7 @@ from django_strait.models import (
     WebhookDelivery,
     WorkflowRun,
 )
+from django_strait.presets import OOM_OUTCOME
 from django_strait.states import RunStatus
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ run_dead_lettered = Signal()
 run_discarded = Signal()
 #: The run was canceled (before it started, or when its running attempt returned).
 run_canceled = Signal()
+#: A process run's child was killed for memory (DESIGN §12), sent with the attempt's
+#: signal: adds ``preset`` (the attempt's) and ``next_preset`` (None at the last preset).
+run_oom = Signal()
 
 #: An endpoint's circuit opened (sent by the circuit breaker, ``sender=EndpointCircuit``).
 circuit_opened = Signal()
@@ -96,6 +100,10 @@ SIGNAL_FOR_STATUS: Mapping[str, Signal] = {
     RunStatus.DISCARDED: run_discarded,
     RunStatus.CANCELED: run_canceled,
 }
+
+
+#: Every signal an ended attempt may send.
+_ATTEMPT_SIGNALS = (*SIGNAL_FOR_STATUS.values(), run_oom)
 
 
 def listened(signal: Signal) -> bool:
@@ -187,15 +195,19 @@ def send_recorded(
     the truth (a run whose cancel was asked meanwhile is canceled, whatever its
     record said); records of lost runs send nothing.
     """
-    if not recorded.moved or not any(listened(s) for s in SIGNAL_FOR_STATUS.values()):
+    if not recorded.moved or not any(listened(s) for s in _ATTEMPT_SIGNALS):
         return
     moved = [rec for rec in records if rec.run_id in recorded.moved]
     names = _names([rec.run_id for rec in moved], job_names, using)
     for rec in moved:
         status = recorded.moved[rec.run_id]
         signal = SIGNAL_FOR_STATUS.get(status)
+        kwargs = _record_kwargs(rec, status, names.get(rec.run_id, ""))
         if signal is not None and listened(signal):
-            _send(signal, **_record_kwargs(rec, status, names.get(rec.run_id, "")))
+            _send(signal, **kwargs)
+        if rec.outcome == OOM_OUTCOME and listened(run_oom):
+            following = rec.run_preset if rec.free_attempt else None
+            _send(run_oom, **kwargs, preset=rec.preset, next_preset=following)
 
 
 def _record_kwargs(rec: Record, status: str, job: str) -> dict[str, Any]:

@@ -87,7 +87,12 @@ MEDIA_URL = "/media/"
 # Tests log users in often; the production hasher's 1M iterations only slow them.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
-STRAIT = {"ALLOWED_PRIVATE_NETWORKS": ["127.0.0.0/8", "::1/128"]}
+STRAIT = {
+    "ALLOWED_PRIVATE_NETWORKS": ["127.0.0.0/8", "::1/128"],
+    # Small presets, so that process tests allocate past them quickly (a child starts
+    # at about 60MB resident with Django and the test app loaded).
+    "PRESETS": {"micro": "160MB", "small-1x": "320MB", "small-2x": "480MB"},
+}
 
 #: Django's task framework, when this Django has it (6.0+) or the backport is installed:
 #: tests/integration/test_django_tasks.py runs tests/testapp/tasks.py on Strait.

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from django_strait.models import Job
+from django_strait.models import Execution, Job
 from django_strait.triggering import TriggerError
 
 #: What the admin shows in place of a stored header value; posted back, it keeps the value.
@@ -154,6 +154,13 @@ class JobForm(forms.ModelForm):
         self.fields["signing_secret"].help_text = (
             secret_state(self._secret) + SECRET_EDIT[bool(self._secret)]
         )
+        if "execution" in self.fields:
+            # A form posted without it (a script, an older page) keeps the job as it is.
+            self.fields["execution"].required = False
+
+    def clean_execution(self) -> str:
+        chosen = self.cleaned_data.get("execution")
+        return chosen or self.instance.execution or Execution.THREAD
 
     def clean_headers(self) -> object:
         edited = self.cleaned_data.get("headers")

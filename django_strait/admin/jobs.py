@@ -26,7 +26,7 @@ from django_strait.admin import endpoints
 from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
 from django_strait.admin.overview import overview_view
 from django_strait.database import alias
-from django_strait.models import Job, JobRun, RunRollup
+from django_strait.models import Job, JobPresetRecommendation, JobRun, RunRollup
 from django_strait.states import TERMINAL, RunStatus
 from django_strait.triggering import TriggerError, trigger
 
@@ -97,7 +97,7 @@ class JobAdmin(admin.ModelAdmin):
     change_form_template = "admin/django_strait/job_change_form.html"
     # The signing secret and header values are written, never shown (DESIGN §14).
     form = JobForm
-    readonly_fields = ("created_at", "updated_at")
+    readonly_fields = ("recommended_preset", "created_at", "updated_at")
     # A URL typed without a scheme means https (Django 6's default; 5.x warns without it).
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
     fieldsets = (
@@ -111,6 +111,9 @@ class JobAdmin(admin.ModelAdmin):
             "retry_backoff_coefficient", "retry_max_delay_secs", "retry_delays_secs",
             "retry_jitter", "retry_jitter_window_secs", "retry_function", "non_retryable_errors",
             "on_exhaustion",
+        )}),
+        ("Execution (Python jobs: thread, or a child process with a memory preset)", {"fields": (
+            "execution", "preset", "recommended_preset",
         )}),
         ("Limits (across all workers; empty = none)", {"fields": (
             "max_concurrency", "rate_limit_max", "rate_limit_window_secs",
@@ -126,6 +129,16 @@ class JobAdmin(admin.ModelAdmin):
         )}),
         (None, {"fields": ("created_at", "updated_at")}),
     )  # fmt: skip
+
+    @admin.display(description="recommended preset")
+    def recommended_preset(self, job: Job) -> str:
+        """The preset the job's runs start at after an OOM kill, while it lasts (24 h)."""
+        rec = JobPresetRecommendation.objects.filter(job_id=job.pk).first() if job.pk else None
+        if rec is None or rec.expires_at <= timezone.now():
+            return "-"
+        return (
+            f"{rec.preset} (after an out-of-memory kill; until {rec.expires_at:%Y-%m-%d %H:%M} UTC)"
+        )
 
     @admin.display(description="target")
     def target(self, job: Job) -> str:

@@ -66,7 +66,7 @@ class RunAttemptInline(admin.TabularInline):
     extra = 0
     can_delete = False
     fields = (
-        "number", "outcome", "status_code", "error_type", "error", "duration_ms",
+        "number", "outcome", "preset", "status_code", "error_type", "error", "duration_ms",
         "started_at", "endpoint", "worker", "response_excerpt",
     )  # fmt: skip
     readonly_fields = fields
@@ -191,7 +191,7 @@ class JobRunAdmin(admin.ModelAdmin):
             "result_json", "error_type", "last_error", "endpoint_used",
         )}),
         ("Attempts and retry", {"fields": (
-            "attempt", "attempts_before_replay", "max_attempts", "retry_overrides_json",
+            "attempt", "attempts_before_replay", "max_attempts", "retry_overrides_json", "preset",
         )}),
         ("Worker", {"fields": (
             "claimed_by", "dequeued_at", "started_at", "heartbeat_at", "finished_at",

@@ -127,7 +127,7 @@ class AttemptSerializer(serializers.ModelSerializer):
     class Meta:
         model = RunAttempt
         fields = (
-            "number", "outcome", "status_code", "error_type", "error", "endpoint",
+            "number", "outcome", "preset", "status_code", "error_type", "error", "endpoint",
             "started_at", "finished_at", "duration_ms", "worker", "response_excerpt",
         )  # fmt: skip
         read_only_fields = fields
@@ -150,7 +150,8 @@ class RunSerializer(serializers.ModelSerializer):
         fields = (
             "id", "job", "status", "payload", "queue", "priority", "available_at",
             "idempotency_key", "attempt", "max_attempts", "retry_overrides", "result",
-            "error_type", "last_error", "endpoint_used", "cancel_requested", "replay_count",
+            "error_type", "last_error", "endpoint_used", "preset", "cancel_requested",
+            "replay_count",
             "replayed_by", "replayed_at", "reserved_cost", "actual_cost", "created_at",
             "updated_at", "dequeued_at", "started_at", "finished_at", "attempts",
         )  # fmt: skip
@@ -212,7 +213,7 @@ JOB_FIELDS = (
     "retry_function", "non_retryable_errors", "on_exhaustion", "schedule", "timezone",
     "schedule_missed", "schedule_overlap", "retention_days", "max_concurrency", "rate_limit_max",
     "rate_limit_window_secs", "project", "estimated_cost", "webhook_url", "webhook_events",
-    "webhook_retry",
+    "webhook_retry", "execution", "preset",
 )  # fmt: skip
 
 

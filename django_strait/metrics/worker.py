@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from django_strait.presets import OOM_OUTCOME
 from django_strait.signals import workflow_completed, workflow_failed
 
 if TYPE_CHECKING:
@@ -71,6 +72,17 @@ class WorkerMetrics:
             buckets=LAG_BUCKETS,
             registry=self.registry,
         )
+        self.oom_kills = Counter(
+            "strait_worker_oom_kills",
+            "Process attempts killed for memory (outcome oom), by job and the preset they ran at.",
+            ["job", "preset"],
+            registry=self.registry,
+        )
+        self.processes = Gauge(
+            "strait_worker_processes",
+            "Child processes alive in this worker's pool (process jobs).",
+            registry=self.registry,
+        )
         self.in_flight = Gauge(
             "strait_worker_in_flight", "Runs this worker is executing.", registry=self.registry
         )
@@ -100,6 +112,8 @@ class WorkerMetrics:
             job = names.get(rec.run_id, "")
             self.runs_finished.labels(job, status).inc()
             self.attempt_duration.labels(job, rec.outcome).observe(rec.duration_ms / 1000)
+            if rec.outcome == OOM_OUTCOME:
+                self.oom_kills.labels(job, rec.preset).inc()
         if recorded.lost:
             self.lost.inc(len(recorded.lost))
 
@@ -129,6 +143,10 @@ class WorkerMetrics:
     def watch_in_flight(self, count: Callable[[], int]) -> None:
         """Report ``count()`` as the in-flight gauge, called at each scrape."""
         self.in_flight.set_function(count)
+
+    def watch_processes(self, count: Callable[[], int]) -> None:
+        """Report ``count()`` as the pool's gauge of child processes, called at each scrape."""
+        self.processes.set_function(count)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:
         """Serve these metrics over HTTP on a daemon thread; return the bound port."""

@@ -5,8 +5,16 @@ from django_strait.models.attempt import AttemptOutcome, RunAttempt
 from django_strait.models.budget import BudgetLedger, Project
 from django_strait.models.circuit import CircuitState, EndpointCircuit
 from django_strait.models.health import EndpointHealth, HealthLevel, HealthSample
-from django_strait.models.job import HttpMethod, Job, MissedTicks, OnExhaustion, Overlap
+from django_strait.models.job import (
+    Execution,
+    HttpMethod,
+    Job,
+    MissedTicks,
+    OnExhaustion,
+    Overlap,
+)
 from django_strait.models.limits import JobRateAdmission
+from django_strait.models.preset import JobPresetRecommendation
 from django_strait.models.rollup import RunRollup
 from django_strait.models.run import DeadLetter, JobRun
 from django_strait.models.webhook import DeliveryStatus, WebhookDelivery
@@ -30,10 +38,12 @@ __all__ = [
     "DeliveryStatus",
     "EndpointCircuit",
     "EndpointHealth",
+    "Execution",
     "HealthLevel",
     "HealthSample",
     "HttpMethod",
     "Job",
+    "JobPresetRecommendation",
     "JobRateAdmission",
     "MissedTicks",
     "JobRun",

@@ -11,6 +11,8 @@ class AttemptOutcome(models.TextChoices):
     TIMED_OUT = "timed_out"
     SHORT_CIRCUITED = "short_circuited"
     SYSTEM_FAILED = "system_failed"
+    #: A child process killed for memory (DESIGN §12): retried at the next preset.
+    OOM = "oom"
 
 
 class RunAttempt(models.Model):
@@ -30,6 +32,8 @@ class RunAttempt(models.Model):
     error = models.TextField(blank=True)
     response_excerpt = models.TextField(blank=True)
     worker = models.CharField(max_length=200, blank=True)
+    #: The memory preset a process attempt ran at (empty: a thread attempt).
+    preset = models.CharField(max_length=50, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["run_id", "number"]

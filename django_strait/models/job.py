@@ -9,7 +9,7 @@ from django.core.validators import MaxLengthValidator
 from django.db import models
 from django.db.models import Q
 
-from django_strait import bounds
+from django_strait import bounds, presets
 from django_strait.conf import strait_settings
 from django_strait.cron import ScheduleError, check_schedule, check_timezone
 from django_strait.dispatch.addresses import url_problem
@@ -40,6 +40,15 @@ class MissedTicks(models.TextChoices):
 class Overlap(models.TextChoices):
     ALLOW = "allow", "Allow"
     SKIP = "skip", "Skip while a run is active"
+
+
+class Execution(models.TextChoices):
+    """Where a Python job's handler runs (DESIGN §12)."""
+
+    #: On the worker's threads (or its event loop, for ``async def``): the default.
+    THREAD = "thread", "Worker thread"
+    #: In a child process of the worker's pool, under its preset's memory limit.
+    PROCESS = "process", "Child process (memory preset, hard timeout)"
 
 
 class RetryStrategy(models.TextChoices):
@@ -85,6 +94,22 @@ class Job(models.Model):
     )
     timeout_secs = models.FloatField(
         default=30.0, validators=bounds.within(*bounds.TIMEOUT_SECS, "seconds")
+    )
+    # Process execution (DESIGN §12): Python jobs only.
+    execution = models.CharField(
+        max_length=10,
+        choices=Execution.choices,
+        default=Execution.THREAD,
+        db_default=Execution.THREAD,  # rows written by SQL (older releases, scripts) too
+        help_text="process: each run in a child process with a memory limit and a hard timeout.",
+    )
+    preset = models.CharField(
+        max_length=presets.NAME_MAX_LENGTH,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The memory preset runs start at (a STRAIT['PRESETS'] name); "
+        "empty = the first. Process jobs only.",
     )
 
     # Retry policy columns: null means "inherit the default", distinct from any value,
@@ -235,7 +260,10 @@ def definition_problems(job: Job, *, fields: bool = True) -> dict[str, list[str]
             job.clean_fields(exclude=["project"])
         except ValidationError as exc:
             errors.update({name: list(messages) for name, messages in exc.message_dict.items()})
-    checks = (target_problems, limit_problems, policy_problems, schedule_problems, webhook_problems)
+    checks = (
+        target_problems, limit_problems, policy_problems, schedule_problems, webhook_problems,
+        execution_problems,
+    )  # fmt: skip
     for check in checks:
         for name, problem in check(job):
             errors.setdefault(name, []).append(problem)
@@ -334,4 +362,19 @@ def limit_problems(job: Job) -> list[tuple[str, str]]:
         )
     if job.project_id is not None and job.estimated_cost is None:
         problems.append(("estimated_cost", "Required when the job has a project (a cost >= 0)."))
+    return problems
+
+
+def execution_problems(job: Job) -> list[tuple[str, str]]:
+    """Return (field, message) when the execution or the preset cannot be used."""
+    problems = []
+    if job.execution == Execution.PROCESS and not job.handler:
+        problems.append(("execution", "process execution is for Python jobs (set a handler)."))
+    chain = strait_settings.PRESETS
+    if not isinstance(job.preset, str) or (job.preset and job.preset not in chain.names):
+        problems.append(
+            ("preset", f"{job.preset!r} is not a preset; allowed: {', '.join(chain.names)}.")
+        )
+    elif job.preset and job.execution != Execution.PROCESS:
+        problems.append(("preset", "a preset is for process execution (execution='process')."))
     return problems

@@ -24,7 +24,8 @@ class JobRun(models.Model):
     )
     #: Attempts started so far (all time; see ``attempts_before_replay``).
     attempt = models.PositiveIntegerField(default=0, editable=False)
-    #: ``attempt`` at the last replay: the retry budget counts from here.
+    #: Attempts that do not count against the retry budget: ``attempt`` at the last
+    #: replay, plus each attempt killed for memory since (retried at the next preset).
     attempts_before_replay = models.PositiveIntegerField(default=0, editable=False)
     max_attempts = models.PositiveIntegerField(
         null=True,
@@ -54,6 +55,8 @@ class JobRun(models.Model):
     last_error = models.TextField(blank=True, editable=False)
     error_type = models.CharField(max_length=200, blank=True, editable=False)
     endpoint_used = models.CharField(max_length=2048, blank=True, editable=False)
+    #: A process run's memory preset: its last attempt's, or the next one after an OOM.
+    preset = models.CharField(max_length=50, blank=True, default="", db_default="", editable=False)
     #: The budget reserved for the attempt in flight, and what the attempts spent so far.
     reserved_cost = models.DecimalField(
         max_digits=18, decimal_places=6, null=True, blank=True, editable=False

@@ -34,7 +34,14 @@ from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import Health
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import Transition
-from django_strait.storage.values import Claimed, Hold, RecordBatch, Recorded, Rescued
+from django_strait.storage.values import (
+    Claimed,
+    Hold,
+    PresetsOf,
+    RecordBatch,
+    Recorded,
+    Rescued,
+)
 
 
 class Storage(Protocol):
@@ -74,6 +81,15 @@ class Storage(Protocol):
 
     def record(self, batch: RecordBatch) -> Recorded:
         """Move each run as its record says, append its attempt, apply every record part."""
+
+    # The worker's process runs (DESIGN §12).
+    def presets_of(
+        self, run_ids: Sequence[int], job_ids: Sequence[int], *, now: dt.datetime
+    ) -> PresetsOf:
+        """Return process runs' stored presets and their jobs' recommendations still in force."""
+
+    def let_go(self, worker_id: str, run_ids: Sequence[int]) -> list[int]:
+        """Return the runs among ``run_ids`` not executing under this worker, or asked to cancel."""
 
     # Protection steps.
     def enforce_limits(

@@ -21,15 +21,23 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from django.db import connections
-from django.db.models import F, Value
+from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from django_strait.models import BudgetLedger, EndpointHealth, JobRun
+from django_strait.conf import strait_settings
+from django_strait.models import (
+    BudgetLedger,
+    EndpointHealth,
+    JobPresetRecommendation,
+    JobRun,
+    RunAttempt,
+)
+from django_strait.presets import RECOMMENDATION_TTL_SECS, Chain
 from django_strait.resilience import budgets, health
 from django_strait.states import TERMINAL
 from django_strait.storage import webhooks, workflows
-from django_strait.storage.values import RecordBatch
+from django_strait.storage.values import Record, RecordBatch
 from django_strait.webhooks import events
 
 ZERO = Decimal(0)
@@ -201,6 +209,10 @@ class Workflows:
 
     name = "workflow"
 
+    def wanted(self, batch: RecordBatch) -> bool:
+        """Whether the batch has workflow steps (else PostgreSQL skips the part)."""
+        return any(r.step_run_id for r in batch.records)
+
     def steps(self, batch: RecordBatch, moved: Mapping[int, str]) -> list[int]:
         """The batch's moved runs that are workflow steps."""
         return [r.run_id for r in batch.records if r.step_run_id and r.run_id in moved]
@@ -214,7 +226,73 @@ class Workflows:
             workflows.advance(alias, ids, timezone.now())
 
 
+class Presets:
+    """Process runs (DESIGN §12): each attempt's preset, the run's, and after an OOM kill the
+    budget it did not spend and the preset the job's future runs start at.
+
+    Only batches with process runs carry it, as a step after the record's statement in
+    its transaction: thread runs, the hot path, write nothing more. A recommendation
+    is raised, or renewed for another 24 h, never lowered while it lasts: two runs
+    killed at different presets leave the larger.
+    """
+
+    name = "presets"
+
+    def wanted(self, batch: RecordBatch) -> bool:
+        return any(r.preset for r in batch.records)
+
+    def params(self, batch: RecordBatch) -> dict[str, Any]:
+        return {}
+
+    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
+        done = [r for r in batch.records if r.preset and r.run_id in moved]
+        if not done:
+            return
+        _note_presets(alias, done)
+        chain = strait_settings.PRESETS
+        wanted: dict[int, Record] = {}
+        for rec in done:
+            before = wanted.get(rec.job_id)
+            if rec.recommend and (
+                before is None or chain.rank(rec.recommend) >= chain.rank(before.recommend)
+            ):
+                wanted[rec.job_id] = rec
+        for job_id in sorted(wanted):  # job order: two workers never deadlock
+            _recommend(alias, job_id, wanted[job_id], chain)
+
+
+def _note_presets(alias: str, done: list[Record]) -> None:
+    """Write each attempt's preset and its run's; an OOM retried at the next preset is free."""
+    by_run: dict[tuple[str, bool], list[int]] = {}
+    by_attempt: dict[str, Q] = {}
+    for rec in done:
+        by_run.setdefault((rec.run_preset, rec.free_attempt), []).append(rec.run_id)
+        by_attempt[rec.preset] = by_attempt.get(rec.preset, Q(pk__in=[])) | Q(
+            run_id=rec.run_id, number=rec.attempt
+        )
+    runs = JobRun.objects.using(alias)
+    for (preset, free), ids in by_run.items():
+        extra = {"attempts_before_replay": F("attempts_before_replay") + 1} if free else {}
+        runs.filter(pk__in=ids).update(preset=preset, **extra)
+    attempts = RunAttempt.objects.using(alias)
+    for preset, which in by_attempt.items():
+        attempts.filter(which).update(preset=preset)
+
+
+def _recommend(alias: str, job_id: int, rec: Record, chain: Chain) -> None:
+    rows = JobPresetRecommendation.objects.using(alias)
+    expires = rec.finished_at + dt.timedelta(seconds=RECOMMENDATION_TTL_SECS)
+    fields = {"preset": rec.recommend, "expires_at": expires, "updated_at": rec.finished_at}
+    rows.bulk_create([JobPresetRecommendation(job_id=job_id, **fields)], ignore_conflicts=True)
+    row = rows.select_for_update().get(job_id=job_id)
+    lasting = row.expires_at > rec.finished_at and chain.rank(row.preset) > chain.rank(
+        rec.recommend
+    )
+    if not lasting:
+        rows.filter(pk=row.pk).update(**fields)
+
+
 #: The parts every record's statement carries, in order.
 RECORD_PARTS: tuple[RecordPart, ...] = (Rollup(), Health(), Ledger(), Webhooks())
 #: The parts that follow the statement in its transaction, on every backend.
-FOLLOWING_PARTS: tuple[Workflows, ...] = (Workflows(),)
+FOLLOWING_PARTS: tuple[Workflows | Presets, ...] = (Workflows(), Presets())

@@ -46,11 +46,21 @@ class Claimed:
     #: A workflow step's ``{"run_id", "step", "parents"}`` (parents: each parent step's
     #: result by step name), loaded when it starts; None for a plain run.
     workflow: dict[str, Any] | None = None
+    #: A process run's memory preset for this attempt (set after the claim; "" for threads).
+    preset: str = ""
 
     @property
     def budget_used(self) -> int:
         """Attempts spent since the run was queued or last replayed."""
         return self.attempt - self.attempts_before_replay
+
+
+@dataclass(frozen=True, slots=True)
+class PresetsOf:
+    """What decides process runs' presets: the runs' own (after an OOM), the jobs' recommended."""
+
+    runs: dict[int, str] = field(default_factory=dict)
+    recommended: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +106,14 @@ class Record:
     cost: Decimal | None = None
     #: The workflow step run of the run (None: a plain run); the DAG moves on with it.
     step_run_id: int | None = None
+    #: Process runs (DESIGN §12): the preset the attempt ran at, the run's preset from
+    #: now on (the next one after an OOM), and whether the attempt is free of the retry
+    #: budget (an OOM retried at the next preset).
+    preset: str = ""
+    run_preset: str = ""
+    free_attempt: bool = False
+    #: The preset the job's future runs should start at (after an OOM), or "".
+    recommend: str = ""
 
     @property
     def spent(self) -> Decimal | None:

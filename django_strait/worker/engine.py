@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from django.conf import settings as django_settings
 from django.db import connections
 from django.utils import timezone
 
@@ -37,12 +39,13 @@ from django_strait.database import alias
 from django_strait.dispatch.http import HttpDispatcher
 from django_strait.duties import default_duties
 from django_strait.metrics.worker import WorkerMetrics
-from django_strait.models import AttemptOutcome
+from django_strait.models import AttemptOutcome, Execution, Job
 from django_strait.outcome import Outcome
 from django_strait.resilience import health as endpoint_health
 from django_strait.resilience.breaker import Attempted, CircuitBreaker
 from django_strait.states import TERMINAL, RunStatus
 from django_strait.storage import Claimed, Record, RecordBatch, Recorded, backend
+from django_strait.storage.values import PresetsOf
 from django_strait.transitions import claim_and_start, record
 from django_strait.wakeup import Listener
 from django_strait.worker.catalog import Catalog
@@ -54,6 +57,7 @@ from django_strait.worker.gate import Gate
 from django_strait.worker.heartbeat import Heartbeats
 from django_strait.worker.lifecycle import Lifecycle
 from django_strait.worker.outcomes import to_record
+from django_strait.worker.process.pool import ProcessPool
 from django_strait.worker.producer import Producer
 from django_strait.worker.webhooks import Deliverer, Sent, announce
 
@@ -62,6 +66,9 @@ __all__ = ["Stats", "Worker", "WorkerConfig"]
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Seconds between checks that the worker still holds its process runs (cancel, reaper).
+PROCESS_WATCH_INTERVAL = 0.5
 
 
 class Worker:
@@ -108,9 +115,15 @@ class Worker:
             limit=cfg.concurrency,
             allowed_networks=strait_settings.ALLOWED_PRIVATE_NETWORKS,
         )
+        self.processes = ProcessPool(
+            loop, size=cfg.processes or os.cpu_count() or 1, max_runs=cfg.process_max_runs,
+            max_result_bytes=cfg.result_max_bytes, settings_module=_settings_module(),
+            databases={a: connections[a].settings_dict["NAME"] for a in connections},
+        )  # fmt: skip
         self.executors = Executors(
             loop, self.catalog, self.http, self.beats,
             threads=cfg.concurrency, result_max_bytes=cfg.result_max_bytes, finished=self._finished,
+            processes=self.processes,
         )  # fmt: skip
         self.producer = Producer(
             self._claim, self.executors.start,
@@ -159,10 +172,13 @@ class Worker:
         self._metrics = self._serve_metrics()
         self._listener = self._start_listener()
         await self._duty(self.lifecycle.register)
+        if await self._duty(_has_process_jobs, self.alias, cfg.queues):
+            self.processes.start_warming()
         tasks = [
             asyncio.create_task(self.completer.run()),
             asyncio.create_task(self.lifecycle.periodic(self._record, self._duty, self.storage)),
             asyncio.create_task(self.deliverer.run() if cfg.webhooks else asyncio.sleep(0)),
+            asyncio.create_task(self._watch_processes()),
         ]
         duties = (
             asyncio.create_task(DutyRunner(default_duties(using=self.alias), self._duty).run())
@@ -181,10 +197,13 @@ class Worker:
         completer: asyncio.Task[None],
         periodic: asyncio.Task[None],
         deliverer: asyncio.Task[None],
+        watch: asyncio.Task[None],
     ) -> None:
         in_flight = self.executors.in_flight
         logger.info("worker %s stopping: %s runs in flight", self.config.worker_id, len(in_flight))
         await self._drain()
+        watch.cancel()
+        await self.processes.close()
         self.completer.close()
         await completer
         periodic.cancel()
@@ -247,6 +266,42 @@ class Worker:
         return runs
 
     def _claim_and_start(self, limit: int, isolate: bool = False) -> list[Claimed]:
+        runs = self._claim_and_start_runs(limit, isolate)
+        self._choose_presets(runs)
+        return runs
+
+    def _choose_presets(self, runs: list[Claimed]) -> None:
+        """Give each process run the preset its attempt runs at (DESIGN §12).
+
+        Read after the claim, and only when the batch has process runs: the run's
+        own preset (after an OOM), else its job's, raised to the job's recommendation.
+        """
+        process = [r for r in runs if self._is_process(r.job_id)]
+        if not process:
+            return
+        try:
+            found = self.storage.presets_of(
+                [r.id for r in process], {r.job_id for r in process}, now=timezone.now()
+            )
+        except Exception:
+            # The runs are started: they must run. At their jobs' own presets, then.
+            logger.exception("reading the presets of runs %s failed", [r.id for r in process])
+            found = PresetsOf()
+        chain = strait_settings.PRESETS
+        for run in process:
+            job = self.catalog.get(run.job_id).row
+            run.preset = chain.start(
+                job.preset, found.runs.get(run.id, ""), found.recommended.get(run.job_id)
+            )
+
+    def _is_process(self, job_id: int) -> bool:
+        try:
+            info = self.catalog.get(job_id)
+        except KeyError:
+            return False
+        return info.row.execution == Execution.PROCESS and info.handler is not None
+
+    def _claim_and_start_runs(self, limit: int, isolate: bool) -> list[Claimed]:
         cfg = self.config
         return claim_and_start(
             cfg.worker_id,
@@ -343,6 +398,34 @@ class Worker:
         if self._metrics is not None:
             self._metrics.observe_webhooks(sent)
 
+    # -- process runs -------------------------------------------------------------------
+
+    async def _watch_processes(self) -> None:
+        """Kill the child of every process run this worker no longer holds, or that was canceled.
+
+        Every ``PROCESS_WATCH_INTERVAL`` while process runs are in flight: one
+        indexed read by primary key. A canceled run's child dies within about that.
+        """
+        while True:
+            await asyncio.sleep(PROCESS_WATCH_INTERVAL)
+            ids = list(self.executors.process_runs)
+            if not ids:
+                continue
+            try:
+                gone = await self._record(self.storage.let_go, self.config.worker_id, ids)
+            except Exception:
+                logger.exception("checking the process runs' status failed")
+                continue
+            for run_id in gone:
+                if run_id in self.executors.process_runs:
+                    logger.info(
+                        "run %s was canceled or is no longer this worker's: stopping its child",
+                        run_id, extra={"run_id": run_id},
+                    )  # fmt: skip
+                    self.processes.stop_run(
+                        run_id, "the run was canceled or taken from this worker"
+                    )
+
     # -- wake-ups and metrics -----------------------------------------------------------
 
     def _serve_metrics(self) -> WorkerMetrics | None:
@@ -350,6 +433,7 @@ class Worker:
             return None
         metrics = WorkerMetrics()
         metrics.watch_in_flight(lambda: len(self.executors.in_flight))
+        metrics.watch_processes(lambda: len(self.processes.pids))
         metrics.watch_workflows()
         metrics.serve(self.config.metrics_port)
         return metrics
@@ -399,6 +483,18 @@ def _log_attempt(rec: Record, status: str | None) -> None:
             "error_type": rec.error_type,
         },
     )
+
+
+def _settings_module() -> str:
+    # Under override_settings, SETTINGS_MODULE is None: the module is still in the environment.
+    return django_settings.SETTINGS_MODULE or os.environ.get("DJANGO_SETTINGS_MODULE", "")
+
+
+def _has_process_jobs(using: str, queues: tuple[str, ...]) -> bool:
+    """Whether an enabled job of the worker's queues runs in processes (the pool then
+    starts with the worker)."""
+    jobs = Job.objects.using(using).filter(execution=Execution.PROCESS, enabled=True)
+    return (jobs.filter(queue__in=queues) if queues else jobs).exists()
 
 
 def _guarded(using: str, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:

@@ -2,7 +2,8 @@
 
 One per kind of job: HTTP jobs and ``async def`` handlers run on the worker's
 event loop (an HTTP call costs no thread); plain-function handlers run on the
-worker's threads (``SyncRunner``, which hands outcomes back in batches). A run
+worker's threads (``SyncRunner``, which hands outcomes back in batches); the
+handlers of process jobs run in the child processes of ``worker.process``. A run
 whose own row could not be read, or whose job's handler this process has not
 registered, fails without running. What an attempt's outcome means for the run
 is decided afterwards (``worker.outcomes``).
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from django_strait.conf import strait_settings
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.python import RunContext, is_async, run_python, settle
 from django_strait.handlers import UNKNOWN_HANDLER
@@ -23,6 +25,7 @@ from django_strait.outcome import Outcome, failure
 from django_strait.storage.values import Claimed
 from django_strait.worker.catalog import Catalog, JobInfo
 from django_strait.worker.heartbeat import Heartbeats
+from django_strait.worker.process.pool import ProcessPool, Task
 from django_strait.worker.sync_runner import Done, SyncRunner
 
 logger = logging.getLogger(__name__)
@@ -47,6 +50,7 @@ class Executors:
         threads: int,
         result_max_bytes: int,
         finished: Finished,
+        processes: ProcessPool | None = None,
     ) -> None:
         self._loop = loop
         self._catalog = catalog
@@ -59,12 +63,19 @@ class Executors:
         )
         #: Runs executing: their task, or None for plain-function handlers on the threads.
         self.in_flight: dict[int, asyncio.Task[None] | None] = {}
+        #: The child processes of process runs (DESIGN §12), and the runs they execute.
+        self.processes = processes
+        self.process_runs: set[int] = set()
 
     def start(self, run: Claimed) -> None:
-        """Begin the run's attempt: on a thread for a plain function, else on the loop."""
+        """Begin the run's attempt: in a child process, on a thread for a plain function,
+        else on the loop."""
         info = self._catalog.get(run.job_id)
         handler = info.handler
-        if handler is not None and not is_async(handler) and not run.row_error:
+        if run.preset and handler is not None and not run.row_error:
+            self.process_runs.add(run.id)
+            self.in_flight[run.id] = self._loop.create_task(self._in_process(run, info))
+        elif handler is not None and not is_async(handler) and not run.row_error:
             self.in_flight[run.id] = None
             context = self._context(run, info)
             self._sync.submit((run, time.monotonic()), handler, run.payload, context)
@@ -74,6 +85,7 @@ class Executors:
     def done(self, run_id: int) -> None:
         """Forget a run whose attempt has ended."""
         del self.in_flight[run_id]
+        self.process_runs.discard(run_id)
         self._beats.forget(run_id)
 
     def close(self) -> None:
@@ -112,6 +124,39 @@ class Executors:
         if info.handler is None:
             return failure(UNKNOWN_HANDLER, f"handler {info.handler_error}", retryable=False)
         return await self._python(info, run)
+
+    async def _in_process(self, run: Claimed, info: JobInfo) -> None:
+        begun = time.monotonic()
+        try:
+            outcome = await self._run_in_process(run, info)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the pool should not raise; if it does, the attempt failed
+            logger.exception(
+                "running run %s in a child process failed inside the worker", run.id,
+                extra={"run_id": run.id, "attempt": run.attempt},
+            )  # fmt: skip
+            outcome = failure("worker.internal", f"{type(exc).__name__}: {exc}")
+        self._finished(run, outcome, begun)
+
+    async def _run_in_process(self, run: Claimed, info: JobInfo) -> Outcome:
+        if self.processes is None:
+            return failure("worker.internal", "this worker has no process pool")
+        preset = strait_settings.PRESETS.get(run.preset)
+        if preset is None:  # the settings changed between the claim and now
+            return failure("system.preset_unknown", f"preset {run.preset!r} is not configured")
+        task = Task(
+            run_id=run.id,
+            attempt=run.attempt,
+            job=info.name,
+            handler=info.row.handler,
+            payload=run.payload,
+            workflow=run.workflow,
+            preset=preset.name,
+            limit_bytes=preset.limit_bytes,
+            timeout=info.row.timeout_secs,
+        )
+        return await self.processes.run(task)
 
     async def _python(self, info: JobInfo, run: Claimed) -> Outcome:
         timeout = info.row.timeout_secs

@@ -13,9 +13,11 @@ import random
 import time
 from decimal import Decimal
 
+from django_strait.conf import strait_settings
 from django_strait.decisions import Decision, decide, trim
 from django_strait.models import AttemptOutcome
 from django_strait.outcome import Outcome
+from django_strait.presets import OOM_OUTCOME, Chain
 from django_strait.states import Transition
 from django_strait.storage.values import ZERO, Claimed, Record
 from django_strait.worker.catalog import Catalog, JobInfo
@@ -37,7 +39,10 @@ def to_record(
     rng: random.Random,
 ) -> Record:
     """Return the record of ``run``'s attempt that gave ``outcome`` (it began at ``begun``)."""
-    decision = _decide(run, info, outcome, now, catalog, rng)
+    if outcome.attempt_outcome == OOM_OUTCOME and run.preset:
+        decision, moved_to = after_oom(run.preset, strait_settings.PRESETS, now)
+    else:
+        decision, moved_to = _decide(run, info, outcome, now, catalog, rng), None
     return Record(
         run_id=run.id,
         attempt=run.attempt,
@@ -59,7 +64,20 @@ def to_record(
         reserved_cost=run.reserved_cost,
         cost=attempt_cost(run, info, outcome),
         step_run_id=run.step_run_id,
+        preset=run.preset,
+        run_preset=moved_to or run.preset,
+        free_attempt=moved_to is not None,
+        recommend=(moved_to or run.preset) if outcome.attempt_outcome == OOM_OUTCOME else "",
     )
+
+
+def after_oom(preset: str, chain: Chain, now: dt.datetime) -> tuple[Decision, str | None]:
+    """Return what an out-of-memory kill at ``preset`` means: retry now at the next preset
+    (the attempt spends no budget), or dead_letter at the last; and the next preset."""
+    following = chain.after(preset)
+    if following is None:
+        return Decision(Transition.DEAD_LETTER), None
+    return Decision(Transition.RETRY, now, 0.0), following
 
 
 def _decide(

@@ -194,3 +194,44 @@ def test_worker__bad_webhook_rows_fail_alone_and_every_other_delivery_goes_out(
     assert {by_run[r.pk].status for r in runs[2:]} == {"delivered"}
     sent = [r.json["run_id"] for r in http_server.requests if r.path == "/hook"]
     assert sorted(sent) == sorted(r.pk for r in runs[2:])  # the bad rows were never sent
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"execution": "fork"}, "execution"),
+        ({"execution": "process", "preset": "planet"}, "preset"),
+        ({"execution": "process", "preset": "x" * 50}, "preset"),
+    ],
+)
+def test_worker__a_bad_execution_or_preset_row_holds_only_its_own_runs(
+    worker_env, good_runs, values, field
+):
+    bad = make_job("bad")
+    bad_runs = trigger_many("bad", [{"i": i} for i in range(3)])
+    set_columns(JOB_TABLE, bad.pk, **values)
+
+    code, output = run_burst_worker(worker_env)
+
+    assert code == 0, output
+    assert_all_completed(good_runs, output)
+    for run in JobRun.objects.filter(pk__in=[r.pk for r in bad_runs]):
+        assert (run.status, run.error_type, run.attempt) == ("queued", "job.invalid", 0)
+        assert f"{field}:" in run.last_error
+
+
+def test_worker__bad_preset_names_on_a_run_and_a_recommendation_fall_back_to_the_job(worker_env):
+    run = trigger("test-process-echo", {})
+    set_columns(RUN_TABLE, run.pk, preset="gone")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO django_strait_jobpresetrecommendation (job_id, preset, expires_at,"
+            " updated_at) VALUES (%s, %s, %s, %s)",
+            [run.job_id, "x" * 50, "9999-01-01T00:00:00Z", "2026-01-01T00:00:00Z"],
+        )
+
+    code, output = run_burst_worker(worker_env)
+
+    run.refresh_from_db()
+    assert (code, run.status, run.preset) == (0, "completed", "micro"), output
+    assert run.attempts.get().preset == "micro"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from django_strait import DeadLetter, Discard, Error, Fail, Retry, job
@@ -102,3 +103,72 @@ def workflow_fail_unless(payload):
     if not payload.get("ok"):
         raise Fail("not ok yet")
     return "ok"
+
+
+# Process execution (tests/e2e/test_process_execution.py; presets in tests/settings.py).
+
+
+@job(name="test-process-echo", execution="process", max_attempts=1, timeout=30)
+def process_echo(payload, context):
+    """Says which process ran it, so a test can tell a child from the worker."""
+    return {"pid": os.getpid(), "payload": payload, "attempt": context.attempt}
+
+
+@job(name="test-process-alloc", execution="process", preset="micro", max_attempts=1, timeout=60)
+def process_alloc(payload):
+    """Holds ``mb`` megabytes (touched, so resident) for ``hold`` seconds."""
+    hog = b"x" * (payload["mb"] * 2**20)
+    time.sleep(payload.get("hold", 1.0))
+    return {"held_mb": len(hog) // 2**20, "pid": os.getpid()}
+
+
+@job(name="test-process-spin", execution="process", max_attempts=1, timeout=2)
+def process_spin(payload):
+    """Never returns: only a kill stops it."""
+    while True:
+        pass
+
+
+@job(name="test-process-cpu", execution="process", max_attempts=1, timeout=60)
+def process_cpu(payload):
+    """About ``ms`` milliseconds of pure-Python work (the bench's CPU-bound handler too)."""
+    return cpu_work(payload.get("ms", 5))
+
+
+@job(name="test-thread-cpu", max_attempts=1, timeout=60)
+def thread_cpu(payload):
+    """The same work on the worker's threads."""
+    return cpu_work(payload.get("ms", 5))
+
+
+def cpu_work(ms: float) -> int:
+    deadline = time.perf_counter() + ms / 1000
+    n = 0
+    while time.perf_counter() < deadline:
+        n += sum(i * i for i in range(200))
+    return n
+
+
+@job(name="test-process-memory-error", execution="process", max_attempts=1, timeout=30)
+def process_memory_error(payload):
+    """Fails as an allocation past a limit does (RLIMIT_AS, or a C library) would."""
+    raise MemoryError("cannot allocate 8 GB")
+
+
+@job(name="test-process-async", execution="process", max_attempts=1, timeout=30)
+async def process_async(payload, context):
+    await asyncio.sleep(0)
+    return {"async": True, "pid": os.getpid(), "attempt": context.attempt}
+
+
+@job(name="test-process-grandchild", execution="process", max_attempts=1, timeout=2)
+def process_grandchild(payload):
+    """Starts a process of its own, writes its pid to ``pidfile``, then never returns."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    with open(payload["pidfile"], "w") as f:
+        f.write(str(proc.pid))
+    while True:
+        time.sleep(0.1)

@@ -17,6 +17,7 @@ from django.test import override_settings
 
 from django_strait import __version__
 from django_strait.conf import KEYS, SettingError, known_env_vars, strait_settings
+from django_strait.presets import DEFAULT_PRESETS, parse_chain
 from django_strait.retry import BUILTIN, PolicyError, RetryPolicy, merge
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +58,8 @@ DEFAULTS = {
     "API_MAX_PAYLOAD_BYTES": 2_621_440,
     "WEBHOOK_TIMEOUT": 10.0,
     "WEBHOOK_CONCURRENCY": 50,
+    "PRESETS": parse_chain(DEFAULT_PRESETS),
+    "PROCESS_MAX_RUNS": 1000,
 }
 
 

@@ -81,6 +81,14 @@ class Command(BaseCommand):
             help="Most runs claimed per round trip (default STRAIT['WORKER_BATCH_SIZE'], 100).",
         )
         parser.add_argument(
+            "--processes",
+            type=positive_int(1024),
+            default=None,
+            help="Most child processes for process jobs (execution='process'); "
+            "default: the CPU count. Started with the worker when an enabled process job "
+            "is in its queues, else at the first process run.",
+        )
+        parser.add_argument(
             "--burst", action="store_true", help="Drain the runs that are due now, then exit 0."
         )
         parser.add_argument(
@@ -156,4 +164,6 @@ def build_config(options: dict) -> WorkerConfig:
         webhooks=options.get("webhooks", True),
         webhook_timeout=s.WEBHOOK_TIMEOUT,
         webhook_concurrency=s.WEBHOOK_CONCURRENCY,
+        processes=options.get("processes"),
+        process_max_runs=s.PROCESS_MAX_RUNS,
     )

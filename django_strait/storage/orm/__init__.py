@@ -23,9 +23,24 @@ from django_strait.resilience.health import Health
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import Transition
 from django_strait.storage import workflows
-from django_strait.storage.orm import claims, enqueue, people, protection, records, rescue
+from django_strait.storage.orm import (
+    claims,
+    enqueue,
+    people,
+    processes,
+    protection,
+    records,
+    rescue,
+)
 from django_strait.storage.parts import FOLLOWING_PARTS, RECORD_PARTS, RecordPart
-from django_strait.storage.values import Claimed, Hold, RecordBatch, Recorded, Rescued
+from django_strait.storage.values import (
+    Claimed,
+    Hold,
+    PresetsOf,
+    RecordBatch,
+    Recorded,
+    Rescued,
+)
 
 
 class OrmStorage:
@@ -91,6 +106,16 @@ class OrmStorage:
     def heartbeat(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
         """Mark the runs this worker holds as alive."""
         return claims.heartbeat(self.alias, worker_id, run_ids, now) if run_ids else 0
+
+    def presets_of(
+        self, run_ids: Sequence[int], job_ids: Sequence[int], *, now: dt.datetime
+    ) -> PresetsOf:
+        """Return process runs' stored presets and their jobs' live recommendations."""
+        return processes.presets_of(self.alias, run_ids, job_ids, now)
+
+    def let_go(self, worker_id: str, run_ids: Sequence[int]) -> list[int]:
+        """Return the runs among ``run_ids`` not executing under this worker, or asked to cancel."""
+        return processes.let_go(self.alias, worker_id, run_ids) if run_ids else []
 
     def record(self, batch: RecordBatch) -> Recorded:
         """Move each run as its record says, append its attempt, and apply every part; atomically."""

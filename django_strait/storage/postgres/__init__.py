@@ -98,12 +98,13 @@ class PostgresStorage(OrmStorage):
         for part in self.parts:
             params.update(part.params(batch))
         sql = queries.record(tuple(part.name for part in self.parts))
-        if not any(r.step_run_id for r in batch.records):
+        following = [part for part in FOLLOWING_PARTS if part.wanted(batch)]
+        if not following:
             moved = dict(self._execute(sql, params))  # the hot path: one statement
         else:
             with transaction.atomic(using=self.alias):
                 moved = dict(self._execute(sql, params))
-                for part in FOLLOWING_PARTS:
+                for part in following:
                     part.apply(batch, moved, self.alias)
         return Recorded(moved, [r.run_id for r in batch.records if r.run_id not in moved])
 

@@ -1,0 +1,183 @@
+"""Process runs under a worker in its own process: cancel kills the child; so does kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from django_strait import registry, trigger
+from django_strait.models import JobRun, RunAttempt, WorkerProcess
+from django_strait.transitions import cancel
+from tests.conftest import ROOT, worker_command
+from tests.process_helpers import strait_children
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+#: Long enough to start a worker and a child and see the run execute (cold starts).
+START_TIMEOUT = 60
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen]]:
+    """Workers a test starts; at the end, every one and every child of theirs is killed by pid."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        children = strait_children(proc.pid)
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+        for pid in children + strait_children(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def start_worker(started: list[subprocess.Popen], env: dict[str, str]) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        worker_command("--worker-id", "proc", "--processes", "1"),
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    started.append(proc)
+    return proc
+
+
+def wait_for(check, *, timeout: float, why) -> float:
+    """Poll ``check()`` every 20 ms until true; return how long it took (fail past ``timeout``)."""
+    began = time.monotonic()
+    while not check():
+        if time.monotonic() - began > timeout:
+            pytest.fail(f"still waiting after {timeout} s: {why()}")
+        time.sleep(0.02)
+    return time.monotonic() - began
+
+
+def status_of(run_id: int) -> str:
+    return JobRun.objects.values_list("status", flat=True).get(pk=run_id)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def executing_child(run_id: int, worker: subprocess.Popen) -> int:
+    wait_for(
+        lambda: status_of(run_id) == "executing" and strait_children(worker.pid),
+        timeout=START_TIMEOUT,
+        why=lambda: f"run is {status_of(run_id)}; worker exit code {worker.poll()}",
+    )
+    [child] = strait_children(worker.pid)
+    return child
+
+
+def test_process__cancel_of_an_executing_run_kills_its_child_within_2s(worker_env, started):
+    run = trigger("test-process-alloc", {"mb": 1, "hold": 120})
+    worker = start_worker(started, worker_env)
+    child = executing_child(run.pk, worker)
+    time.sleep(0.5)  # the handler is in its sleep, in the child
+
+    cancel(run.pk)
+    took = wait_for(lambda: not alive(child), timeout=2, why=lambda: f"child {child} alive")
+
+    assert took < 2
+    wait_for(lambda: status_of(run.pk) == "canceled", timeout=10, why=lambda: status_of(run.pk))
+    attempt = RunAttempt.objects.get(run_id=run.pk)
+    assert (attempt.error_type, attempt.preset) == ("python.canceled", "micro")
+    assert worker.poll() is None  # the worker goes on
+    worker.send_signal(signal.SIGTERM)
+    output = worker.communicate(timeout=60)[0]
+    assert worker.returncode == 0, output
+    assert strait_children(worker.pid) == []
+
+
+def test_process__kill_9_of_the_worker_leaves_no_child_within_5s(worker_env, started):
+    run = trigger("test-process-alloc", {"mb": 1, "hold": 120})
+    worker = start_worker(started, worker_env)
+    child = executing_child(run.pk, worker)
+
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait(timeout=30)
+    took = wait_for(
+        lambda: not strait_children(worker.pid),
+        timeout=5,
+        why=lambda: f"children left: {strait_children(worker.pid)}",
+    )
+
+    assert took < 5 and not alive(child)
+    assert status_of(run.pk) == "executing"  # the reaper's to rescue, as for any lost run
+
+
+def test_process__a_run_taken_from_the_worker_has_its_child_killed(worker_env, started):
+    run = trigger("test-process-alloc", {"mb": 1, "hold": 120})
+    worker = start_worker(started, worker_env)
+    child = executing_child(run.pk, worker)
+
+    # What the reaper does to a run it believes lost: it is no longer this worker's.
+    JobRun.objects.filter(pk=run.pk).update(status="system_failed", claimed_by="")
+    wait_for(lambda: not alive(child), timeout=2, why=lambda: f"child {child} alive")
+
+    assert status_of(run.pk) == "system_failed"  # the worker's result found the run gone
+    assert not RunAttempt.objects.filter(run_id=run.pk).exists()
+
+
+def test_process__the_pool_starts_with_the_worker_only_when_its_queues_have_process_jobs(
+    worker_env, started
+):
+    registry.synced_row("test-process-echo")  # queue "default"
+    other = subprocess.Popen(
+        worker_command("--worker-id", "other", "--processes", "2", "--queue", "elsewhere"),
+        cwd=ROOT, env=worker_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    started.append(other)
+    worker = start_worker(started, worker_env)
+
+    wait_for(
+        lambda: len(strait_children(worker.pid)) == 1,
+        timeout=START_TIMEOUT,
+        why=lambda: f"children: {strait_children(worker.pid)}; exit code {worker.poll()}",
+    )
+    wait_for(
+        lambda: WorkerProcess.objects.filter(worker_id="other").exists(),
+        timeout=START_TIMEOUT,
+        why=lambda: f"worker 'other' not registered; exit code {other.poll()}",
+    )
+    time.sleep(1)  # it decides right after registering; a child would be up by now
+    assert strait_children(other.pid) == [] and other.poll() is None
+
+
+def test_process__a_spinning_handler_ends_as_python_timeout_within_3s(worker_env, started):
+    registry.synced_row("test-process-spin")  # timeout_secs 2, max_attempts 1
+    worker = start_worker(started, {**worker_env, "STRAIT_POLL_INTERVAL": "50ms"})
+    wait_for(
+        lambda: strait_children(worker.pid) and WorkerProcess.objects.filter(worker_id="proc"),
+        timeout=START_TIMEOUT,
+        why=lambda: f"worker not up; exit code {worker.poll()}",
+    )
+    time.sleep(1)  # the child has set Django up
+
+    began = time.monotonic()
+    run = trigger("test-process-spin", {})
+    took = wait_for(
+        lambda: status_of(run.pk) == "dead_letter", timeout=10, why=lambda: status_of(run.pk)
+    )
+
+    assert took < 3, took
+    run.refresh_from_db()
+    assert run.error_type == "python.timeout"
+    assert time.monotonic() - began < 3
