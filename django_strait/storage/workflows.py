@@ -135,7 +135,7 @@ class _Step:
     """A step as the DAG needs it: its parents and children by step id, what its run is made of."""
 
     name: str
-    parents: frozenset[int]
+    parents: tuple[int, ...]  # in depends_on order
     children: tuple[int, ...]
     lenient: bool
     job_id: int
@@ -159,7 +159,7 @@ def _graph(alias: str, workflow: Workflow, step_ids: Iterable[int] = ()) -> dict
     specs = list(rows.values_list("pk", "name", "depends_on", "continue_on_failure", "job_id",
                                   "max_attempts", *STEP_FIELDS.values()))  # fmt: skip
     ids = {name: pk for pk, name, *_ in specs}
-    parents = {pk: frozenset(ids[p] for p in deps if p in ids) for pk, _, deps, *_ in specs}
+    parents = {pk: tuple(ids[p] for p in deps if p in ids) for pk, _, deps, *_ in specs}
     children: dict[int, list[int]] = {pk: [] for pk in parents}
     for pk, mine in parents.items():
         for parent in mine:
@@ -540,21 +540,59 @@ def fail_stalled(alias: str, now: dt.datetime, stale_after: float) -> list[Chang
 def members(alias: str, step_run_ids: list[int]) -> dict[int, dict[str, Any]]:
     """Each step run's ``{"run_id", "step", "parents"}``: its parents' results by step name.
 
-    Two queries for a whole batch of starting steps, whatever its size.
+    Three single-table or two-table queries for a whole claimed batch, whatever
+    its size: the step runs, their workflows' definitions (read once per
+    definition, see :func:`_graph`), the parents' results.
     """
-    steps = WorkflowStepRun.objects.using(alias).filter(pk__in=step_run_ids)
-    rows = list(steps.values_list("pk", "workflow_run_id", "step__name", "step__depends_on"))
-    names = {name for *_, deps in rows for name in deps}
-    results: dict[tuple[int, str], Any] = {}
-    if names:
+    rows = _sql(alias, _MEMBERS, [*step_run_ids], step_run_ids)
+    if not rows:
+        return {}
+    graphs = _graphs_of(alias, {step_id for _, _, step_id in rows})
+    parents = {step_id: graphs[step_id][step_id].parents for _, _, step_id in rows}
+    results: dict[tuple[int, int], Any] = {}
+    wanted = {p for ps in parents.values() for p in ps}
+    if wanted:
         siblings = WorkflowStepRun.objects.using(alias).filter(
-            workflow_run_id__in={wr for _, wr, _, _ in rows}, step__name__in=names
+            workflow_run_id__in={wr for _, wr, _ in rows}, step_id__in=wanted
         )
-        for wr, name, result in siblings.values_list(
-            "workflow_run_id", "step__name", "run__result"
+        for wr, step_id, result in siblings.values_list(
+            "workflow_run_id", "step_id", "run__result"
         ):
-            results[(wr, name)] = result
-    return {
-        pk: {"run_id": wr, "step": name, "parents": {d: results.get((wr, d)) for d in deps}}
-        for pk, wr, name, deps in rows
-    }
+            results[(wr, step_id)] = result
+    out = {}
+    for pk, wr, step_id in rows:
+        graph = graphs[step_id]
+        out[pk] = {
+            "run_id": wr,
+            "step": graph[step_id].name,
+            "parents": {graph[p].name: results.get((wr, p)) for p in parents[step_id]},
+        }
+    return out
+
+
+_MEMBERS = "SELECT id, workflow_run_id, step_id FROM {steprun} WHERE id IN ({listed})"
+#: (alias, step id) -> its workflow's id: a step never moves to another workflow.
+_WORKFLOW_OF: dict[tuple[str, int], int] = {}
+
+
+def _graphs_of(alias: str, step_ids: set[int]) -> dict[int, dict[int, _Step]]:
+    """Each step's workflow graph, by step id (its workflow's row read to check the cache)."""
+    unknown = [s for s in step_ids if (alias, s) not in _WORKFLOW_OF]
+    if unknown:
+        steps = WorkflowStep.objects.using(alias).filter(pk__in=unknown)
+        for pk, workflow_id in steps.values_list("pk", "workflow_id"):
+            _WORKFLOW_OF[(alias, pk)] = workflow_id
+    workflows = (
+        Workflow.objects.using(alias)
+        .only("pk", "updated_at")
+        .in_bulk({_WORKFLOW_OF[(alias, s)] for s in step_ids})
+    )
+    by_workflow: dict[int, list[int]] = {}
+    for s in step_ids:
+        by_workflow.setdefault(_WORKFLOW_OF[(alias, s)], []).append(s)
+    out: dict[int, dict[int, _Step]] = {}
+    for workflow_id, steps_of in by_workflow.items():
+        graph = _graph(alias, workflows[workflow_id], steps_of)
+        for s in steps_of:
+            out[s] = graph
+    return out
