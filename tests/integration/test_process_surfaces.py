@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 from django.core.cache import cache
@@ -146,6 +147,7 @@ def test_admin__a_job_form_posted_without_execution_keeps_the_jobs(admin_client)
     form = admin_client.get(url).context["adminform"].form
     data = {k: v for k, v in form.initial.items() if v is not None and k != "headers"}
     data.update(headers="{}", fallback_endpoint_urls="[]", non_retryable_errors="[]")
+    data["webhook_events"] = json.dumps(form.initial["webhook_events"])  # a JSON field's text
     del data["execution"]
 
     page = admin_client.post(url, data)
