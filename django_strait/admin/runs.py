@@ -23,6 +23,7 @@ from django_strait import transitions
 from django_strait.admin import actions
 from django_strait.admin.filters import ErrorTypeFilter, QueueFilter
 from django_strait.admin.forms import ReplayPayloadForm
+from django_strait.admin.inlines import HistoryInline
 from django_strait.admin.webhooks import WebhookDeliveryInline
 from django_strait.models import JobRun, RunAttempt, WorkflowStepRun
 from django_strait.states import Transition
@@ -59,28 +60,16 @@ RUN_BUTTONS: dict[str, RunButton] = {
 }  # fmt: skip
 
 
-class RunAttemptInline(admin.TabularInline):
+class RunAttemptInline(HistoryInline):
     """A run's attempts, oldest first; history, so nothing here is editable."""
 
     model = RunAttempt
-    extra = 0
-    can_delete = False
     fields = (
         "number", "outcome", "preset", "status_code", "error_type", "error", "duration_ms",
         "started_at", "endpoint", "worker", "response_excerpt",
     )  # fmt: skip
     readonly_fields = fields
     ordering = ("number",)
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Shown only inside a run's page, which has already checked the run's permission.
-        return True
 
 
 #: Up to this many matching runs the list counts them exactly; past it, PostgreSQL estimates.

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
+from django_strait.admin.inlines import HistoryInline
 from django_strait.models import WebhookDelivery
 from django_strait.webhooks.redelivery import redeliver
 
@@ -23,12 +24,10 @@ _COLUMNS = (
 )  # fmt: skip
 
 
-class WebhookDeliveryInline(admin.TabularInline):
+class WebhookDeliveryInline(HistoryInline):
     """A run's deliveries, oldest first (on the run's page)."""
 
     model = WebhookDelivery
-    extra = 0
-    can_delete = False
     fields = ("delivery_link", *_COLUMNS, "last_error")
     readonly_fields = fields
     ordering = ("id",)
@@ -38,16 +37,6 @@ class WebhookDeliveryInline(admin.TabularInline):
     def delivery_link(self, delivery: WebhookDelivery) -> str:
         url = reverse("admin:django_strait_webhookdelivery_change", args=[delivery.pk])
         return format_html('<a href="{}">{}</a>', url, delivery.delivery_id)
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Shown only inside a run's page, which has already checked the run's permission.
-        return True
 
 
 @admin.register(WebhookDelivery)

@@ -24,6 +24,7 @@ from django.utils.safestring import SafeString
 from django_strait.admin import actions
 from django_strait.admin.charts import OTHER_COLOUR
 from django_strait.admin.dagpicture import Box, draw
+from django_strait.admin.inlines import HistoryInline
 from django_strait.admin.runs import pretty_json
 from django_strait.admin.webhooks import WebhookDeliveryInline
 from django_strait.models import (
@@ -69,12 +70,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class WorkflowStepInline(admin.TabularInline):
+class WorkflowStepInline(HistoryInline):
     """A workflow's steps, as ``define_workflow`` wrote them."""
 
     model = WorkflowStep
-    extra = 0
-    can_delete = False
     fields = (
         "name", "job", "parents", "retry_backoff", "retry_initial_delay_secs",
         "retry_max_delay_secs", "max_attempts", "continue_on_failure",
@@ -88,15 +87,6 @@ class WorkflowStepInline(admin.TabularInline):
     @admin.display(description="depends on")
     def parents(self, step: WorkflowStep) -> str:
         return ", ".join(step.depends_on) or "-"
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return True  # shown only inside a workflow's page, which checked its permission
 
 
 @admin.register(Workflow)

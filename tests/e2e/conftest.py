@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,3 +103,42 @@ def wait_until() -> Callable[..., None]:
             time.sleep(0.2)
 
     return wait
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen]]:
+    """Worker processes a test starts; at the end, every one still running and every
+    child of their process pools is killed by pid (also when the test failed)."""
+    from tests.process_helpers import strait_children
+
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for proc in procs:
+        children = strait_children(proc.pid)
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=30)
+        for pid in children + strait_children(proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def start_worker(
+    started: list[subprocess.Popen], env: dict[str, str], *args: str
+) -> subprocess.Popen:
+    """Start ``run_strait_worker <args>`` (output piped), noted in ``started`` to be stopped."""
+    from tests.conftest import ROOT, worker_command
+
+    proc = subprocess.Popen(
+        worker_command(*args),
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    started.append(proc)
+    return proc

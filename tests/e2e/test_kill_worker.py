@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -19,7 +18,8 @@ from django_strait.models import (
     WorkerProcess,
     WorkflowRun,
 )
-from tests.conftest import ROOT, Received, Reply, worker_command
+from tests.conftest import Received, Reply
+from tests.e2e.conftest import start_worker as start
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -29,31 +29,21 @@ START_TIMEOUT = 60
 RESCUE_TIMEOUT = 60
 
 
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen]]:
-    """Worker processes a test starts; any still running at the end are killed."""
-    procs: list[subprocess.Popen] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=30)
-
-
 def start_worker(
     started: list[subprocess.Popen], env: dict[str, str], worker_id: str, *args: str
 ) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        worker_command("--worker-id", worker_id, "--concurrency", "1", *args),
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    return start(started, env, "--worker-id", worker_id, "--concurrency", "1", *args)
+
+
+def finish_with(rescuer: subprocess.Popen, wr: WorkflowRun, wait_until) -> None:
+    """Wait for ``rescuer`` to complete workflow run ``wr``, then stop it."""
+    wait_until(
+        lambda: WorkflowRun.objects.get(pk=wr.pk).status == "completed",
+        timeout=RESCUE_TIMEOUT,
+        why=lambda: f"workflow run is {WorkflowRun.objects.get(pk=wr.pk).status}",
     )
-    started.append(proc)
-    return proc
+    rescuer.send_signal(signal.SIGTERM)
+    rescuer.communicate(timeout=60)
 
 
 def status_of(run_id: int) -> str:
@@ -128,14 +118,7 @@ def test_kill_worker__a_workflow_loses_no_step_and_completes(worker_env, started
     doomed.wait(timeout=30)
 
     quick = {**worker_env, "STRAIT_STALE_AFTER": "2s", "STRAIT_REAPER_INTERVAL": "1s"}
-    rescuer = start_worker(started, quick, "rescuer")
-    wait_until(
-        lambda: WorkflowRun.objects.get(pk=wr.pk).status == "completed",
-        timeout=RESCUE_TIMEOUT,
-        why=lambda: f"workflow run is {WorkflowRun.objects.get(pk=wr.pk).status}",
-    )
-    rescuer.send_signal(signal.SIGTERM)
-    rescuer.communicate(timeout=60)
+    finish_with(start_worker(started, quick, "rescuer"), wr, wait_until)
 
     slow = wr.step_runs.get(step__name="slow").run
     assert (slow.status, slow.attempt) == ("completed", 2)
@@ -172,14 +155,7 @@ def test_kill_worker__a_step_queued_by_its_parents_record_is_not_lost(
     doomed.wait(timeout=30)
     assert WorkflowRun.objects.get(pk=wr.pk).status == "running"
 
-    rescuer = start_worker(started, worker_env, "rescuer")
-    wait_until(
-        lambda: WorkflowRun.objects.get(pk=wr.pk).status == "completed",
-        timeout=RESCUE_TIMEOUT,
-        why=lambda: f"workflow run is {WorkflowRun.objects.get(pk=wr.pk).status}",
-    )
-    rescuer.send_signal(signal.SIGTERM)
-    rescuer.communicate(timeout=60)
+    finish_with(start_worker(started, worker_env, "rescuer"), wr, wait_until)
 
     child = wr.step_runs.get(step__name="child").run
     assert (child.status, child.attempt) == ("completed", 1)

@@ -6,14 +6,13 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from django_strait import registry, trigger
 from django_strait.models import JobRun, RunAttempt, WorkerProcess
 from django_strait.transitions import cancel
-from tests.conftest import ROOT, worker_command
+from tests.e2e.conftest import start_worker as start
 from tests.process_helpers import strait_children
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -22,35 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 START_TIMEOUT = 60
 
 
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen]]:
-    """Workers a test starts; at the end, every one and every child of theirs is killed by pid."""
-    procs: list[subprocess.Popen] = []
-    yield procs
-    for proc in procs:
-        children = strait_children(proc.pid)
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=30)
-        for pid in children + strait_children(proc.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
 def start_worker(started: list[subprocess.Popen], env: dict[str, str]) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        worker_command("--worker-id", "proc", "--processes", "1"),
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    started.append(proc)
-    return proc
+    return start(started, env, "--worker-id", "proc", "--processes", "1")
 
 
 def wait_for(check, *, timeout: float, why) -> float:
@@ -139,12 +111,9 @@ def test_process__the_pool_starts_with_the_worker_only_when_its_queues_have_proc
     worker_env, started
 ):
     registry.synced_row("test-process-echo")  # queue "default"
-    other = subprocess.Popen(
-        worker_command("--worker-id", "other", "--processes", "2", "--queue", "elsewhere"),
-        cwd=ROOT, env=worker_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    started.append(other)
+    other = start(
+        started, worker_env, "--worker-id", "other", "--processes", "2", "--queue", "elsewhere"
+    )
     worker = start_worker(started, worker_env)
 
     wait_for(

@@ -135,3 +135,15 @@ DIAMOND = [
 def step_statuses(wr: WorkflowRun) -> dict[str, str]:
     """Return each step run's status by step name."""
     return {sr.step.name: sr.status for sr in wr.step_runs.select_related("step")}
+
+
+def client_with(*scopes: str, name: str = "k") -> Any:
+    """A REST client holding a new API key with ``scopes``."""
+    from rest_framework.test import APIClient
+
+    from django_strait.api.auth import issue_key
+
+    _, key = issue_key(name, scopes)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+    return client

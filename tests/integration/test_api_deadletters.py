@@ -8,9 +8,8 @@ from django.core.cache import cache
 from rest_framework.test import APIClient
 
 from django_strait.api import deadletters
-from django_strait.api.auth import issue_key
 from django_strait.models import JobRun
-from tests.integration.factories import make_job, make_run
+from tests.integration.factories import client_with, make_job, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -20,16 +19,9 @@ def fresh_throttles():
     cache.clear()
 
 
-def client_with(*scopes: str) -> APIClient:
-    _, key = issue_key("ops", scopes)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
-    return client
-
-
 @pytest.fixture
 def api() -> APIClient:
-    return client_with("dlq:read", "dlq:replay")
+    return client_with("dlq:read", "dlq:replay", name="ops")
 
 
 def error_of(response) -> dict:

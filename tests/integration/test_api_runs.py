@@ -14,9 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from django_strait.api.auth import issue_key
 from django_strait.models import JobRun
-from tests.integration.factories import make_job, make_run
+from tests.integration.factories import client_with, make_job, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -24,13 +23,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def fresh_throttles():
     cache.clear()
-
-
-def client_with(*scopes: str) -> APIClient:
-    _, key = issue_key("k", scopes)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
-    return client
 
 
 @pytest.fixture

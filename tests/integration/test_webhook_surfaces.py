@@ -8,12 +8,10 @@ from django.contrib.auth.models import Permission, User
 from django.core.cache import cache
 from django.urls import reverse
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from django_strait import transitions, trigger
-from django_strait.api.auth import issue_key
 from django_strait.models import Job, JobRun, WebhookDelivery
-from tests.integration.factories import make_job
+from tests.integration.factories import client_with, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -23,13 +21,6 @@ DELIVERIES = reverse("admin:django_strait_webhookdelivery_changelist")
 @pytest.fixture(autouse=True)
 def fresh_throttles():
     cache.clear()
-
-
-def client_with(*scopes: str) -> APIClient:
-    _, key = issue_key("k", scopes)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
-    return client
 
 
 def ended_run(status: str = "delivered") -> tuple[JobRun, WebhookDelivery]:
