@@ -100,6 +100,11 @@ WAITING, STARTED, COMPLETED, FAILED, SKIPPED, CANCELED = (
 )  # fmt: skip
 
 
+def ended_well(status: str, lenient: bool) -> bool:
+    """Whether a step in ``status`` lets its dependents start: completed, or failed leniently."""
+    return status == COMPLETED or (status == FAILED and lenient)
+
+
 def blocking(status: Mapping[str, str], lenient: set[str]) -> set[str]:
     """The steps that stop their dependents: failed without continue_on_failure, or canceled."""
     return {n for n, s in status.items() if s == CANCELED or (s == FAILED and n not in lenient)}
@@ -123,7 +128,7 @@ def settle(
             new[name] = SKIPPED
         elif s == SKIPPED and name not in below:
             new[name] = WAITING
-    done = {n for n, s in new.items() if s == COMPLETED or (s == FAILED and n in lenient)}
+    done = {n for n, s in new.items() if ended_well(s, n in lenient)}
     for name in due(parents, done, {n for n, s in new.items() if s == WAITING}):
         new[name] = STARTED
     if stop:

@@ -110,8 +110,8 @@ def _announce(alias: str, changes: list[Change], now: dt.datetime) -> None:
 
 
 def _sql(alias: str, template: str, params: list, listed: Sequence = ()) -> list[tuple]:
-    """Run ``template`` (tables as ``{steprun}``, ``{jobrun}``; ``{listed}`` as one mark per
-    item of ``listed``); return its rows.
+    """Run ``template`` (tables as ``{steprun}``, ``{jobrun}``, ``{job}``; ``{listed}`` as one
+    mark per item of ``listed``); return its rows.
 
     The hot statements of a wide DAG, written once for every backend: the ORM
     would build each anew per record batch, which costs more than the statement.
@@ -120,6 +120,7 @@ def _sql(alias: str, template: str, params: list, listed: Sequence = ()) -> list
     sql = template.format(
         steprun=connection.ops.quote_name(WorkflowStepRun._meta.db_table),
         jobrun=connection.ops.quote_name(JobRun._meta.db_table),
+        job=connection.ops.quote_name(Job._meta.db_table),
         listed=", ".join(["%s"] * len(listed)),
     )
     with connection.cursor() as cursor:
@@ -234,10 +235,7 @@ def _step_forward(
         new = STEP_STATUS.get(m.run_status, StepRunStatus.STARTED)
         if new == m.status:
             continue  # a retry scheduled, a hold: progress, nothing to release
-        well = new == StepRunStatus.COMPLETED or (
-            new == StepRunStatus.FAILED and graph[m.step_id].lenient
-        )
-        if m.status != StepRunStatus.STARTED or not well:
+        if m.status != StepRunStatus.STARTED or not dag.ended_well(new, graph[m.step_id].lenient):
             return _advance_one(alias, wr, now)
         ended.setdefault(new, []).append(m.pk)
         ended_steps.append(m.step_id)
@@ -355,9 +353,10 @@ def _save_steps(
         for n, r in by_name.items()
         if new[n] == StepRunStatus.STARTED and r.run_id is None
     ]
+    marked_by_start = {pk for pk, _ in starting}
     by_status: dict[str, list[int]] = {}
     for name, r in by_name.items():
-        if new[name] != r.status and not (r.run_id is None and new[name] == StepRunStatus.STARTED):
+        if new[name] != r.status and r.pk not in marked_by_start:
             r.status = new[name]
             by_status.setdefault(r.status, []).append(r.pk)
     rows = WorkflowStepRun.objects.using(alias)
@@ -375,7 +374,7 @@ def _count_parents_left(
     lenient: set[str],
 ) -> None:
     """Write each waiting step's ``parents_left`` where it is not what the statuses say."""
-    done = {n for n, s in new.items() if s == dag.COMPLETED or (s == dag.FAILED and n in lenient)}
+    done = {n for n, s in new.items() if dag.ended_well(s, n in lenient)}
     by_left: dict[int, list[int]] = {}
     for name, r in by_name.items():
         left = sum(1 for p in parents[name] if p not in done)
@@ -431,19 +430,15 @@ _INSERT_CHUNK = 1000
 def _insert_runs(alias: str, job_id: int, step_run_ids: list[int], template: JobRun) -> None:
     """INSERT the runs of ``step_run_ids`` for job ``job_id``: its queue and priority, ``template``'s columns."""
     constant = columns.prepared(template, alias, ("job", "priority", "queue", "workflow_step_run"))
-    quote = connections[alias].ops.quote_name
-    head = (
-        f"INSERT INTO {quote(JobRun._meta.db_table)} "
-        f"(job_id, priority, queue, workflow_step_run_id, {', '.join(map(quote, constant))}) "
+    quoted = ", ".join(map(connections[alias].ops.quote_name, constant))
+    insert = (
+        f"INSERT INTO {{jobrun}} (job_id, priority, queue, workflow_step_run_id, {quoted}) "
         f"SELECT j.id, j.priority, j.queue, s.id, {', '.join(['%s'] * len(constant))} "
-        f"FROM {quote(Job._meta.db_table)} j, {quote(WorkflowStepRun._meta.db_table)} s "
-        f"WHERE j.id = %s AND s.id IN "
+        "FROM {job} j, {steprun} s WHERE j.id = %s AND s.id IN ({listed})"
     )
-    with connections[alias].cursor() as cursor:
-        for at in range(0, len(step_run_ids), _INSERT_CHUNK):
-            chunk = step_run_ids[at : at + _INSERT_CHUNK]
-            marks = ", ".join(["%s"] * len(chunk))
-            cursor.execute(f"{head}({marks})", [*constant.values(), job_id, *chunk])
+    for at in range(0, len(step_run_ids), _INSERT_CHUNK):
+        chunk = step_run_ids[at : at + _INSERT_CHUNK]
+        _sql(alias, insert, [*constant.values(), job_id, *chunk], chunk)
 
 
 def _set_status(
