@@ -22,12 +22,15 @@ DAGs and batchings, that both ways agree with ``dag.settle``.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import connections, transaction
 from django.db.models import OuterRef, Subquery
+from django.utils import dateparse, timezone
 
 from django_strait import dag, signals
 from django_strait.models import (
@@ -121,6 +124,8 @@ def _sql(alias: str, template: str, params: list, listed: Sequence = ()) -> list
         steprun=connection.ops.quote_name(WorkflowStepRun._meta.db_table),
         jobrun=connection.ops.quote_name(JobRun._meta.db_table),
         job=connection.ops.quote_name(Job._meta.db_table),
+        step=connection.ops.quote_name(WorkflowStep._meta.db_table),
+        workflow=connection.ops.quote_name(Workflow._meta.db_table),
         listed=", ".join(["%s"] * len(listed)),
     )
     with connection.cursor() as cursor:
@@ -535,59 +540,60 @@ def fail_stalled(alias: str, now: dt.datetime, stale_after: float) -> list[Chang
 def members(alias: str, step_run_ids: list[int]) -> dict[int, dict[str, Any]]:
     """Each step run's ``{"run_id", "step", "parents"}``: its parents' results by step name.
 
-    Three single-table or two-table queries for a whole claimed batch, whatever
-    its size: the step runs, their workflows' definitions (read once per
-    definition, see :func:`_graph`), the parents' results.
+    Two statements for a whole claimed batch, whatever its size: the step runs with
+    their workflows' ``updated_at`` (which says whether the cached definition, see
+    :func:`_graph`, still holds), then the parents' results.
     """
     rows = _sql(alias, _MEMBERS, [*step_run_ids], step_run_ids)
     if not rows:
         return {}
-    graphs = _graphs_of(alias, {step_id for _, _, step_id in rows})
-    parents = {step_id: graphs[step_id][step_id].parents for _, _, step_id in rows}
+    steps_of: dict[tuple[int, Any], set[int]] = {}
+    for _, _, step_id, workflow_id, updated_at in rows:
+        steps_of.setdefault((workflow_id, updated_at), set()).add(step_id)
+    graphs = {
+        workflow_id: _graph(alias, Workflow(pk=workflow_id, updated_at=_as_datetime(at)), steps)
+        for (workflow_id, at), steps in steps_of.items()
+    }
     results: dict[tuple[int, int], Any] = {}
-    wanted = {p for ps in parents.values() for p in ps}
+    runs = list({wr for _, wr, _, _, _ in rows})
+    wanted = list({p for _, _, s, w, _ in rows for p in graphs[w][s].parents})
     if wanted:
-        siblings = WorkflowStepRun.objects.using(alias).filter(
-            workflow_run_id__in={wr for _, wr, _ in rows}, step_id__in=wanted
-        )
-        for wr, step_id, result in siblings.values_list(
-            "workflow_run_id", "step_id", "run__result"
-        ):
-            results[(wr, step_id)] = result
+        listed = [*runs, *wanted]
+        sql = _PARENT_RESULTS.replace("{wanted}", ", ".join(["%s"] * len(wanted)))
+        for wr, step_id, result in _sql(alias, sql, listed, runs):
+            results[(wr, step_id)] = _as_json(result)
     out = {}
-    for pk, wr, step_id in rows:
-        graph = graphs[step_id]
+    for pk, wr, step_id, workflow_id, _ in rows:
+        graph = graphs[workflow_id]
         out[pk] = {
             "run_id": wr,
             "step": graph[step_id].name,
-            "parents": {graph[p].name: results.get((wr, p)) for p in parents[step_id]},
+            "parents": {graph[p].name: results.get((wr, p)) for p in graph[step_id].parents},
         }
     return out
 
 
-_MEMBERS = "SELECT id, workflow_run_id, step_id FROM {steprun} WHERE id IN ({listed})"
-#: (alias, step id) -> its workflow's id: a step never moves to another workflow.
-_WORKFLOW_OF: dict[tuple[str, int], int] = {}
+_MEMBERS = """
+SELECT sr.id, sr.workflow_run_id, sr.step_id, w.id, w.updated_at
+FROM {steprun} sr JOIN {step} s ON s.id = sr.step_id JOIN {workflow} w ON w.id = s.workflow_id
+WHERE sr.id IN ({listed})
+"""
+_PARENT_RESULTS = """
+SELECT sr.workflow_run_id, sr.step_id, r.result
+FROM {steprun} sr JOIN {jobrun} r ON r.id = sr.run_id
+WHERE sr.workflow_run_id IN ({listed}) AND sr.step_id IN ({wanted})
+"""
 
 
-def _graphs_of(alias: str, step_ids: set[int]) -> dict[int, dict[int, _Step]]:
-    """Each step's workflow graph, by step id (its workflow's row read to check the cache)."""
-    unknown = [s for s in step_ids if (alias, s) not in _WORKFLOW_OF]
-    if unknown:
-        steps = WorkflowStep.objects.using(alias).filter(pk__in=unknown)
-        for pk, workflow_id in steps.values_list("pk", "workflow_id"):
-            _WORKFLOW_OF[(alias, pk)] = workflow_id
-    workflows = (
-        Workflow.objects.using(alias)
-        .only("pk", "updated_at")
-        .in_bulk({_WORKFLOW_OF[(alias, s)] for s in step_ids})
-    )
-    by_workflow: dict[int, list[int]] = {}
-    for s in step_ids:
-        by_workflow.setdefault(_WORKFLOW_OF[(alias, s)], []).append(s)
-    out: dict[int, dict[int, _Step]] = {}
-    for workflow_id, steps_of in by_workflow.items():
-        graph = _graph(alias, workflows[workflow_id], steps_of)
-        for s in steps_of:
-            out[s] = graph
-    return out
+def _as_datetime(value: dt.datetime | str) -> dt.datetime:
+    """A timestamp read by raw SQL, as the ORM gives it: SQLite answers naive UTC text."""
+    if isinstance(value, str):
+        value = dateparse.parse_datetime(value)
+        if settings.USE_TZ and timezone.is_naive(value):
+            value = timezone.make_aware(value, dt.UTC)
+    return value
+
+
+def _as_json(value: str | None) -> Any:
+    """A JSON column read by raw SQL: both backends answer text (Django loads jsonb as text)."""
+    return None if value is None else json.loads(value)
