@@ -220,10 +220,12 @@ class Workflows:
     def params(self, batch: RecordBatch) -> dict[str, Any]:
         return {}
 
-    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
+    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> int:
+        """Move the DAGs on; return how many workflow runs ended (the worker's deliverer
+        wakes for their webhooks only then, not after every batch of steps)."""
         ids = self.steps(batch, moved)
-        if ids:
-            workflows.advance(alias, ids, timezone.now())
+        changes = workflows.advance(alias, ids, timezone.now()) if ids else []
+        return sum(c.status in events.WORKFLOW_EVENT_FOR_STATUS for c in changes)
 
 
 class Presets:

@@ -142,10 +142,12 @@ class RecordBatch:
 
 @dataclass(slots=True)
 class Recorded:
-    """Which records moved their run (run id -> new status) and which found it gone."""
+    """Which records moved their run (run id -> new status), which found it gone, what else ended."""
 
     moved: dict[int, str] = field(default_factory=dict)
     lost: list[int] = field(default_factory=list)
+    #: Workflow runs the batch's steps ended (completed or failed): their webhooks may be owed.
+    workflows_ended: int = 0
 
 
 @dataclass(frozen=True, slots=True)

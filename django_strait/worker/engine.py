@@ -367,7 +367,9 @@ class Worker:
             logger.exception("counting %s results against circuits failed", len(chunk))
 
     def _recorded(self, chunk: list[Record], done: Recorded) -> None:
-        if any(done.moved.get(r.run_id) in TERMINAL and self._may_owe(r) for r in chunk):
+        if done.workflows_ended or any(
+            done.moved.get(r.run_id) in TERMINAL and self._may_owe(r) for r in chunk
+        ):
             self.deliverer.wake.set()
         if self._metrics is not None:
             self._metrics.observe_recorded(chunk, done, {r.run_id: r.job for r in chunk})
@@ -385,9 +387,7 @@ class Worker:
             )
 
     def _may_owe(self, rec: Record) -> bool:
-        """Whether an ended run may owe a webhook: its job's, or its workflow's if it ended."""
-        if rec.step_run_id:
-            return True
+        """Whether an ended run may owe its job's webhook (its workflow's: ``workflows_ended``)."""
         try:
             return bool(self.catalog.get(rec.job_id).row.webhook_url)
         except KeyError:

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django_strait import dag, define_workflow, trigger_workflow
 from django_strait.models import JobRun, StepRunStatus
 from django_strait.states import Transition
-from django_strait.storage import Claimed, Record, RecordBatch, Storage
+from django_strait.storage import Claimed, Record, RecordBatch, Recorded, Storage
 from django_strait.storage.workflows import STEP_STATUS
 from tests.conformance.conftest import in_threads, needs_postgres, start
 from tests.integration.factories import DIAMOND
@@ -23,13 +23,13 @@ from tests.integration.factories import step_statuses as steps_of
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def finish(storage: Storage, run: Claimed, transition: Transition, worker: str = "w1") -> None:
-    finish_many(storage, [(run, transition)], worker)
+def finish(storage: Storage, run: Claimed, transition: Transition, worker: str = "w1") -> Recorded:
+    return finish_many(storage, [(run, transition)], worker)
 
 
 def finish_many(
     storage: Storage, ended: list[tuple[Claimed, Transition]], worker: str = "w1"
-) -> None:
+) -> Recorded:
     """Record the attempts of ``ended`` in one batch, as a worker's record does."""
     now = timezone.now()
     records = [
@@ -49,6 +49,7 @@ def finish_many(
     ]
     done = storage.record(RecordBatch(worker, records))
     assert {run.id for run, _ in ended} <= set(done.moved)
+    return done
 
 
 def test_start__a_step_knows_its_workflow_and_its_parents_results(storage):
@@ -85,6 +86,21 @@ def test_record__a_failed_step_skips_its_dependents_and_fails_the_workflow(stora
     wr.refresh_from_db()
     assert wr.status == "failed"
     assert steps(wr) == {"a": "failed", "b": "skipped", "c": "skipped", "d": "skipped"}
+
+
+def test_record__counts_the_workflow_runs_its_steps_ended(storage):
+    """What wakes the worker's webhook deliverer: only a batch that ended a workflow run."""
+    define_workflow("diamond", steps=DIAMOND)
+    trigger_workflow("diamond", {})
+    trigger_workflow("diamond", {})
+    first, second = start(storage)
+
+    assert finish(storage, first, Transition.COMPLETE).workflows_ended == 0
+    assert finish(storage, second, Transition.DEAD_LETTER).workflows_ended == 1  # failed
+    middle = start(storage)
+    assert finish_many(storage, [(r, Transition.COMPLETE) for r in middle]).workflows_ended == 0
+    [last] = start(storage)
+    assert finish(storage, last, Transition.COMPLETE).workflows_ended == 1  # completed
 
 
 def test_record__plain_runs_leave_workflows_alone(storage):

@@ -30,7 +30,7 @@ def record(alias: str, batch: RecordBatch, parts: Sequence[RecordPart]) -> Recor
             [_attempt(rec, batch.worker_id) for rec in batch.records if rec.run_id in done.moved]
         )
         for part in parts:
-            part.apply(batch, done.moved, alias)
+            done.workflows_ended += part.apply(batch, done.moved, alias) or 0
     return done
 
 

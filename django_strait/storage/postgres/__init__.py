@@ -99,14 +99,16 @@ class PostgresStorage(OrmStorage):
             params.update(part.params(batch))
         sql = queries.record(tuple(part.name for part in self.parts))
         following = [part for part in FOLLOWING_PARTS if part.wanted(batch)]
+        ended = 0
         if not following:
             moved = dict(self._execute(sql, params))  # the hot path: one statement
         else:
             with transaction.atomic(using=self.alias):
                 moved = dict(self._execute(sql, params))
                 for part in following:
-                    part.apply(batch, moved, self.alias)
-        return Recorded(moved, [r.run_id for r in batch.records if r.run_id not in moved])
+                    ended += part.apply(batch, moved, self.alias) or 0
+        lost = [r.run_id for r in batch.records if r.run_id not in moved]
+        return Recorded(moved, lost, ended)
 
     def enforce_limits(
         self, pending: Sequence[limits.Pending], *, now: dt.datetime
