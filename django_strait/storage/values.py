@@ -46,6 +46,9 @@ class Claimed:
     #: A workflow step's ``{"run_id", "step", "parents"}`` (parents: each parent step's
     #: result by step name), loaded when it starts; None for a plain run.
     workflow: dict[str, Any] | None = None
+    #: A workflow step's (workflow run id, step id), loaded with ``workflow``: its
+    #: record moves the DAG on without reading its step run again.
+    step: tuple[int, int] | None = None
     #: A process run's memory preset for this attempt (set after the claim; "" for threads).
     preset: str = ""
 
@@ -106,6 +109,8 @@ class Record:
     cost: Decimal | None = None
     #: The workflow step run of the run (None: a plain run); the DAG moves on with it.
     step_run_id: int | None = None
+    #: The step's (workflow run id, step id), as its start loaded them (None: unknown).
+    step: tuple[int, int] | None = None
     #: Process runs (DESIGN §12): the preset the attempt ran at, the run's preset from
     #: now on (the next one after an OOM), and whether the attempt is free of the retry
     #: budget (an OOM retried at the next preset).

@@ -91,6 +91,28 @@ def advance(alias: str, run_ids: Iterable[int], now: dt.datetime) -> list[Change
     return changes
 
 
+def advance_recorded(
+    alias: str, ended: Iterable[tuple[int, int, int, str]], now: dt.datetime
+) -> list[Change]:
+    """Move on the workflow runs of steps whose runs a worker just recorded; return their changes.
+
+    ``ended`` holds (step run id, workflow run id, step id, the run's new status),
+    as the step's start loaded them: unlike :func:`advance`, nothing is read before
+    the lock. Each step run is moved only if still ``started`` (checked by its
+    UPDATE); one that is not sends its workflow run the long way.
+    """
+    moved: dict[int, list[_Moved]] = {}
+    for pk, wr_id, step_id, run_status in ended:
+        moved.setdefault(wr_id, []).append(_Moved(pk, wr_id, step_id, None, run_status))
+    if not moved:
+        return []
+    with transaction.atomic(using=alias, savepoint=False):
+        locked = _lock(alias, sorted(moved))
+        changes = [c for wr in locked for c in _step_forward(alias, wr, moved[wr.pk], now)]
+        _announce(alias, changes, now)
+    return changes
+
+
 def advance_workflow_runs(alias: str, wr_ids: Iterable[int], now: dt.datetime) -> list[Change]:
     """Lock the workflow runs ``wr_ids`` and move each on, reading all its steps; announce changes after commit."""
     with transaction.atomic(using=alias, savepoint=False):
@@ -120,7 +142,13 @@ def _sql(alias: str, template: str, params: list, listed: Sequence = ()) -> list
     would build each anew per record batch, which costs more than the statement.
     """
     connection = connections[alias]
-    sql = template.format(
+    with connection.cursor() as cursor:
+        cursor.execute(_statement(connection, template, listed), params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _statement(connection: Any, template: str, listed: Sequence) -> str:
+    return template.format(
         steprun=connection.ops.quote_name(WorkflowStepRun._meta.db_table),
         jobrun=connection.ops.quote_name(JobRun._meta.db_table),
         job=connection.ops.quote_name(Job._meta.db_table),
@@ -128,9 +156,14 @@ def _sql(alias: str, template: str, params: list, listed: Sequence = ()) -> list
         workflow=connection.ops.quote_name(Workflow._meta.db_table),
         listed=", ".join(["%s"] * len(listed)),
     )
+
+
+def _update(alias: str, template: str, params: list, listed: Sequence = ()) -> int:
+    """Run the UPDATE ``template`` as :func:`_sql` does; return how many rows it changed."""
+    connection = connections[alias]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall() if cursor.description else []
+        cursor.execute(_statement(connection, template, listed), params)
+        return cursor.rowcount
 
 
 # -- the definition, cached --------------------------------------------------------
@@ -198,7 +231,9 @@ class _Moved:
     pk: int
     workflow_run_id: int
     step_id: int
-    status: str
+    #: The step run's status; None when not read (a worker's record: ``started``
+    #: then, which the UPDATE that moves it checks).
+    status: str | None
     run_status: str | None
 
 
@@ -206,7 +241,7 @@ _MOVED = """
 SELECT s.id, s.workflow_run_id, s.step_id, s.status, r.status
 FROM {steprun} s JOIN {jobrun} r ON r.id = s.run_id WHERE s.run_id IN ({listed})
 """
-_SET_STATUS = "UPDATE {steprun} SET status = %s WHERE id IN ({listed})"
+_SET_STATUS = "UPDATE {steprun} SET status = %s WHERE status = %s AND id IN ({listed})"
 _WAITING_CHILDREN = """
 SELECT id, step_id, parents_left FROM {steprun}
 WHERE workflow_run_id = %s AND status = %s AND step_id IN ({listed})
@@ -238,16 +273,19 @@ def _step_forward(
     ended_steps: list[int] = []
     for m in moved:
         new = STEP_STATUS.get(m.run_status, StepRunStatus.STARTED)
-        if new == m.status:
+        if new == (m.status or StepRunStatus.STARTED):
             continue  # a retry scheduled, a hold: progress, nothing to release
-        if m.status != StepRunStatus.STARTED or not dag.ended_well(new, graph[m.step_id].lenient):
+        if m.status not in (StepRunStatus.STARTED, None) or not dag.ended_well(
+            new, graph[m.step_id].lenient
+        ):
             return _advance_one(alias, wr, now)
         ended.setdefault(new, []).append(m.pk)
         ended_steps.append(m.step_id)
     if not ended:
         return _set_status(alias, wr, wr.status, now)
     for status, ids in ended.items():
-        _sql(alias, _SET_STATUS, [status, *ids], ids)
+        if _update(alias, _SET_STATUS, [status, StepRunStatus.STARTED, *ids], ids) < len(ids):
+            return _advance_one(alias, wr, now)  # a step run was not started after all
     due, still_waiting = _release(alias, wr, graph, ended_steps)
     if due:
         _start(alias, wr, graph, due, now)
@@ -537,8 +575,11 @@ def fail_stalled(alias: str, now: dt.datetime, stale_after: float) -> list[Chang
     return changes
 
 
-def members(alias: str, step_run_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """Each step run's ``{"run_id", "step", "parents"}``: its parents' results by step name.
+def members(
+    alias: str, step_run_ids: list[int]
+) -> dict[int, tuple[tuple[int, int], dict[str, Any]]]:
+    """Each step run's (workflow run id, step id) and ``{"run_id", "step", "parents"}``,
+    parents being its parents' results by step name.
 
     Two statements for a whole claimed batch, whatever its size: the step runs with
     their workflows' ``updated_at`` (which says whether the cached definition, see
@@ -565,11 +606,14 @@ def members(alias: str, step_run_ids: list[int]) -> dict[int, dict[str, Any]]:
     out = {}
     for pk, wr, step_id, workflow_id, _ in rows:
         graph = graphs[workflow_id]
-        out[pk] = {
-            "run_id": wr,
-            "step": graph[step_id].name,
-            "parents": {graph[p].name: results.get((wr, p)) for p in graph[step_id].parents},
-        }
+        out[pk] = (
+            (wr, step_id),
+            {
+                "run_id": wr,
+                "step": graph[step_id].name,
+                "parents": {graph[p].name: results.get((wr, p)) for p in graph[step_id].parents},
+            },
+        )
     return out
 
 

@@ -64,6 +64,7 @@ def to_record(
         reserved_cost=run.reserved_cost,
         cost=attempt_cost(run, info, outcome),
         step_run_id=run.step_run_id,
+        step=run.step,
         preset=run.preset,
         run_preset=moved_to or run.preset,
         free_attempt=moved_to is not None,

@@ -28,9 +28,15 @@ def finish(storage: Storage, run: Claimed, transition: Transition, worker: str =
 
 
 def finish_many(
-    storage: Storage, ended: list[tuple[Claimed, Transition]], worker: str = "w1"
+    storage: Storage,
+    ended: list[tuple[Claimed, Transition]],
+    worker: str = "w1",
+    *,
+    known: bool = True,
 ) -> Recorded:
-    """Record the attempts of ``ended`` in one batch, as a worker's record does."""
+    """Record the attempts of ``ended`` in one batch, as a worker's record does (with the steps'
+    workflow run and step as their start loaded them; ``known=False``: without, as a record
+    written again by other means)."""
     now = timezone.now()
     records = [
         Record(
@@ -41,9 +47,11 @@ def finish_many(
             now,
             1,
             "succeeded",
+            available_at=now if transition == Transition.RETRY else None,
             result={"from": run.workflow["step"]},
             job_id=run.job_id,
             step_run_id=run.step_run_id,
+            step=run.step if known else None,
         )  # fmt: skip
         for run, transition in ended
     ]
@@ -189,12 +197,16 @@ def test_record__any_dag_any_batching_moves_as_the_dag_says(storage, seed):
             k = rng.randint(1, len(due))
             batch, due = due[:k], due[k:]
             # Mostly success; a lenient step fails now and then (the short way), a
-            # strict one rarely (the long way: the workflow fails).
+            # strict one rarely (the long way: the workflow fails); some retry first.
+            # Half the batches come as a worker records them (steps known from their
+            # start), half as other paths do (steps read again).
             odds = {run.id: 0.4 if run.workflow["step"] in lenient else 0.05 for run in batch}
             finish_many(
                 storage,
-                [(run, Transition.DEAD_LETTER if rng.random() < odds[run.id] else Transition.COMPLETE)
+                [(run, Transition.RETRY if rng.random() < 0.1 else
+                       Transition.DEAD_LETTER if rng.random() < odds[run.id] else Transition.COMPLETE)
                  for run in batch],
+                known=rng.random() < 0.5,
             )  # fmt: skip
             want, want_status = expected(steps, wr)
             wr.refresh_from_db()

@@ -87,8 +87,8 @@ class OrmStorage:
                 started.append(run)
         steps = {run.step_run_id: run for run in started if run.step_run_id}
         if steps:  # plain runs: nothing more
-            for step_run_id, member in workflows.members(self.alias, list(steps)).items():
-                steps[step_run_id].workflow = member
+            for step_run_id, (step, member) in workflows.members(self.alias, list(steps)).items():
+                steps[step_run_id].step, steps[step_run_id].workflow = step, member
         return started
 
     def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:
