@@ -24,3 +24,15 @@ def server_bound_cursor(connection: Any) -> Iterator[Any]:
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         yield cursor
+
+
+def through_pooler(pg: Any) -> bool:
+    """Whether psycopg connection ``pg`` reaches PostgreSQL through a pooler.
+
+    PostgreSQL tells a session its server process id when it starts (psycopg's
+    ``info.backend_pid``); a pooler that shares server sessions between clients
+    hands each client a key of its own instead. So the process that answers
+    ``pg_backend_pid()`` is another than the one the session was told.
+    """
+    row = pg.execute("SELECT pg_backend_pid()").fetchone()
+    return row[0] != pg.info.backend_pid

@@ -441,6 +441,7 @@ class Worker:
     def _start_listener(self) -> Listener | None:
         listen = self.config.listen_alias
         if listen is None or not backend(listen).can_listen:
+            logger.info("polling for new runs every %ss", self.config.poll_interval)
             return None
         work = self.producer.work
         listener = Listener(
