@@ -142,10 +142,13 @@ class RecordBatch:
 
 @dataclass(slots=True)
 class Recorded:
-    """Which records moved their run (run id -> new status) and which found it gone."""
+    """Which records moved their run (run id -> new status), found it gone, or found it recorded."""
 
     moved: dict[int, str] = field(default_factory=dict)
+    #: Runs no longer executing under this worker at that attempt (canceled, replayed, reaped).
     lost: list[int] = field(default_factory=list)
+    #: Runs an earlier try of the same record had recorded (its COMMIT landed, its answer not).
+    already: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -376,13 +376,8 @@ class Worker:
                 _log_attempt(rec, done.moved.get(rec.run_id))
         for status in done.moved.values():
             self.stats.count(status)
-        if done.lost:
-            self.stats.lost += len(done.lost)
-            logger.warning(
-                "results of runs %s not recorded: no longer executing under this worker "
-                "(canceled, replayed or reaped meanwhile)",
-                done.lost,
-            )
+        self.stats.lost += len(done.lost)
+        say_unmoved(done)
 
     def _may_owe(self, rec: Record) -> bool:
         """Whether an ended run may owe a webhook: its job's, or its workflow's if it ended."""
@@ -484,6 +479,22 @@ def _log_attempt(rec: Record, status: str | None) -> None:
             "error_type": rec.error_type,
         },
     )
+
+
+def say_unmoved(done: Recorded) -> None:
+    """Log the runs a record did not move: lost to this worker, or recorded by an earlier try."""
+    if done.lost:
+        logger.warning(
+            "results of runs %s not recorded: no longer executing under this worker "
+            "(canceled, replayed or reaped meanwhile)",
+            done.lost,
+        )
+    if done.already:
+        logger.info(
+            "results of runs %s already recorded: an earlier try's commit had landed "
+            "before its connection was lost",
+            done.already,
+        )
 
 
 def _settings_module() -> str:

@@ -24,6 +24,7 @@ from django_strait.resilience.health import concurrency_share
 from django_strait.sql import server_bound_cursor
 from django_strait.storage.orm import OrmStorage
 from django_strait.storage.orm.claims import claimed
+from django_strait.storage.orm.records import recorded
 from django_strait.storage.parts import FOLLOWING_PARTS
 from django_strait.storage.postgres import enqueue, queries
 from django_strait.storage.values import Claimed, Hold, RecordBatch, Recorded
@@ -106,7 +107,7 @@ class PostgresStorage(OrmStorage):
                 moved = dict(self._execute(sql, params))
                 for part in following:
                     part.apply(batch, moved, self.alias)
-        return Recorded(moved, [r.run_id for r in batch.records if r.run_id not in moved])
+        return recorded(self.alias, batch, moved)
 
     def enforce_limits(
         self, pending: Sequence[limits.Pending], *, now: dt.datetime
