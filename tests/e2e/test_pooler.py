@@ -191,3 +191,16 @@ def test_listen_through_the_pooler__logs_one_error_and_polls(
     assert output.count(LISTEN_ERROR) == 1, output
     assert 'STRAIT["LISTEN_DATABASE"]' in output
     assert "listening for new runs" not in output
+
+
+def test_through_pooler__tells_a_pooled_session_from_a_direct_one(pgbouncer):
+    # How the worker knows not to prepare its claim, and that a LISTEN will not hold.
+    import psycopg
+
+    from django_strait.sql import through_pooler
+
+    name = connection.settings_dict["NAME"]
+    with psycopg.connect(pgbouncer.url(name), autocommit=True) as pooled:
+        assert through_pooler(pooled)
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as direct:
+        assert not through_pooler(direct)
