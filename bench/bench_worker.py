@@ -19,6 +19,12 @@ Phases (each a median over ``--reps``):
   cpu per run      the drain worker's CPU time (user + system) per run, including its
                    start-up (~0.8 s), and steady (first completion to last): steadier
                    than runs/s when other work shares the machine
+  statements       the worker's claim (claim + start) and record of --batch-size runs,
+                   timed in this process on one fresh connection, --batches times,
+                   with the claim prepared and not (STRAIT["PREPARE_STATEMENTS"]),
+                   the order alternating between reps: median ms per call of each
+  --prepare        on (default) | off | both: the drain workers' PREPARE_STATEMENTS;
+                   both alternates the drains, on first in odd reps
 
 The database is ``DATABASE_URL`` (default: PostgreSQL database ``strait_bench`` on
 127.0.0.1, created if missing). Traffic goes to 127.0.0.1 only.
@@ -279,6 +285,38 @@ def drain(
     }
 
 
+def statements(batches: int, batch: int, prepare: bool) -> dict:
+    """Time claim + start and record of ``batch`` runs, ``batches`` times, on a fresh session."""
+    from django.conf import settings
+    from django.db import connection
+    from django.test.utils import override_settings
+    from django.utils import timezone
+
+    from django_strait import trigger_many
+    from django_strait.states import Transition
+    from django_strait.storage import Record, RecordBatch, backend
+    from django_strait.transitions import claim_and_start
+
+    clear()
+    trigger_many("bench-noop", [{"i": i} for i in range(batches * batch)])
+    connection.close()  # nothing prepared yet: the first calls' preparing is counted too
+    storage = backend()
+    claims, records = [], []
+    with override_settings(STRAIT={**settings.STRAIT, "PREPARE_STATEMENTS": prepare}):
+        for _ in range(batches):
+            t = time.perf_counter()
+            runs = claim_and_start("bench", limit=batch, storage=storage)
+            claims.append((time.perf_counter() - t) * 1000)
+            now = timezone.now()
+            done = [Record(r.id, r.attempt, Transition.COMPLETE, now, now, 1, "succeeded",
+                           job_id=r.job_id) for r in runs]  # fmt: skip
+            t = time.perf_counter()
+            storage.record(RecordBatch("bench", done))
+            records.append((time.perf_counter() - t) * 1000)
+    connection.close()
+    return {"claim_ms": statistics.median(claims), "record_ms": statistics.median(records)}
+
+
 def _deliveries(n: int, first: float, last_done: float, t0: float) -> dict:
     """Wait for every run's webhook to be delivered; return deliveries/s and the trail."""
     while (delivered := delivered_count()) < n:
@@ -357,6 +395,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=100)
     ap.add_argument("--latency-samples", type=int, default=30)
+    ap.add_argument("--batches", type=int, default=200, help="statements: batches per rep")
+    ap.add_argument("--prepare", choices=("on", "off", "both"), default="on")
     ap.add_argument("--only", default="bulk_trigger,drain_noop,drain_http,latency")
     ap.add_argument("--db", default=os.environ.get("DATABASE_URL", DEFAULT_DB))
     ap.add_argument(
@@ -378,20 +418,26 @@ def main() -> None:
     endpoint_proc, url = start_endpoint() if needs_endpoint else (None, None)
     make_jobs(url, args.protect, webhook=url if args.webhook else "")
     raw: dict[str, list] = {p: [] for p in phases}
+    prepared: dict[str, list] = {"on": [], "off": []}
+    drains: dict[str, list] = {"on": [], "off": []}
     try:
-        for _ in range(args.reps):
+        for rep in range(args.reps):
+            # Alternate which goes first, so neither always runs on a warmer machine.
+            order = ("on", "off") if rep % 2 == 0 else ("off", "on")
+            if "statements" in phases:
+                for mode in order:
+                    prepared[mode].append(statements(args.batches, args.batch_size, mode == "on"))
             if "bulk_trigger" in phases:
                 raw["bulk_trigger"].append(bulk_trigger(args.n))
-            if "drain_noop" in phases:
-                raw["drain_noop"].append(
-                    drain(
-                        "bench-noop",
-                        args.n,
-                        args.concurrency,
-                        args.batch_size,
-                        webhooks=args.webhook,
-                    )
+            for mode in order if args.prepare == "both" else (args.prepare,):
+                if "drain_noop" not in phases:
+                    break
+                os.environ["STRAIT_PREPARE_STATEMENTS"] = "true" if mode == "on" else "false"
+                result = drain(
+                    "bench-noop", args.n, args.concurrency, args.batch_size, webhooks=args.webhook
                 )
+                drains[mode].append(result)
+                raw["drain_noop"].append(result)
             if "drain_http" in phases:
                 raw["drain_http"].append(
                     drain("bench-http", args.n, args.concurrency, args.batch_size)
@@ -412,6 +458,7 @@ def main() -> None:
         "batch_size": args.batch_size,
         "protect": args.protect,
         "webhook": args.webhook,
+        "prepare": args.prepare,
     }
     if raw.get("bulk_trigger"):
         out["bulk_trigger_runs_per_s"] = summarize(raw["bulk_trigger"])
@@ -440,6 +487,18 @@ def main() -> None:
             errors = [r["error"] for r in raw[key] if "error" in r]
             if errors:
                 out[f"{key}_errors"] = errors
+    if "statements" in phases:
+        for mode, runs in prepared.items():
+            for key in ("claim_ms", "record_ms"):
+                out[f"statements_prepared_{mode}_{key}"] = summarize([r[key] for r in runs])
+    if args.prepare == "both":
+        for mode, runs in drains.items():
+            out[f"drain_noop_prepared_{mode}_steady_runs_per_s"] = summarize(
+                [r.get("steady_runs_per_s") for r in runs]
+            )
+            out[f"drain_noop_prepared_{mode}_worker_steady_cpu_ms_per_run"] = summarize(
+                [r.get("worker_steady_cpu_ms_per_run") for r in runs]
+            )
     if raw.get("latency"):
         out["latency_median_ms"] = summarize([r["median_ms"] for r in raw["latency"]])
         out["latency_p95_ms"] = summarize([r["p95_ms"] for r in raw["latency"]])

@@ -157,6 +157,12 @@ def _alias(*, optional: bool) -> Callable[[Any, str], str | None]:
     return check
 
 
+def _boolean(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise PolicyError(field, value, "True or False")
+    return value
+
+
 def _user_agent(value: Any, field: str) -> str:
     if not isinstance(value, str) or not value.strip() or any(c in value for c in "\r\n\0"):
         raise PolicyError(field, value, "a non-empty string on one line")
@@ -182,6 +188,18 @@ def _float_text(text: str, field: str) -> float:
         return float(text.strip())
     except ValueError:
         raise PolicyError(field, text, "a number, e.g. 0.1") from None
+
+
+_TRUE_TEXT = ("true", "1", "yes", "on")
+_FALSE_TEXT = ("false", "0", "no", "off")
+
+
+def _bool_text(text: str, field: str) -> bool:
+    word = text.strip().lower()
+    if word not in _TRUE_TEXT + _FALSE_TEXT:
+        allowed = f"one of {', '.join(_TRUE_TEXT)} or {', '.join(_FALSE_TEXT)}"
+        raise PolicyError(field, text, allowed)
+    return word in _TRUE_TEXT
 
 
 def _list_text(text: str, field: str) -> list[Any]:
@@ -264,7 +282,11 @@ KEYS: dict[str, Key] = {
         Key("CIRCUIT_FAILURE_THRESHOLD", 5, _integer(1), _int_text),
         Key("CIRCUIT_COOLDOWN", 30.0, _duration(positive=False), _text),
         Key("HEALTH_EWMA_ALPHA", 0.1, _alpha, _float_text),
+        # Wake-ups by LISTEN/NOTIFY (False: poll only), and on which connection.
+        Key("LISTEN", True, _boolean, _bool_text),
         Key("LISTEN_DATABASE", None, _alias(optional=True), _alias_text),
+        # Prepare the worker's hot statements on connections that reach PostgreSQL directly.
+        Key("PREPARE_STATEMENTS", True, _boolean, _bool_text),
         Key("DATABASE", "default", _alias(optional=False), _alias_text),
         Key("HTTP_USER_AGENT", f"django-strait/{__version__}", _user_agent, _text),
         Key("TRIGGER_MAX_PAYLOAD_BYTES", 1_000_000, _integer(1), _int_text),
@@ -419,7 +441,9 @@ class StraitSettings:
     CIRCUIT_FAILURE_THRESHOLD: int
     CIRCUIT_COOLDOWN: float
     HEALTH_EWMA_ALPHA: float
+    LISTEN: bool
     LISTEN_DATABASE: str | None
+    PREPARE_STATEMENTS: bool
     DATABASE: str
     HTTP_USER_AGENT: str
     TRIGGER_MAX_PAYLOAD_BYTES: int

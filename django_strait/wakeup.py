@@ -11,7 +11,10 @@ SQLite.
 The listening connection must be a direct one: behind PgBouncer in transaction
 mode LISTEN does not survive. ``STRAIT["LISTEN_DATABASE"]`` names the
 ``DATABASES`` alias to listen on (default: the worker's own database); set it to
-a direct alias when the main one goes through a pooler (DESIGN §6).
+a direct alias when the main one goes through a pooler (DESIGN §6). After its
+LISTEN the listener checks, in the next transaction, that the LISTEN holds; when
+it does not (a pooler), it logs one error naming the setting, UNLISTENs and
+stops: the worker polls. ``STRAIT["LISTEN"] = False`` never listens.
 """
 
 from __future__ import annotations
@@ -19,8 +22,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from django.db import connections
+
+from django_strait.sql import through_pooler
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +76,9 @@ class Listener:
         params = connections[self.alias].get_connection_params()
         with psycopg.connect(**params, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
+            if not holds(conn):
+                self._give_up(conn)
+                return
             logger.info("listening for new runs on %r", self.alias)
             # Wake once on (re)connect: NOTIFYs sent while we were away are lost.
             self.wake()
@@ -77,3 +86,27 @@ class Listener:
                 for note in conn.notifies(timeout=1.0):
                     if not self.queues or note.payload in self.queues:
                         self.wake()
+
+    def _give_up(self, conn: Any) -> None:
+        """Say once why wake-ups are off, take the LISTEN back, and stop: the worker polls."""
+        logger.error(
+            "LISTEN on database %r does not hold: its connection goes through a pooler "
+            "(another server session answers each transaction), so wake-ups would never "
+            'arrive. Polling instead. Set STRAIT["LISTEN_DATABASE"] to a DATABASES alias '
+            'that connects to PostgreSQL directly, or STRAIT["LISTEN"] = False to poll '
+            "without trying.",
+            self.alias,
+        )
+        conn.execute(f"UNLISTEN {CHANNEL}")
+        self._stop.set()
+
+
+def holds(conn: Any) -> bool:
+    """Whether the LISTEN just sent on psycopg connection ``conn`` holds in its next transaction.
+
+    The channel must be listed, and by the session this connection opened: behind
+    a transaction pooler the next transaction may run on the very server session
+    that took the LISTEN, which lists it too, but it is not ours to keep.
+    """
+    listed = conn.execute("SELECT %s IN (SELECT pg_listening_channels())", [CHANNEL]).fetchone()[0]
+    return bool(listed) and not through_pooler(conn)

@@ -15,6 +15,13 @@ class DutyResult:
     #: False when another host held the lead this round (nothing was done here).
     led: bool
     counts: dict[str, int] = field(default_factory=dict)
+    #: Counts of what the round looked at rather than did (the scheduler's ``jobs``).
+    looked_at: tuple[str, ...] = ()
+
+    @property
+    def happened(self) -> bool:
+        """Whether this host led the round and did something in it (what is worth a log line)."""
+        return self.led and any(n for k, n in self.counts.items() if k not in self.looked_at)
 
 
 class Duty(Protocol):

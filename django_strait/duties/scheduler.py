@@ -74,7 +74,7 @@ class Scheduler:
             counts = Counter(fired=0, skipped_overlap=0, skipped_missed=0, jobs=0, errors=0)
             for job in self._scheduled_jobs():
                 self._round_for(job, now, counts)
-        return DutyResult(self.name, led=True, counts=dict(counts))
+        return DutyResult(self.name, led=True, counts=dict(counts), looked_at=("jobs",))
 
     def _scheduled_jobs(self):
         # ~Q(schedule="") is the predicate of the partial index strait_job_scheduled.

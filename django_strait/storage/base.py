@@ -80,7 +80,11 @@ class Storage(Protocol):
         """Mark the runs this worker holds as alive; return how many."""
 
     def record(self, batch: RecordBatch) -> Recorded:
-        """Move each run as its record says, append its attempt, apply every record part."""
+        """Move each run as its record says, append its attempt, apply every record part.
+
+        A run the record cannot move is ``lost``, or ``already`` when this worker's
+        attempt row for that record is there (an earlier try's COMMIT landed).
+        """
 
     # The worker's process runs (DESIGN §12).
     def presets_of(

@@ -147,10 +147,14 @@ class RecordBatch:
 
 @dataclass(slots=True)
 class Recorded:
-    """Which records moved their run (run id -> new status), which found it gone, what else ended."""
+    """Which records moved their run (run id -> new status), found it gone, or found it
+    recorded; and how many workflow runs their steps ended."""
 
     moved: dict[int, str] = field(default_factory=dict)
+    #: Runs no longer executing under this worker at that attempt (canceled, replayed, reaped).
     lost: list[int] = field(default_factory=list)
+    #: Runs an earlier try of the same record had recorded (its COMMIT landed, its answer not).
+    already: list[int] = field(default_factory=list)
     #: Workflow runs the batch's steps ended (completed or failed): their webhooks may be owed.
     workflows_ended: int = 0
 

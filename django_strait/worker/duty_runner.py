@@ -31,7 +31,7 @@ class DutyRunner:
                     continue
                 try:
                     result = await self._call(duty.run_once, timezone.now())
-                    if result.led and any(result.counts.values()):
+                    if result.happened:
                         logger.info("%s: %s", duty.name, result.counts)
                 except Exception:
                     logger.exception("duty %s failed; trying again next round", duty.name)

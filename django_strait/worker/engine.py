@@ -378,13 +378,8 @@ class Worker:
                 _log_attempt(rec, done.moved.get(rec.run_id))
         for status in done.moved.values():
             self.stats.count(status)
-        if done.lost:
-            self.stats.lost += len(done.lost)
-            logger.warning(
-                "results of runs %s not recorded: no longer executing under this worker "
-                "(canceled, replayed or reaped meanwhile)",
-                done.lost,
-            )
+        self.stats.lost += len(done.lost)
+        say_unmoved(done)
 
     def _may_owe(self, rec: Record) -> bool:
         """Whether an ended run may owe its job's webhook (its workflow's: ``workflows_ended``)."""
@@ -441,6 +436,7 @@ class Worker:
     def _start_listener(self) -> Listener | None:
         listen = self.config.listen_alias
         if listen is None or not backend(listen).can_listen:
+            logger.info("polling for new runs every %ss", self.config.poll_interval)
             return None
         work = self.producer.work
         listener = Listener(
@@ -483,6 +479,22 @@ def _log_attempt(rec: Record, status: str | None) -> None:
             "error_type": rec.error_type,
         },
     )
+
+
+def say_unmoved(done: Recorded) -> None:
+    """Log the runs a record did not move: lost to this worker, or recorded by an earlier try."""
+    if done.lost:
+        logger.warning(
+            "results of runs %s not recorded: no longer executing under this worker "
+            "(canceled, replayed or reaped meanwhile)",
+            done.lost,
+        )
+    if done.already:
+        logger.info(
+            "results of runs %s already recorded: an earlier try's commit had landed "
+            "before its connection was lost",
+            done.already,
+        )
 
 
 def _settings_module() -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import random
+
 import pytest
 from django.utils import timezone
 
@@ -158,3 +161,32 @@ def test_replay_many__moves_only_replayable_runs(storage):
     assert moved == 4
     assert {status(r) for r in replayable} == {"queued"}
     assert [status(r) for r in others] == ["queued", "executing", "completed", "canceled"]
+
+
+def test_record__tried_again_after_its_commit_landed_finds_the_run_already_recorded(storage):
+    # The completer writes a batch again when its connection dropped; the first
+    # COMMIT may have landed before the drop.
+    run = make_run()
+    start(storage, "w1")
+    batch = ended(run.pk, "w1")
+    first = storage.record(batch)
+
+    again = storage.record(batch)
+
+    assert first.moved == {run.pk: "completed"}
+    assert (again.moved, again.lost, again.already) == ({}, [], [run.pk])
+    assert RunAttempt.objects.filter(run=run).count() == 1
+
+
+def test_record__of_a_run_the_reaper_took_is_lost_not_already_recorded(storage):
+    run = make_run(make_job(max_attempts=3))
+    start(storage, "w1")
+    silent = timezone.now() - dt.timedelta(hours=1)
+    JobRun.objects.filter(pk=run.pk).update(heartbeat_at=silent, dequeued_at=silent)
+    storage.rescue_batch(
+        timezone.now(), stale_after=60, waiting_stale_after=3600, limit=50, rng=random.Random(0)
+    )  # its worker.lost attempt has this run, number and worker, not this record's end
+
+    done = storage.record(ended(run.pk, "w1"))
+
+    assert (done.moved, done.lost, done.already) == ({}, [run.pk], [])

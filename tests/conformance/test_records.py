@@ -155,9 +155,9 @@ def test_record__on_postgresql_writes_a_batchs_webhooks_in_its_one_statement():
     class Counting(PostgresStorage):
         statements = 0
 
-        def _execute(self, sql, params):
+        def _execute(self, sql, params, **kw):
             Counting.statements += 1
-            return super()._execute(sql, params)
+            return super()._execute(sql, params, **kw)
 
     storage = Counting(connection.alias)
     job = make_job(webhook_url="https://hooks.example.com/a")

@@ -142,3 +142,26 @@ def start_worker(
     )
     started.append(proc)
     return proc
+
+
+@pytest.fixture
+def pgbouncer() -> Iterator[Any]:
+    """A PgBouncer in transaction mode on 127.0.0.1 in front of this test's PostgreSQL,
+    stopped by its pid at the end (also when the test failed)."""
+    from django.db import connection
+
+    from tests.process_helpers import PGBOUNCER, start_pgbouncer
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PgBouncer pools PostgreSQL connections; SQLite has none")
+    if not os.access(PGBOUNCER, os.X_OK):
+        missing = f"no pgbouncer binary at {PGBOUNCER} (the Debian package pgbouncer)"
+        if os.environ.get("TESTS_REQUIRE_PGBOUNCER"):
+            pytest.fail(f"{missing}, and TESTS_REQUIRE_PGBOUNCER says CI must have it")
+        pytest.skip(missing)
+    server = connection.settings_dict
+    bouncer = start_pgbouncer(server["HOST"] or "127.0.0.1", int(server["PORT"] or 5432))
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()

@@ -53,6 +53,13 @@ def test_run_once__nothing_due_fires_nothing():
     result = Scheduler().run_once(utc(2024, 5, 1, 15))
     assert result.counts["fired"] == 0
     assert keys(job) == []
+    # Looking at a job is not news: the worker logs a round only when something happened.
+    assert (result.counts["jobs"], result.happened) == (1, False)
+
+
+def test_run_once__a_fired_tick_is_news():
+    scheduled(last_tick=utc(2024, 4, 30, 9))
+    assert Scheduler().run_once(utc(2024, 5, 1, 9, 0, 2)).happened
 
 
 def test_run_once__twice_for_the_same_tick_makes_one_run():

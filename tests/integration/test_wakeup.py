@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import replace
@@ -111,3 +112,19 @@ def test_workflow__each_level_wakes_an_idle_worker(idle_worker):
         assert time.monotonic() < deadline, "a step waited for the poll"
         time.sleep(0.02)
     assert WorkflowRun.objects.get(pk=wr.pk).status == "completed"
+
+
+def test_listen_false__the_worker_polls_and_never_listens(caplog, settings):
+    from django_strait.management.commands.run_strait_worker import build_config
+    from django_strait.worker.engine import Worker
+
+    settings.STRAIT = {**settings.STRAIT, "LISTEN": False}
+    config = build_config({"worker_id": "poller", "burst": True})
+    run = trigger("test-noop", {})
+    with caplog.at_level(logging.INFO, logger="django_strait"):
+        Worker(config).run()
+
+    assert config.listen_alias is None
+    assert JobRun.objects.get(pk=run.pk).status == "completed"
+    assert "polling for new runs every 1.0s" in caplog.text
+    assert "listening" not in caplog.text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from django_strait.storage import RecordBatch
+from django_strait.storage import RecordBatch, Recorded
 from django_strait.worker.completer import Completer
 from tests.unit.memory import MemoryStorage, record
 
@@ -123,3 +123,14 @@ def test_completer__a_run_no_longer_held_is_reported_lost_not_written():
     seen, _, _ = drive(storage, [record(1)])
 
     assert seen[0].lost == [1] and storage.attempts == []
+
+
+def test_say_unmoved__names_lost_runs_and_already_recorded_ones_apart(caplog):
+    from django_strait.worker.engine import say_unmoved
+
+    with caplog.at_level(logging.INFO, logger="django_strait.worker.engine"):
+        say_unmoved(Recorded(lost=[3], already=[4, 5]))
+
+    lines = {r.levelname: r.getMessage() for r in caplog.records}
+    assert lines["WARNING"].startswith("results of runs [3] not recorded: no longer executing")
+    assert lines["INFO"].startswith("results of runs [4, 5] already recorded")

@@ -156,7 +156,7 @@ def build_config(options: dict) -> WorkerConfig:
         shutdown_timeout=s.SHUTDOWN_TIMEOUT,
         heartbeat_interval=max(1.0, s.STALE_AFTER / 5),
         stats_interval=s.STATS_INTERVAL,
-        listen_alias=s.LISTEN_DATABASE or s.DATABASE,
+        listen_alias=(s.LISTEN_DATABASE or s.DATABASE) if s.LISTEN else None,
         metrics_port=options.get("metrics_port"),
         result_max_bytes=s.RESULT_MAX_BYTES,
         user_agent=s.HTTP_USER_AGENT,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, DateTimeField, DecimalField, F, Value, When
+from django.db.models import Case, DateTimeField, DecimalField, F, Q, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -18,20 +18,48 @@ from django_strait.storage.values import ZERO, Record, RecordBatch, Recorded
 
 def record(alias: str, batch: RecordBatch, parts: Sequence[RecordPart]) -> Recorded:
     """Apply each record's transition and append its attempt row, then each part; atomically."""
-    done = Recorded()
+    moved: dict[int, str] = {}
+    ended = 0
     with transaction.atomic(using=alias):
         runs = JobRun.objects.using(alias)
         for rec in batch.records:
             if _move(runs, batch.worker_id, rec):
-                done.moved[rec.run_id] = runs.values_list("status", flat=True).get(pk=rec.run_id)
-            else:
-                done.lost.append(rec.run_id)
+                moved[rec.run_id] = runs.values_list("status", flat=True).get(pk=rec.run_id)
         RunAttempt.objects.using(alias).bulk_create(
-            [_attempt(rec, batch.worker_id) for rec in batch.records if rec.run_id in done.moved]
+            [_attempt(rec, batch.worker_id) for rec in batch.records if rec.run_id in moved]
         )
         for part in parts:
-            done.workflows_ended += part.apply(batch, done.moved, alias) or 0
+            ended += part.apply(batch, moved, alias) or 0
+    done = recorded(alias, batch, moved)
+    done.workflows_ended = ended
     return done
+
+
+def recorded(alias: str, batch: RecordBatch, moved: dict[int, str]) -> Recorded:
+    """What a record did: the runs it moved; of the others, which were recorded already.
+
+    A record that moved nothing for a run either found the run taken from this
+    worker (canceled, replayed, reaped: lost), or is the second try of a write
+    whose COMMIT had landed before its connection was lost: then the run's attempt
+    row, as this record would have written it, is already there.
+    """
+    missed = [rec for rec in batch.records if rec.run_id not in moved]
+    already = _already_recorded(alias, batch.worker_id, missed) if missed else set()
+    return Recorded(
+        moved,
+        lost=[rec.run_id for rec in missed if rec.run_id not in already],
+        already=[rec.run_id for rec in missed if rec.run_id in already],
+    )
+
+
+def _already_recorded(alias: str, worker_id: str, records: Sequence[Record]) -> set[int]:
+    # An attempt row is this record's if it has its run, number, worker and end time
+    # (the reaper's row for a lost attempt has the same number and worker, not the end).
+    match = Q()
+    for rec in records:
+        match |= Q(run_id=rec.run_id, number=rec.attempt, finished_at=rec.finished_at)
+    rows = RunAttempt.objects.using(alias).filter(match, worker=worker_id)
+    return set(rows.values_list("run_id", flat=True))
 
 
 def _move(runs: Any, worker_id: str, rec: Record) -> int:

@@ -2,8 +2,10 @@
 
 Claim, start, hold, record, limits and budgets are single statements from
 ``queries.sql`` (``FOR UPDATE SKIP LOCKED`` for the claim; data-modifying CTEs
-for the hold and the record), sent through server-bound cursors so that psycopg
-prepares each once per connection. Everything else is the ORM's (``OrmStorage``).
+for the hold and the record), sent through server-bound cursors. The claim is
+prepared once per connection where that connection reaches PostgreSQL directly
+and ``STRAIT["PREPARE_STATEMENTS"]`` is on; the others are not, as measured
+(docs/operations.md, "Poolers"). Everything else is the ORM's (``OrmStorage``).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
+from django_strait.conf import strait_settings
 from django_strait.models import JobRun
 from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import concurrency_share
-from django_strait.sql import server_bound_cursor
+from django_strait.sql import may_prepare, server_bound_cursor
 from django_strait.storage.orm import OrmStorage
 from django_strait.storage.orm.claims import claimed
+from django_strait.storage.orm.records import recorded
 from django_strait.storage.parts import FOLLOWING_PARTS
 from django_strait.storage.postgres import enqueue, queries
 from django_strait.storage.values import Claimed, Hold, RecordBatch, Recorded
@@ -39,9 +43,13 @@ class PostgresStorage(OrmStorage):
     pages_by_primary_key = True
     row_estimates = True
 
-    def _execute(self, sql: str, params: dict[str, Any]) -> list[tuple]:
-        with server_bound_cursor(connections[self.alias]) as cursor:
-            cursor.execute(sql, params)
+    def _execute(self, sql: str, params: dict[str, Any], *, prepare: bool = False) -> list[tuple]:
+        """Run one statement; ``prepare``: prepared once per connection, where that is allowed."""
+        connection = connections[self.alias]
+        prepare = prepare and strait_settings.PREPARE_STATEMENTS and may_prepare(connection)
+        with server_bound_cursor(connection) as cursor:
+            # None, not False: psycopg's own prepare_threshold, if a project set one, still applies.
+            cursor.execute(sql, params, prepare=prepare or None)
             return cursor.fetchall() if cursor.description else []
 
     @contextlib.contextmanager
@@ -70,7 +78,11 @@ class PostgresStorage(OrmStorage):
             variant, params["queue"] = "one", queues[0]
         else:
             variant, params["queues"] = "many", list(queues)
-        return [claimed(*row) for row in self._execute(queries.claim(variant), params)]
+        # Prepared: planning it was a quarter of its time; PostgreSQL's generic plan for
+        # it is the same index scan. Start and record are not: their generic plans
+        # went by the status index and halved a drain (docs/operations.md, "Poolers").
+        rows = self._execute(queries.claim(variant), params, prepare=True)
+        return [claimed(*row) for row in rows]
 
     def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:
         return self._execute(queries.get("start"), {"ids": ids, "worker": worker_id})
@@ -107,8 +119,9 @@ class PostgresStorage(OrmStorage):
                 moved = dict(self._execute(sql, params))
                 for part in following:
                     ended += part.apply(batch, moved, self.alias) or 0
-        lost = [r.run_id for r in batch.records if r.run_id not in moved]
-        return Recorded(moved, lost, ended)
+        done = recorded(self.alias, batch, moved)
+        done.workflows_ended = ended
+        return done
 
     def enforce_limits(
         self, pending: Sequence[limits.Pending], *, now: dt.datetime

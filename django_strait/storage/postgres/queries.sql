@@ -1,7 +1,7 @@
 -- django-strait's hand-written PostgreSQL statements, each under "-- name: <name>".
 --
--- Loaded once by storage.postgres.queries; run through server-bound cursors so that
--- psycopg prepares each once per connection. Parameters are named (%(name)s), so a
+-- Loaded once by storage.postgres.queries; run through server-bound cursors (the claim
+-- prepared once per direct connection, the rest not). Parameters are named (%(name)s), so a
 -- statement composed of parts (the record) cannot mix them up. Arrays go in whole:
 -- one array per column, a constant query text however many rows.
 
