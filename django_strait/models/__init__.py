@@ -5,6 +5,7 @@ from django_strait.models.attempt import AttemptOutcome, RunAttempt
 from django_strait.models.budget import BudgetLedger, Project
 from django_strait.models.circuit import CircuitState, EndpointCircuit
 from django_strait.models.health import EndpointHealth, HealthLevel, HealthSample
+from django_strait.models.hold import RunHold
 from django_strait.models.job import (
     Execution,
     HttpMethod,
@@ -51,6 +52,7 @@ __all__ = [
     "Project",
     "Overlap",
     "RunAttempt",
+    "RunHold",
     "RunRollup",
     "StepRunStatus",
     "WebhookDelivery",

@@ -73,9 +73,6 @@ class Hold:
     error_type: str
     error: str
     endpoint: str = ""
-    #: Write a short-circuited attempt row. Limit holds do not: a run waiting for a
-    #: slot is held again every second, and history would grow with it.
-    attempt_row: bool = True
 
 
 @dataclass(frozen=True, slots=True)

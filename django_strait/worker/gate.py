@@ -72,11 +72,11 @@ class Gate:
                     f"job {info.name} is not a valid definition: {info.describe_problems()}"
                 )
                 until = now + INVALID_JOB_WAIT
-                held.append(Hold(run.id, until, INVALID_JOB_ERROR, reason, attempt_row=False))
+                held.append(Hold(run.id, until, INVALID_JOB_ERROR, reason))
         return held
 
     def limit_holds(self, claimed: list[Claimed], now: dt.datetime) -> list[Hold]:
-        """Hold the runs their job's concurrency or rate limit does not admit (no attempt row)."""
+        """Hold the runs their job's concurrency or rate limit does not admit."""
         limited = [
             (run, row)
             for run in claimed
@@ -90,7 +90,7 @@ class Gate:
             for run, row in limited
         ]
         return [
-            Hold(h.run_id, h.until, h.error_type, h.reason, attempt_row=False)
+            Hold(h.run_id, h.until, h.error_type, h.reason)
             for h in self.storage.enforce_limits(pending, now=now)
         ]
 
