@@ -76,6 +76,17 @@ class Hold:
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """Queued runs that are not due, grouped by why: their error type and whether the job runs."""
+
+    reason: str
+    enabled: bool
+    runs: int
+    #: The earliest ``available_at`` among them.
+    next_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Record:
     """The end of one attempt: the run's next status and its attempt row."""
 

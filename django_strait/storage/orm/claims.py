@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
-from django.db.models import F, Max, TextField
+from django.db.models import Count, F, Max, Min, Q, TextField
 from django.db.models.functions import Cast
 
 from django_strait.models import JobRun, RunHold
 from django_strait.states import IN_FLIGHT, RunStatus, Transition
-from django_strait.storage.values import Claimed, Hold
+from django_strait.storage.values import Claimed, Hold, Waiting
 
 #: Picks before a claim gives up when every row it picked was taken by another worker.
 CLAIM_TRIES = 20
@@ -176,6 +176,20 @@ def _period(h: Hold, attempt: int, now: dt.datetime, worker_id: str) -> RunHold:
         until=h.available_at,
         worker=worker_id,
     )
+
+
+def waiting(alias: str, queues: Sequence[str], now: dt.datetime) -> list[Waiting]:
+    """Group the queued runs of ``queues`` not claimable at ``now`` by error type and job state."""
+    queued = JobRun.objects.using(alias).filter(status=RunStatus.QUEUED)
+    if queues:
+        queued = queued.filter(queue__in=list(queues))
+    not_due = queued.filter(Q(available_at__gt=now) | Q(job__enabled=False))
+    rows = (
+        not_due.values("error_type", "job__enabled")
+        .annotate(runs=Count("id"), next_at=Min("available_at"))
+        .order_by("error_type", "job__enabled")
+    )
+    return [Waiting(r["error_type"], r["job__enabled"], r["runs"], r["next_at"]) for r in rows]
 
 
 def unclaim(alias: str, worker_id: str, run_ids: Sequence[int], now: dt.datetime) -> int:
