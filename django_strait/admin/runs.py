@@ -15,17 +15,19 @@ from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from django_strait import transitions
-from django_strait.admin import actions
+from django_strait.admin import actions, timeline
 from django_strait.admin.filters import ErrorTypeFilter, QueueFilter
 from django_strait.admin.forms import ReplayPayloadForm
 from django_strait.admin.inlines import HistoryInline
 from django_strait.admin.webhooks import WebhookDeliveryInline
-from django_strait.models import JobRun, RunAttempt, WorkflowStepRun
+from django_strait.models import JobRun, RunAttempt, RunHold, WorkflowStepRun
 from django_strait.states import Transition
 from django_strait.storage import backend
 from django_strait.triggering import TriggerError
@@ -69,7 +71,7 @@ class RunAttemptInline(HistoryInline):
         "started_at", "endpoint", "worker", "response_excerpt",
     )  # fmt: skip
     readonly_fields = fields
-    ordering = ("number",)
+    ordering = ("started_at", "id")
 
 
 #: Up to this many matching runs the list counts them exactly; past it, PostgreSQL estimates.
@@ -306,6 +308,7 @@ class JobRunAdmin(admin.ModelAdmin):
             "show_save_and_continue": False,
             "show_save_and_add_another": False,
             "strait_run_actions": self._buttons(request, object_id),
+            "strait_timeline": self._timeline(object_id),
         }
         return super().change_view(request, object_id, form_url, context)
 
@@ -330,6 +333,32 @@ class JobRunAdmin(admin.ModelAdmin):
                 {"label": "Replay with edited payload", "help": help, "url": url, "get": "1"}
             )
         return buttons
+
+    def _timeline(self, object_id: str) -> str:
+        """The run's timeline (attempts, holds, waits), or "" when there is no such run."""
+        if not str(object_id).isdigit():
+            return ""
+        run = (
+            JobRun.objects.filter(pk=object_id)
+            .only("created_at", "finished_at", "status", "available_at")
+            .first()
+        )
+        if run is None:
+            return ""
+        line = timeline.build(
+            run,
+            RunAttempt.objects.filter(run_id=run.pk).defer("response_excerpt"),
+            RunHold.objects.filter(run_id=run.pk),
+            now=timezone.now(),
+        )
+        return render_to_string(
+            "admin/django_strait/run_timeline.html",
+            {
+                "picture": timeline.draw(line),
+                "legend": timeline.legend(),
+                "rows": timeline.rows(line),
+            },
+        )
 
     def _status(self, object_id: str) -> str | None:
         if not str(object_id).isdigit():
