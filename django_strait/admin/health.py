@@ -19,7 +19,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
-from django_strait.admin import charts, endpoints
+from django_strait.admin import charts, display, endpoints
 from django_strait.admin.circuits import ResetCircuitsMixin
 from django_strait.models import EndpointHealth
 
@@ -38,17 +38,17 @@ class HealthChangeList(ChangeList):
 
 
 @admin.register(EndpointHealth)
-class EndpointHealthAdmin(ResetCircuitsMixin, admin.ModelAdmin):
+class EndpointHealthAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin):
     """Endpoint health, one row per endpoint URL, worst first."""
 
     list_display = (
-        "endpoint_url", "score_display", "level_display", "success", "failure", "p95",
+        "endpoint", "score_display", "level_display", "success", "failure", "p95",
         "samples", "updated", "circuit", "history",
     )  # fmt: skip
     list_filter = ("level",)
     search_fields = ("endpoint_url",)
     ordering = ("score", "endpoint_url")
-    actions = ["reset_circuits"]
+    actions = ["reset_circuits", "reset_health"]
     readonly_fields = (
         "endpoint_url", "score", "level", "success_rate", "failure_rate", "latency_p95_ms",
         "timeout_ms", "samples", "probe_started_at", "updated_at",
@@ -60,13 +60,17 @@ class EndpointHealthAdmin(ResetCircuitsMixin, admin.ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return HealthChangeList
 
+    @admin.display(description="endpoint URL", ordering="endpoint_url")
+    def endpoint(self, row: EndpointHealth) -> SafeString | str:
+        return display.cut(row.endpoint_url, 40)
+
     @admin.display(description="score", ordering="score")
     def score_display(self, row: EndpointHealth) -> str:
         return f"{row.score:.0f}"
 
     @admin.display(description="level", ordering="level")
     def level_display(self, row: EndpointHealth) -> SafeString | str:
-        return endpoints.show_level(row.level)
+        return endpoints.show_level(row.level, success_rate=row.success_rate)
 
     @admin.display(description="success rate", ordering="success_rate")
     def success(self, row: EndpointHealth) -> str:

@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
-from django_strait.admin import endpoints
+from django_strait.admin import display, endpoints
 from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
 from django_strait.admin.overview import overview_view
 from django_strait.database import alias
@@ -89,7 +89,7 @@ class JobAdmin(admin.ModelAdmin):
 
     list_display = (
         "name", "enabled", "queue", "priority", "target", "last_outcome", "success_rate",
-        "health", "circuit", "updated_at",
+        "health", "circuit",
     )  # fmt: skip
     list_filter = ("enabled", "queue")
     search_fields = ("name", "endpoint_url", "handler")
@@ -141,8 +141,8 @@ class JobAdmin(admin.ModelAdmin):
         )
 
     @admin.display(description="target")
-    def target(self, job: Job) -> str:
-        return job.endpoint_url or job.handler
+    def target(self, job: Job) -> SafeString | str:
+        return display.cut(job.endpoint_url or job.handler, 36)
 
     @admin.display(description="signing secret")
     def signing_secret_state(self, job: Job) -> str:
@@ -182,7 +182,9 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="endpoint health", ordering=endpoints.HEALTH_SCORE)
     def health(self, job: Job) -> str:
         return endpoints.show_level(
-            getattr(job, endpoints.HEALTH_LEVEL, None), getattr(job, endpoints.HEALTH_SCORE, None)
+            getattr(job, endpoints.HEALTH_LEVEL, None),
+            getattr(job, endpoints.HEALTH_SCORE, None),
+            getattr(job, endpoints.HEALTH_SUCCESS, None),
         )
 
     @admin.display(description="circuit", ordering=endpoints.CIRCUIT_STATE)

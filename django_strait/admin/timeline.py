@@ -218,8 +218,11 @@ def _axis(timeline: Timeline, y: int, x: Any) -> SafeString:
     marks = format_html_join(
         "",
         '<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="#999"></line>'
-        '<text x="{0}" y="{3}" font-size="11" text-anchor="middle">{4}</text>',
-        ((f"{x(t):.1f}", y, y + 5, y + 18, clock(t, step)) for t in ticks),
+        '<text x="{0}" y="{3}" font-size="11" text-anchor="{5}">{4}</text>',
+        (
+            (f"{x(t):.1f}", y, y + 5, y + 18, clock(t, step), "end" if i == TICKS else "middle")
+            for i, t in enumerate(ticks)
+        ),
     )
     return format_html(
         '<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#999"></line>{}',

@@ -45,7 +45,7 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1400,1000",
+    "--window-size=1366,768",
 )
 PASSWORD = "browser-test-password"
 
@@ -276,3 +276,63 @@ def test_admin_browser__a_workflow_runs_dag(browser, live_server, admin_static, 
     picture = browser.find_element(By.CSS_SELECTOR, "svg.strait-dag")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", picture)
     browser.save_screenshot(str(shots / "workflow.png"))
+
+
+#: Each list an operator opens, by the name of its screenshot.
+LISTS = {
+    "list-runs": "/admin/django_strait/jobrun/",
+    "list-dead-letters": "/admin/django_strait/deadletter/",
+    "list-jobs": "/admin/django_strait/job/",
+    "list-health": "/admin/django_strait/endpointhealth/",
+    "list-circuits": "/admin/django_strait/endpointcircuit/",
+    "list-workers": "/admin/django_strait/workerprocess/",
+}
+
+
+def widths(browser, selector: str) -> tuple[int, int, int]:
+    """The table's right edge, the page's scroll width and the viewport's width (without its
+    scrollbar), in CSS pixels."""
+    return browser.execute_script(
+        "const t = document.querySelector(arguments[0]);"
+        "return [t ? t.getBoundingClientRect().right : 0,"
+        " document.documentElement.scrollWidth, document.documentElement.clientWidth];",
+        selector,
+    )
+
+
+def test_admin_browser__every_list_fits_1366_px_and_the_run_timeline(
+    browser, live_server, admin_static, shots, http_server
+):
+    from selenium.webdriver.common.by import By
+
+    from tests.integration.stories import retried_held_completed
+
+    seed()
+    story = retried_held_completed(http_server, pause=0.4)
+    make_run(story.job, status="dead_letter", error_type="http.404",
+             error="Not Found: the partner has no /orders/1001/confirm route " * 5)  # fmt: skip
+    base = live_server.url
+    log_in(browser, base)
+    browser.set_window_size(1366, 768)
+    assert browser.execute_script("return window.innerWidth") <= 1366
+
+    for name, path in LISTS.items():
+        browser.get(base + path)
+        assert "Server Error" not in browser.title, path
+        table_right, page_width, viewport = widths(browser, "#result_list")
+        assert table_right, f"{path} shows no table"
+        assert table_right <= viewport and page_width <= viewport, (path, table_right, page_width)
+        assert browser.find_elements(By.CSS_SELECTOR, "#nav-sidebar")  # with the sidebar open
+        browser.save_screenshot(str(shots / f"{name}.png"))
+
+    browser.get(f"{base}/admin/django_strait/jobrun/{story.pk}/change/")
+    title = browser.find_element(By.CSS_SELECTOR, "#content h1, #content h2").text
+    assert title == f"run {story.pk} of partner-webhook (completed)"
+    spans = browser.find_elements(By.CSS_SELECTOR, "svg.strait-timeline rect")
+    kinds = [s.get_attribute("data-kind") for s in spans]
+    assert kinds.count("attempt") == 3 and kinds.count("hold") == 1
+    table_right, page_width, viewport = widths(browser, "#attempts-group table")
+    assert table_right <= viewport and page_width <= viewport, (table_right, page_width)
+    picture = browser.find_element(By.CSS_SELECTOR, "svg.strait-timeline")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start'})", picture)
+    browser.save_screenshot(str(shots / "run-timeline.png"))
