@@ -17,9 +17,9 @@ from django.db.models import Max, QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_strait.admin import display, endpoints
@@ -66,9 +66,11 @@ def _stats(rows: Sequence[tuple[str, int, dt.datetime]]) -> JobStats:
     # A retry ("queued") is an attempt, not a finished run: it counts only as the last outcome.
     finished = sum(n for status, n, _ in rows if status in TERMINAL)
     succeeded = sum(n for status, n, _ in rows if status == RunStatus.COMPLETED)
-    # Minute resolution: on a tie the outcome that is not a success is the one to see.
-    _, _, last_status = max(
-        (last, status != RunStatus.COMPLETED, status) for status, _, last in rows
+    # Minute resolution: on a tie a finished run is shown before a retry (a run that retried
+    # and then completed within the minute completed), and a failure before a success.
+    _, _, _, last_status = max(
+        (last, status in TERMINAL, status != RunStatus.COMPLETED, status)
+        for status, _, last in rows
     )
     return JobStats(finished=finished, succeeded=succeeded, last_status=last_status)
 
@@ -280,8 +282,7 @@ class JobAdmin(admin.ModelAdmin):
         if applying and form.is_valid():
             runs = self._trigger(form, jobs)
             if runs is not None:
-                ids = ", ".join(str(run.pk) for run in runs)
-                self.message_user(request, f"Queued run(s) {ids}.", messages.SUCCESS)
+                self.message_user(request, queued_message(runs), messages.SUCCESS)
                 return None
         context = {
             **self.admin_site.each_context(request),
@@ -302,6 +303,19 @@ class JobAdmin(admin.ModelAdmin):
         except TriggerError as exc:
             form.add_trigger_error(exc)
             return None
+
+
+def queued_message(runs: Sequence[JobRun]) -> SafeString:
+    """ "Queued run 12 of partner-webhook.", each run a link to its page."""
+    links = format_html_join(
+        ", ",
+        '<a href="{}">run {} of {}</a>',
+        (
+            (reverse("admin:django_strait_jobrun_change", args=[r.pk]), r.pk, r.job.name)
+            for r in runs
+        ),
+    )
+    return format_html("Queued {}.", links)
 
 
 def _swapped(fields: Sequence[str], swap: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
