@@ -14,8 +14,10 @@ from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 
@@ -65,8 +67,12 @@ class EndpointHealthAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAd
         return display.cut(row.endpoint_url, 40)
 
     @admin.display(description="score", ordering="score")
-    def score_display(self, row: EndpointHealth) -> str:
-        return f"{row.score:.0f}"
+    def score_display(self, row: EndpointHealth) -> SafeString:
+        url = reverse("admin:django_strait_endpoint_stats")
+        return format_html(
+            '<a href="{}?{}" title="this endpoint\'s charts">{}</a>',
+            url, urlencode({"url": row.endpoint_url}), f"{row.score:.0f}",
+        )  # fmt: skip
 
     @admin.display(description="level", ordering="level")
     def level_display(self, row: EndpointHealth) -> SafeString | str:

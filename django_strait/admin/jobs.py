@@ -23,6 +23,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_strait.admin import display, endpoints
+from django_strait.admin.drilldown import endpoint_stats_view, job_stats_view
 from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
 from django_strait.admin.overview import overview_view
 from django_strait.database import alias
@@ -179,7 +180,11 @@ class JobAdmin(admin.ModelAdmin):
         stats = _stats_of(job)
         if stats.success_rate is None:
             return "-"
-        return f"{stats.success_rate:.1%} of {stats.finished}"
+        return format_html(
+            '<a href="{}" title="this job\'s charts">{}</a>',
+            reverse("admin:django_strait_job_stats", args=[job.pk]),
+            f"{stats.success_rate:.1%} of {stats.finished}",
+        )
 
     @admin.display(description="endpoint health", ordering=endpoints.HEALTH_SCORE)
     def health(self, job: Job) -> str:
@@ -243,8 +248,13 @@ class JobAdmin(admin.ModelAdmin):
         overview = self.admin_site.admin_view(
             lambda request: overview_view(request, self.admin_site)
         )
+        wrap = self.admin_site.admin_view
+        job_stats = wrap(lambda request, job_id: job_stats_view(request, self.admin_site, job_id))
+        endpoint_stats = wrap(lambda request: endpoint_stats_view(request, self.admin_site))
         return [
             path("overview/", overview, name="django_strait_overview"),
+            path("endpoint-stats/", endpoint_stats, name="django_strait_endpoint_stats"),
+            path("<int:job_id>/stats/", job_stats, name="django_strait_job_stats"),
             path("<path:object_id>/trigger/", view, name=name),
             *super().get_urls(),
         ]

@@ -16,7 +16,7 @@ from django_strait.models.job import (
 )
 from django_strait.models.limits import JobRateAdmission
 from django_strait.models.preset import JobPresetRecommendation
-from django_strait.models.rollup import RunRollup
+from django_strait.models.rollup import QueueSample, RunRollup
 from django_strait.models.run import DeadLetter, JobRun
 from django_strait.models.webhook import DeliveryStatus, WebhookDelivery
 from django_strait.models.worker import WorkerProcess
@@ -50,6 +50,7 @@ __all__ = [
     "JobRun",
     "OnExhaustion",
     "Project",
+    "QueueSample",
     "Overlap",
     "RunAttempt",
     "RunHold",
