@@ -272,7 +272,7 @@ class Series:
 #: Room around a time chart's plot for its axis labels.
 PLOT_LEFT, PLOT_BOTTOM, PLOT_TOP, PLOT_RIGHT = 56, 22, 10, 10
 #: Y-axis ticks a chart aims for, and the minutes between x-axis labels.
-Y_TICKS, X_LABEL_EVERY = 4, 10
+Y_TICKS, X_LABEL_EVERY = 5, 10
 
 
 def nice_top(value: float) -> float:
@@ -336,6 +336,13 @@ def lines(series: Sequence[Series], step: float, y) -> str:
                     s.name,
                 )  # fmt: skip
             )
+            if len(points) == 1:  # a lone minute: a dot, or it would not show
+                x, at = points[0].split(",")
+                drawn.append(
+                    format_html(
+                        '<circle cx="{}" cy="{}" r="3" fill="{}"></circle>', x, at, s.colour
+                    )
+                )
     return "".join(drawn)
 
 

@@ -2,8 +2,9 @@
 
 Counts come from the rollups the workers write (``RunRollup``), lag from the
 queue sampler (``QueueSample``), and latency from the last hour of attempts
-through ``strait_attempt_started`` (at most ``MOST_ATTEMPTS`` of them, the
-newest: percentiles of a sample that large are exact enough to read).
+through ``strait_attempt_started``: counted per minute in the database, and
+their durations read from an even sample of at most ``SAMPLE`` of them (every
+k-th id), so that a busy hour costs no more than a quiet one.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db.models import Q, Sum
+from django.db.models import Count, F, Q, Sum
+from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from django_strait.models import QueueSample, RunAttempt, RunRollup
@@ -22,8 +24,8 @@ from django_strait.states import TERMINAL, RunStatus
 
 #: The window every series covers, one point a minute.
 WINDOW = dt.timedelta(hours=1)
-#: The most attempts a latency series reads (the newest).
-MOST_ATTEMPTS = 50_000
+#: The most attempt durations a latency series reads: an even sample of the window.
+SAMPLE = 6_000
 
 
 def minutes_of(now: dt.datetime, window: dt.timedelta = WINDOW) -> list[dt.datetime]:
@@ -118,24 +120,37 @@ def latency(
         rows = rows.filter(run__job_id=job_id)
     if endpoint is not None:
         rows = rows.filter(endpoint=endpoint)
-    rows = rows.filter(~Q(outcome="short_circuited")).order_by("-started_at")
+    rows = rows.exclude(outcome="short_circuited")
+    counted = {
+        r["at"]: r
+        for r in rows.annotate(at=TruncMinute("started_at"))
+        .values("at")
+        .annotate(
+            n=Count("id"),
+            ok=Count("id", filter=Q(outcome="succeeded")),
+            runs=Count("run_id", distinct=True),
+        )  # fmt: skip
+        .order_by()
+    }
+    counted = {_minute(at): r for at, r in counted.items()}
+    step = max(1, math.ceil(sum(r["n"] for r in counted.values()) / SAMPLE))
+    sampled = rows.annotate(k=F("id") % step).filter(k=0) if step > 1 else rows
     durations: dict[dt.datetime, list[int]] = defaultdict(list)
-    succeeded: dict[dt.datetime, int] = defaultdict(int)
-    runs: dict[dt.datetime, set[int]] = defaultdict(set)
-    picked = rows.values_list("started_at", "duration_ms", "outcome", "run_id")[:MOST_ATTEMPTS]
-    for started, ms, outcome, run_id in picked:
-        minute = started.replace(second=0, microsecond=0)
-        durations[minute].append(ms)
-        succeeded[minute] += outcome == "succeeded"
-        runs[minute].add(run_id)
+    for started, ms in sampled.values_list("started_at", "duration_ms").order_by():
+        durations[_minute(started)].append(ms)
     ordered = {m: sorted(v) for m, v in durations.items()}
     return Latency(
         tuple(percentile(ordered[m], 0.5) if m in ordered else None for m in minutes),
         tuple(percentile(ordered[m], 0.95) if m in ordered else None for m in minutes),
-        tuple(len(durations.get(m, ())) for m in minutes),
-        tuple(succeeded.get(m, 0) for m in minutes),
-        tuple(len(runs.get(m, ())) for m in minutes),
+        tuple(counted[m]["n"] if m in counted else 0 for m in minutes),
+        tuple(counted[m]["ok"] if m in counted else 0 for m in minutes),
+        tuple(counted[m]["runs"] if m in counted else 0 for m in minutes),
     )
+
+
+def _minute(at: dt.datetime) -> dt.datetime:
+    """The UTC minute ``at`` falls in, as ``minutes_of`` names it."""
+    return at.astimezone(dt.UTC).replace(second=0, microsecond=0)
 
 
 def queue_lag(

@@ -26,6 +26,7 @@ from django_strait.models import (
     EndpointCircuit,
     EndpointHealth,
     HealthSample,
+    Job,
     JobRun,
     Project,
     RunRollup,
@@ -336,3 +337,21 @@ def test_admin_browser__every_list_fits_1366_px_and_the_run_timeline(
     picture = browser.find_element(By.CSS_SELECTOR, "svg.strait-timeline")
     browser.execute_script("arguments[0].scrollIntoView({block: 'start'})", picture)
     browser.save_screenshot(str(shots / "run-timeline.png"))
+
+    billing = Job.objects.get(name="billing-webhook")  # an hour of rollups from seed()
+    browser.get(f"{base}/admin/django_strait/job/{billing.pk}/stats/")
+    assert "Job billing-webhook: the last hour" in browser.title
+    for section in ("success", "latency", "attempts", "outcomes"):
+        assert browser.find_elements(By.CSS_SELECTOR, f"#strait-{section} svg.strait-time-chart")
+    assert browser.find_elements(By.CSS_SELECTOR, "#strait-success polyline")
+    browser.save_screenshot(str(shots / "job-charts.png"))
+
+    # Auto-refresh: paused on one page, paused on the next, until resumed.
+    browser.get(base + LISTS["list-runs"])
+    toggle = browser.find_element(By.ID, "strait-refresh")
+    assert toggle.text.startswith("PAUSE AUTO-REFRESH") or toggle.text.startswith("Pause")
+    toggle.click()
+    browser.get(base + LISTS["list-circuits"])
+    assert browser.find_element(By.ID, "strait-refresh").get_attribute("data-paused") == "1"
+    browser.find_element(By.ID, "strait-refresh").click()
+    assert browser.find_element(By.ID, "strait-refresh").get_attribute("data-paused") == "0"
