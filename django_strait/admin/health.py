@@ -7,7 +7,6 @@ states in one query and the sparklines of all its rows in one more.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from django.contrib import admin
@@ -19,13 +18,10 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
-from django.utils.timesince import timesince
 
 from django_strait.admin import charts, display, endpoints
 from django_strait.admin.circuits import ResetCircuitsMixin
 from django_strait.models import EndpointHealth
-
-MINUTE = dt.timedelta(minutes=1)
 
 
 class HealthChangeList(ChangeList):
@@ -44,8 +40,8 @@ class EndpointHealthAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAd
     """Endpoint health, one row per endpoint URL, worst first."""
 
     list_display = (
-        "endpoint", "score_display", "level_display", "success", "failure", "p95",
-        "samples", "updated", "circuit", "history",
+        "endpoint", "score_display", "level_display", "success", "p95", "circuit",
+        "history",
     )  # fmt: skip
     list_filter = ("level",)
     search_fields = ("endpoint_url",)
@@ -64,7 +60,7 @@ class EndpointHealthAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAd
 
     @admin.display(description="endpoint URL", ordering="endpoint_url")
     def endpoint(self, row: EndpointHealth) -> SafeString | str:
-        return display.cut(row.endpoint_url, 40)
+        return display.cut(row.endpoint_url, 32)
 
     @admin.display(description="score", ordering="score")
     def score_display(self, row: EndpointHealth) -> SafeString:
@@ -78,7 +74,7 @@ class EndpointHealthAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAd
     def level_display(self, row: EndpointHealth) -> SafeString | str:
         return endpoints.show_level(row.level, success_rate=row.success_rate)
 
-    @admin.display(description="success rate", ordering="success_rate")
+    @admin.display(description="success", ordering="success_rate")
     def success(self, row: EndpointHealth) -> str:
         return f"{row.success_rate:.1%}"
 
@@ -86,24 +82,9 @@ class EndpointHealthAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAd
     def failure(self, row: EndpointHealth) -> str:
         return f"{row.failure_rate:.1%}"
 
-    @admin.display(description="p95 (ms)", ordering="latency_p95_ms")
+    @admin.display(description="p95 ms", ordering="latency_p95_ms")
     def p95(self, row: EndpointHealth) -> str:
         return f"{row.latency_p95_ms:.0f}"
-
-    @admin.display(description="updated", ordering="updated_at")
-    def updated(self, row: EndpointHealth) -> SafeString:
-        # Short, so that the row fits beside the sparkline; the exact time is the tooltip.
-        now = timezone.now()
-        ago = (
-            "just now"
-            if now - row.updated_at < MINUTE
-            else f"{timesince(row.updated_at, now, depth=1)} ago"
-        )
-        return format_html(
-            '<span title="{}" style="white-space: nowrap">{}</span>',
-            f"{timezone.localtime(row.updated_at):%Y-%m-%d %H:%M:%S %Z}",
-            ago,
-        )
 
     @admin.display(description="circuit", ordering=endpoints.CIRCUIT_STATE)
     def circuit(self, row: EndpointHealth) -> SafeString | str:
@@ -112,7 +93,7 @@ class EndpointHealthAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAd
     @admin.display(description="last hour")
     def history(self, row: EndpointHealth) -> SafeString:
         # Set by HealthChangeList for the listed rows.
-        return charts.sparkline(getattr(row, "strait_history", []), level=row.level, width=90)
+        return charts.sparkline(getattr(row, "strait_history", []), level=row.level, width=72)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

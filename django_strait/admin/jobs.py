@@ -91,8 +91,7 @@ class JobAdmin(admin.ModelAdmin):
     """Jobs: what runs, where, and how it retries; pause and resume."""
 
     list_display = (
-        "name", "enabled", "queue", "priority", "target", "last_outcome", "success_rate",
-        "health", "circuit",
+        "name", "enabled", "target", "last_outcome", "success_rate", "health", "circuit",
     )  # fmt: skip
     list_filter = ("enabled", "queue")
     search_fields = ("name", "endpoint_url", "handler")
@@ -145,7 +144,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="target")
     def target(self, job: Job) -> SafeString | str:
-        return display.cut(job.endpoint_url or job.handler, 36)
+        return display.cut(job.endpoint_url or job.handler, 20)
 
     @admin.display(description="signing secret")
     def signing_secret_state(self, job: Job) -> str:
@@ -170,12 +169,12 @@ class JobAdmin(admin.ModelAdmin):
             for title, options in super().get_fieldsets(request, obj)
         ]
 
-    @admin.display(description="last outcome (24 h)")
+    @admin.display(description="last outcome")
     def last_outcome(self, job: Job) -> str:
         status = _stats_of(job).last_status
         return {"": "-", RunStatus.QUEUED: "retrying"}.get(status, status)
 
-    @admin.display(description="success rate (24 h)")
+    @admin.display(description="success (24 h)")
     def success_rate(self, job: Job) -> str:
         stats = _stats_of(job)
         if stats.success_rate is None:
@@ -186,7 +185,7 @@ class JobAdmin(admin.ModelAdmin):
             f"{stats.success_rate:.1%} of {stats.finished}",
         )
 
-    @admin.display(description="endpoint health", ordering=endpoints.HEALTH_SCORE)
+    @admin.display(description="health", ordering=endpoints.HEALTH_SCORE)
     def health(self, job: Job) -> str:
         return endpoints.show_level(
             getattr(job, endpoints.HEALTH_LEVEL, None),

@@ -89,7 +89,7 @@ class RunAttemptInline(HistoryInline):
 
     @admin.display(description="error")
     def error_cut(self, a: RunAttempt) -> SafeString | str:
-        return display.cut(a.error, 32)
+        return display.cut(a.error, 26)
 
     @admin.display(description="took")
     def duration(self, a: RunAttempt) -> str:
@@ -101,11 +101,11 @@ class RunAttemptInline(HistoryInline):
 
     @admin.display(description="endpoint")
     def endpoint_cut(self, a: RunAttempt) -> SafeString | str:
-        return display.cut(a.endpoint, 28)
+        return display.cut(a.endpoint, 24)
 
     @admin.display(description="response")
     def response(self, a: RunAttempt) -> SafeString | str:
-        return display.cut(a.response_excerpt, 24)
+        return display.cut(a.response_excerpt, 16)
 
 
 #: Up to this many matching runs the list counts them exactly; past it, PostgreSQL estimates.

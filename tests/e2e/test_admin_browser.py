@@ -290,13 +290,19 @@ LISTS = {
 }
 
 
-def widths(browser, selector: str) -> tuple[int, int, int]:
-    """The table's right edge, the page's scroll width and the viewport's width (without its
-    scrollbar), in CSS pixels."""
+def widths(browser, selector: str) -> tuple[float, int, int, int]:
+    """The table's right edge, the page's scroll width, the viewport's width without its
+    scrollbar, and how far the box around the table scrolls sideways, in CSS pixels.
+
+    Django's lists sit in a box that scrolls sideways (``.results``): a table wider than
+    the room it is given scrolls there, not the page. Fitting means neither scrolls.
+    """
     return browser.execute_script(
         "const t = document.querySelector(arguments[0]);"
-        "return [t ? t.getBoundingClientRect().right : 0,"
-        " document.documentElement.scrollWidth, document.documentElement.clientWidth];",
+        "if (!t) return [0, 0, 0, 0];"
+        "const box = t.closest('.results') || t.parentElement;"
+        "return [t.getBoundingClientRect().right, document.documentElement.scrollWidth,"
+        " document.documentElement.clientWidth, box.scrollWidth - box.clientWidth];",
         selector,
     )
 
@@ -320,9 +326,10 @@ def test_admin_browser__every_list_fits_1366_px_and_the_run_timeline(
     for name, path in LISTS.items():
         browser.get(base + path)
         assert "Server Error" not in browser.title, path
-        table_right, page_width, viewport = widths(browser, "#result_list")
+        table_right, page_width, viewport, scrolls = widths(browser, "#result_list")
         assert table_right, f"{path} shows no table"
         assert table_right <= viewport and page_width <= viewport, (path, table_right, page_width)
+        assert scrolls <= 0, f"{path}: its table scrolls {scrolls} px sideways"
         assert browser.find_elements(By.CSS_SELECTOR, "#nav-sidebar")  # with the sidebar open
         browser.save_screenshot(str(shots / f"{name}.png"))
 
@@ -332,8 +339,9 @@ def test_admin_browser__every_list_fits_1366_px_and_the_run_timeline(
     spans = browser.find_elements(By.CSS_SELECTOR, "svg.strait-timeline rect")
     kinds = [s.get_attribute("data-kind") for s in spans]
     assert kinds.count("attempt") == 3 and kinds.count("hold") == 1
-    table_right, page_width, viewport = widths(browser, "#attempts-group table")
+    table_right, page_width, viewport, scrolls = widths(browser, "#attempts-group table")
     assert table_right <= viewport and page_width <= viewport, (table_right, page_width)
+    assert scrolls <= 0, f"the attempts scroll {scrolls} px sideways"
     picture = browser.find_element(By.CSS_SELECTOR, "svg.strait-timeline")
     browser.execute_script("arguments[0].scrollIntoView({block: 'start'})", picture)
     browser.save_screenshot(str(shots / "run-timeline.png"))
