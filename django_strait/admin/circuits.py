@@ -118,6 +118,7 @@ class EndpointCircuitAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelA
             getattr(circuit, endpoints.HEALTH_LEVEL, None),
             getattr(circuit, endpoints.HEALTH_SCORE, None),
             getattr(circuit, endpoints.HEALTH_SUCCESS, None),
+            getattr(circuit, endpoints.HEALTH_FAILURE, None),
         )
 
     def has_add_permission(self, request: HttpRequest) -> bool:

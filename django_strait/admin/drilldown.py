@@ -97,7 +97,11 @@ def endpoint_stats_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
         ("endpoint health", _filtered("admin:django_strait_endpointhealth_changelist", q=url)),
         ("its circuit", _filtered("admin:django_strait_endpointcircuit_changelist", q=url)),
     ]
-    level = endpoints.show_level(health.level, health.score, health.success_rate) if health else "-"
+    level = (
+        endpoints.show_level(health.level, health.score, health.success_rate, health.failure_rate)
+        if health
+        else "-"
+    )
     return _page(request, site, f"Endpoint {url}: the last hour", panels, links, [
         ("health", level),
         ("attempts in the hour", sum(latency.attempts)),

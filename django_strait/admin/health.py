@@ -72,7 +72,9 @@ class EndpointHealthAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAd
 
     @admin.display(description="level", ordering="level")
     def level_display(self, row: EndpointHealth) -> SafeString | str:
-        return endpoints.show_level(row.level, success_rate=row.success_rate)
+        return endpoints.show_level(
+            row.level, success_rate=row.success_rate, failure_rate=row.failure_rate
+        )
 
     @admin.display(description="success", ordering="success_rate")
     def success(self, row: EndpointHealth) -> str:

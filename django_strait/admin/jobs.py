@@ -191,6 +191,7 @@ class JobAdmin(admin.ModelAdmin):
             getattr(job, endpoints.HEALTH_LEVEL, None),
             getattr(job, endpoints.HEALTH_SCORE, None),
             getattr(job, endpoints.HEALTH_SUCCESS, None),
+            getattr(job, endpoints.HEALTH_FAILURE, None),
         )
 
     @admin.display(description="circuit", ordering=endpoints.CIRCUIT_STATE)

@@ -37,8 +37,11 @@ def test_an_endpoint_answering_only_404_says_why_it_still_reads_healthy(admin_cl
         assert "only 0% of its answers were 2xx" in body and "not lower its health" in body
 
 
-def test_a_healthy_endpoint_with_successes_gets_no_note(admin_client):
-    EndpointHealth.objects.create(endpoint_url=URL, success_rate=0.98, failure_rate=0.01,
+@pytest.mark.parametrize(("success", "failure"), [(0.98, 0.01), (0.45, 0.4)])
+def test_an_endpoint_whose_answers_are_mostly_2xx_or_failures_gets_no_note(
+    admin_client, success, failure
+):
+    EndpointHealth.objects.create(endpoint_url=URL, success_rate=success, failure_rate=failure,
                                   latency_p95_ms=40.0, samples=500)  # fmt: skip
     body = text(admin_client.get(reverse("admin:django_strait_endpointhealth_changelist")))
     assert "mostly 4xx" not in body
