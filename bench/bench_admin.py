@@ -8,8 +8,10 @@ database ``strait_bench_admin`` on 127.0.0.1 with ``--runs`` runs of eight
 jobs in one ``INSERT ... SELECT generate_series``: mostly completed, some
 queued, executing, failed, discarded, canceled and dead-lettered, created over
 the last 30 days; attempts for every fifth run and every failed one (three for a
-dead letter); a day of per-minute rollups so the overview's chart has data;
-circuits and health for the HTTP endpoints; projects with a month of ledger.
+dead letter), and 50,000 more in the last hour for the latency charts; a hold
+period for every dead letter; a day of per-minute rollups and queue samples so
+the overview's charts have data; circuits and health for the HTTP endpoints;
+projects with a month of ledger.
 Then ANALYZE, and for each admin page: one warm-up GET, then ``--reps`` timed
 GETs by a logged-in superuser (Django's test Client, in this process), printing
 ``{page: {"median_ms", "queries"}}``.
@@ -27,6 +29,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/strait_bench_admin"
@@ -68,7 +71,8 @@ def load(runs: int) -> dict[str, float]:
         c.execute(
             "TRUNCATE django_strait_runattempt, django_strait_jobrun, django_strait_runrollup, "
             "django_strait_job, django_strait_endpointcircuit, django_strait_endpointhealth, "
-            "django_strait_healthsample, django_strait_budgetledger, django_strait_project "
+            "django_strait_healthsample, django_strait_budgetledger, django_strait_project, "
+            "django_strait_runhold, django_strait_queuesample "
             "RESTART IDENTITY CASCADE"
         )
     with transaction.atomic():
@@ -78,6 +82,9 @@ def load(runs: int) -> dict[str, float]:
         ("attempts", lambda c: c.execute(ATTEMPTS_SQL, {})),
         ("rollups", lambda c: c.execute(ROLLUPS_SQL, {"jobs": job_ids})),
         ("health_samples", lambda c: c.execute(SAMPLES_SQL, {"urls": urls})),
+        ("recent_attempts", lambda c: c.execute(RECENT_ATTEMPTS_SQL, {})),
+        ("holds", lambda c: c.execute(HOLDS_SQL, {})),
+        ("queue_samples", lambda c: c.execute(QUEUE_SAMPLES_SQL, {})),
     ]
     for name, step in steps:
         started = time.perf_counter()
@@ -219,6 +226,41 @@ FROM generate_series(0, 1439) AS m, unnest(%(urls)s::text[]) AS url
 """
 
 
+#: The last hour's traffic for the latency charts: 50,000 attempts of the newest runs.
+RECENT_ATTEMPTS_SQL = """
+INSERT INTO django_strait_runattempt (
+    run_id, number, endpoint, started_at, finished_at, duration_ms, outcome, status_code,
+    error_type, error, response_excerpt, worker
+)
+SELECT r.id, 10 + s, r.endpoint_used, now() - (s * interval '3600 seconds' / 50000),
+       now() - (s * interval '3600 seconds' / 50000) + interval '80 ms', 20 + (s * 7919) %% 900,
+       CASE WHEN s %% 10 = 0 THEN 'failed' ELSE 'succeeded' END,
+       CASE WHEN r.endpoint_used = '' THEN NULL WHEN s %% 10 = 0 THEN 503 ELSE 200 END,
+       '', '', '', 'bench-worker:2'
+FROM generate_series(1, 50000) AS s
+JOIN LATERAL (
+    SELECT id, endpoint_used FROM django_strait_jobrun ORDER BY id DESC OFFSET (s %% 5000) LIMIT 1
+) AS r ON true
+"""
+
+#: A circuit hold period before each dead letter's last attempt.
+HOLDS_SQL = """
+INSERT INTO django_strait_runhold (run_id, after_attempt, reason, error, endpoint, started_at,
+    last_held_at, until, times, worker)
+SELECT id, 2, 'circuit.open', 'circuit open for ' || endpoint_used, endpoint_used,
+       created_at, created_at + interval '90 s', created_at + interval '120 s', 4, 'bench'
+FROM django_strait_jobrun WHERE status = 'dead_letter'
+"""
+
+#: A day of per-minute samples of the three queues, for the lag chart.
+QUEUE_SAMPLES_SQL = """
+INSERT INTO django_strait_queuesample (queue, at, depth, due, lag_seconds)
+SELECT 'queue-' || q, date_trunc('minute', now()) - m * interval '1 minute', 20000, 500,
+       (m %% 30) * 0.5
+FROM generate_series(0, 1439) AS m, generate_series(0, 2) AS q
+"""
+
+
 # -- timing ----------------------------------------------------------------------------
 
 
@@ -256,8 +298,12 @@ def pages() -> dict[str, str]:
         "run_detail": f"{runs}{dead[0]}/change/",
         "dead_letters": "/admin/django_strait/deadletter/",
         "dead_letters_job": f"/admin/django_strait/deadletter/?job__id__exact={job.pk}",
+        "dead_letter_detail": f"/admin/django_strait/deadletter/{dead[0]}/change/",
         "jobs": "/admin/django_strait/job/",
         "job_detail": f"/admin/django_strait/job/{job.pk}/change/",
+        "job_stats": f"/admin/django_strait/job/{job.pk}/stats/",
+        "endpoint_stats": "/admin/django_strait/job/endpoint-stats/?url="
+        + quote("http://127.0.0.1:9/hook-1", safe=""),
     }
     optional = {
         "circuits": EndpointCircuit,

@@ -1,4 +1,4 @@
-"""Closing circuits from code: ``reset_circuit(url)`` and ``reset_all()``.
+"""Closing circuits from code: ``reset_circuit(url)`` and ``reset_all()``; ``reset_health(urls)``.
 
 The admin's reset action, ``POST circuits/reset/`` and ``manage.py
 strait_circuits --reset`` call these. Running workers notice within a second or
@@ -10,6 +10,8 @@ from __future__ import annotations
 from django.utils import timezone
 
 from django_strait import signals
+from django_strait.database import alias
+from django_strait.models import EndpointHealth
 from django_strait.storage import backend
 
 
@@ -25,3 +27,14 @@ def reset_all() -> int:
     changed, changes = backend().reset_circuits(None, now=timezone.now())
     signals.announce_circuit_changes(changes)
     return changed
+
+
+def reset_health(urls: list[str]) -> int:
+    """Forget the health scores of ``urls``: each starts again unscored, as a new endpoint.
+
+    A closed circuit does not release runs that an unhealthy score holds (DESIGN §5);
+    this does. Workers reload unwell endpoints at most every second. Return how many
+    scores were forgotten.
+    """
+    deleted, _ = EndpointHealth.objects.using(alias()).filter(endpoint_url__in=urls).delete()
+    return deleted

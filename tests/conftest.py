@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -157,6 +158,26 @@ def stop_workers(workers: list[subprocess.Popen]) -> list[str]:
     for w in workers:
         w.terminate()
     return [w.communicate(timeout=60)[0] for w in workers]
+
+
+def await_workers(workers: list[subprocess.Popen], timeout: float = 120) -> list[str]:
+    """Wait for worker processes to exit by themselves (``--burst``); kill any still running.
+
+    Each is killed by its pid if it has not exited within ``timeout`` seconds of the
+    call, or if waiting fails: no test leaves a worker behind.
+    """
+    deadline = time.monotonic() + timeout
+    outputs = []
+    try:
+        for w in workers:
+            left = max(0.1, deadline - time.monotonic())
+            outputs.append(w.communicate(timeout=left)[0])
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+    return outputs
 
 
 class SignalListener:

@@ -6,6 +6,7 @@ numbers are formatted here, so a job or queue name cannot inject markup.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -254,3 +255,160 @@ def amount(value: Decimal) -> str:
     text = f"{value.normalize():f}"
     whole, _, fraction = text.partition(".")
     return f"{whole}.{fraction.ljust(2, '0')}"
+
+
+# -- time series with axes (overview and drill-down pages) ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One named line (or stacked layer) of a time chart: a value per minute, None for none."""
+
+    name: str
+    values: Sequence[float | None]
+    colour: str = OTHER_COLOUR
+
+
+#: Room around a time chart's plot for its axis labels.
+PLOT_LEFT, PLOT_BOTTOM, PLOT_TOP, PLOT_RIGHT = 56, 22, 10, 10
+#: Y-axis ticks a chart aims for, and the minutes between x-axis labels.
+Y_TICKS, X_LABEL_EVERY = 5, 10
+
+
+def nice_top(value: float) -> float:
+    """The smallest 1, 2, 2.5 or 5 x 10^k at or above ``value`` (1 for nothing)."""
+    if value <= 0:
+        return 1.0
+    scale = 10 ** math.floor(math.log10(value))
+    return next(m * scale for m in (1, 2, 2.5, 5, 10) if m * scale >= value)
+
+
+def time_chart(
+    labels: Sequence[str],
+    series: Sequence[Series],
+    *,
+    stacked: bool = False,
+    unit: str = "",
+    top: float | None = None,
+    width: int = 900,
+    height: int = 200,
+    empty: str = "Nothing in this window.",
+) -> SafeString:
+    """Draw series over time (one label per minute): y ticks, time labels, lines or stacked bars."""
+    if not labels or not any(v for s in series for v in s.values if v):
+        return _empty(width, 60, empty)
+    sums = [sum(s.values[i] or 0 for s in series) for i in range(len(labels))]
+    highest = max(sums) if stacked else max(v or 0 for s in series for v in s.values)
+    top = top or nice_top(highest)
+    plot_w, plot_h = width - PLOT_LEFT - PLOT_RIGHT, height - PLOT_TOP - PLOT_BOTTOM
+    step = plot_w / len(labels)
+
+    def y(value: float) -> float:
+        return PLOT_TOP + plot_h * (1 - min(value, top) / top)
+
+    marks = stacked_layers(series, step, y) if stacked else lines(series, step, y)
+    return format_html(
+        '<svg class="strait-chart strait-time-chart" role="img" viewBox="0 0 {} {}" '
+        'width="100%" style="max-width: {}px">{}{}{}</svg>',
+        width, height, width, _y_axis(top, unit, y, width), _x_axis(labels, step, height),
+        mark_safe(marks),
+    )  # fmt: skip
+
+
+def lines(series: Sequence[Series], step: float, y) -> str:
+    """One polyline per series; a minute with no value breaks the line."""
+    drawn = []
+    for s in series:
+        runs: list[list[str]] = [[]]
+        for i, v in enumerate(s.values):
+            if v is None:
+                runs.append([])
+            else:
+                runs[-1].append(f"{_f(PLOT_LEFT + (i + 0.5) * step)},{_f(y(v))}")
+        for points in filter(None, runs):
+            drawn.append(
+                format_html(
+                    '<polyline points="{}" fill="none" stroke="{}" stroke-width="2" '
+                    'data-series="{}"><title>{}</title></polyline>',
+                    " ".join(points),
+                    s.colour,
+                    s.name,
+                    s.name,
+                )  # fmt: skip
+            )
+            if len(points) == 1:  # a lone minute: a dot, or it would not show
+                x, at = points[0].split(",")
+                drawn.append(
+                    format_html(
+                        '<circle cx="{}" cy="{}" r="3" fill="{}"></circle>', x, at, s.colour
+                    )
+                )
+    return "".join(drawn)
+
+
+def stacked_layers(series: Sequence[Series], step: float, y) -> str:
+    """One bar per minute, each series a layer, in the given order from the bottom up."""
+    rects = []
+    for i in range(len(series[0].values) if series else 0):
+        base = 0.0
+        for s in series:
+            v = s.values[i] or 0
+            if not v:
+                continue
+            rects.append(
+                format_html(
+                    '<rect x="{}" y="{}" width="{}" height="{}" fill="{}" data-series="{}">'
+                    "<title>{}: {}</title></rect>",
+                    _f(PLOT_LEFT + i * step + 1),
+                    _f(y(base + v)),
+                    _f(max(step - 2, 1)),
+                    _f(y(base) - y(base + v)),
+                    s.colour,
+                    s.name,
+                    s.name,
+                    _number(v),
+                )  # fmt: skip
+            )
+            base += v
+    return "".join(rects)
+
+
+def _y_axis(top: float, unit: str, y, width: int) -> SafeString:
+    ticks = [top * i / Y_TICKS for i in range(Y_TICKS + 1)]
+    return format_html_join(
+        "",
+        '<line x1="{0}" y1="{1}" x2="{2}" y2="{1}" stroke="{3}"></line>'
+        '<text x="{4}" y="{5}" font-size="11" text-anchor="end">{6}{7}</text>',
+        (
+            (
+                PLOT_LEFT,
+                _f(y(t)),
+                width - PLOT_RIGHT,
+                "#999" if t == 0 else "#e0e0e0",
+                PLOT_LEFT - 4,
+                _f(y(t) + 4),
+                _number(t),
+                unit,
+            )  # fmt: skip
+            for t in ticks
+        ),
+    )
+
+
+def _x_axis(labels: Sequence[str], step: float, height: int) -> SafeString:
+    every = X_LABEL_EVERY if len(labels) > X_LABEL_EVERY * 2 else 1
+    shown = [(i, label) for i, label in enumerate(labels) if i % every == 0 or i == len(labels) - 1]
+    return format_html_join(
+        "",
+        '<text x="{}" y="{}" font-size="11" text-anchor="middle">{}</text>',
+        ((_f(PLOT_LEFT + (i + 0.5) * step), height - 6, label) for i, label in shown),
+    )
+
+
+def series_legend(series: Sequence[Series]) -> SafeString:
+    """A legend for a time chart: a coloured square and the name of each series."""
+    return format_html_join(
+        " ",
+        '<span class="strait-legend"><span style="background: {}">&nbsp;&nbsp;</span> {}</span>',
+        ((s.colour, s.name) for s in series),
+    )

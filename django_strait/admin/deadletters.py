@@ -14,9 +14,9 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.http import urlencode
-from django.utils.text import Truncator
+from django.utils.safestring import SafeString
 
-from django_strait.admin import actions
+from django_strait.admin import actions, display
 from django_strait.admin.filters import ErrorTypeFilter, QueueFilter
 from django_strait.admin.runs import JobRunAdmin
 from django_strait.models import DeadLetter, Job, JobRun
@@ -79,7 +79,7 @@ class DeadLetterAdmin(JobRunAdmin):
     """The dead-letter queue: inspect the errors, replay (one, selected, all matching) or discard."""
 
     list_display = (
-        "id", "job", "error_type", "error_summary", "attempt", "finished_at", "replay_count",
+        "id", "job_name", "error_type_cut", "error_summary", "attempts", "finished", "replays",
     )  # fmt: skip
     list_filter = ("job", ErrorTypeFilter, QueueFilter, ("finished_at", admin.DateFieldListFilter))
     list_deferred = ("payload", "result", "retry_overrides")
@@ -88,8 +88,12 @@ class DeadLetterAdmin(JobRunAdmin):
     change_list_template = "admin/django_strait/deadletter_change_list.html"
 
     @admin.display(description="last error")
-    def error_summary(self, run: JobRun) -> str:
-        return Truncator(run.last_error).chars(120)
+    def error_summary(self, run: JobRun) -> SafeString | str:
+        return display.cut(run.last_error, 48)
+
+    @admin.display(description="replays")
+    def replays(self, run: JobRun) -> int:
+        return run.replay_count
 
     def get_urls(self) -> list:
         name = f"{self.opts.app_label}_{self.opts.model_name}_replay_matching"

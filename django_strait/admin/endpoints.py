@@ -17,7 +17,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from django_strait.admin import charts
-from django_strait.models import CircuitState, EndpointCircuit, HealthSample
+from django_strait.models import CircuitState, EndpointCircuit, EndpointHealth, HealthSample
 from django_strait.models.health import health_subqueries
 
 #: How far back a sparkline looks (the sampler writes one score a minute).
@@ -27,6 +27,12 @@ SPARKLINE_WINDOW = dt.timedelta(minutes=60)
 CIRCUIT_STATE = "strait_circuit_state"
 HEALTH_SCORE = "strait_health_score"
 HEALTH_LEVEL = "strait_health_level"
+HEALTH_SUCCESS = "strait_health_success"
+HEALTH_FAILURE = "strait_health_failure"
+
+#: From this share of answers that were neither 2xx nor failures (so 4xx), a level that is
+#: not unhealthy needs a word: the endpoint answers, but refuses.
+MOSTLY_REFUSED_FROM = 0.5
 
 CIRCUIT_COLOURS = {
     CircuitState.CLOSED: "#2e7d32",
@@ -44,15 +50,48 @@ def circuit_annotation(url_field: str = "endpoint_url") -> dict[str, Subquery]:
 def health_annotation(url_field: str = "endpoint_url") -> dict[str, Subquery]:
     """Return ``annotate()`` keywords for the health score and level of each row's URL."""
     score, level = health_subqueries(url_field)
-    return {HEALTH_SCORE: score, HEALTH_LEVEL: level}
+    rows = EndpointHealth.objects.filter(endpoint_url=OuterRef(url_field))
+    success = Subquery(rows.values("success_rate")[:1])
+    failure = Subquery(rows.values("failure_rate")[:1])
+    return {HEALTH_SCORE: score, HEALTH_LEVEL: level, HEALTH_SUCCESS: success,
+            HEALTH_FAILURE: failure}  # fmt: skip
 
 
-def show_level(level: str | None, score: float | None = None) -> SafeString | str:
-    """Return a level (and its score, when given) in the level's colour; "-" when unscored."""
+def refused_note(level: str | None, success_rate: float | None, failure_rate: float | None) -> str:
+    """Why an endpoint that rarely succeeds can still read healthy, or "" when it needs no word."""
+    if not level or success_rate is None or failure_rate is None or level == "unhealthy":
+        return ""
+    if 1 - success_rate - failure_rate < MOSTLY_REFUSED_FROM:
+        return ""
+    return (
+        f"only {success_rate:.0%} of its answers were 2xx, yet it is {level}: the rest were "
+        "4xx (such as 404), which are the request's fault, not the endpoint's, so they do "
+        "not lower its health. Check the job's URL and its runs' errors."
+    )
+
+
+def show_level(
+    level: str | None,
+    score: float | None = None,
+    success_rate: float | None = None,
+    failure_rate: float | None = None,
+) -> SafeString | str:
+    """Return a level (and its score) in the level's colour; "-" when unscored.
+
+    With the rates given, a level that is not unhealthy over mostly 4xx answers
+    says so ("healthy (69), mostly 4xx (?)"), the reason in its tooltip.
+    """
     if not level:
         return "-"
     colour = charts.LEVEL_COLOURS.get(level, charts.OTHER_COLOUR)
     text = level if score is None else f"{level} ({score:.0f})"
+    note = refused_note(level, success_rate, failure_rate)
+    if note:
+        return format_html(
+            '<span class="strait-level strait-level-{}" style="color: {}" title="{}">{}, '
+            '<span class="strait-refused" style="color: #c62828">mostly 4xx (?)</span></span>',
+            level, colour, note, text,
+        )  # fmt: skip
     return format_html(
         '<span class="strait-level strait-level-{}" style="color: {}">{}</span>',
         level, colour, text,

@@ -122,6 +122,13 @@ def unmasked(edited: object, stored: object) -> object:
     return {name: kept[name] if value == MASK else value for name, value in edited.items()}
 
 
+class OptionalJSONField(forms.JSONField):
+    """A JSON field whose "not set" (None, inherit the default) shows empty, not ``null``."""
+
+    def prepare_value(self, value: Any) -> Any:
+        return "" if value is None else super().prepare_value(value)
+
+
 class JobForm(forms.ModelForm):
     """A job: its signing secret and header values are written here, never shown again."""
 
@@ -142,6 +149,11 @@ class JobForm(forms.ModelForm):
     class Meta:
         model = Job
         fields = ("signing_secret", "headers")  # the admin adds the rest from its fieldsets
+        field_classes = {"retry_delays_secs": OptionalJSONField}
+        help_texts = {
+            "retry_delays_secs": "custom strategy: seconds per retry, e.g. [1, 5, 30]; the last "
+            "repeats. Empty: the default (STRAIT['DEFAULT_RETRY']).",
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -7,23 +7,21 @@ states in one query and the sparklines of all its rows in one more.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.http import urlencode
 from django.utils.safestring import SafeString
-from django.utils.timesince import timesince
 
-from django_strait.admin import charts, endpoints
+from django_strait.admin import charts, display, endpoints
 from django_strait.admin.circuits import ResetCircuitsMixin
 from django_strait.models import EndpointHealth
-
-MINUTE = dt.timedelta(minutes=1)
 
 
 class HealthChangeList(ChangeList):
@@ -38,17 +36,17 @@ class HealthChangeList(ChangeList):
 
 
 @admin.register(EndpointHealth)
-class EndpointHealthAdmin(ResetCircuitsMixin, admin.ModelAdmin):
+class EndpointHealthAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin):
     """Endpoint health, one row per endpoint URL, worst first."""
 
     list_display = (
-        "endpoint_url", "score_display", "level_display", "success", "failure", "p95",
-        "samples", "updated", "circuit", "history",
+        "endpoint", "score_display", "level_display", "success", "p95", "circuit",
+        "history",
     )  # fmt: skip
     list_filter = ("level",)
     search_fields = ("endpoint_url",)
     ordering = ("score", "endpoint_url")
-    actions = ["reset_circuits"]
+    actions = ["reset_circuits", "reset_health"]
     readonly_fields = (
         "endpoint_url", "score", "level", "success_rate", "failure_rate", "latency_p95_ms",
         "timeout_ms", "samples", "probe_started_at", "updated_at",
@@ -60,15 +58,25 @@ class EndpointHealthAdmin(ResetCircuitsMixin, admin.ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return HealthChangeList
 
+    @admin.display(description="endpoint URL", ordering="endpoint_url")
+    def endpoint(self, row: EndpointHealth) -> SafeString | str:
+        return display.cut(row.endpoint_url, 32)
+
     @admin.display(description="score", ordering="score")
-    def score_display(self, row: EndpointHealth) -> str:
-        return f"{row.score:.0f}"
+    def score_display(self, row: EndpointHealth) -> SafeString:
+        url = reverse("admin:django_strait_endpoint_stats")
+        return format_html(
+            '<a href="{}?{}" title="this endpoint\'s charts">{}</a>',
+            url, urlencode({"url": row.endpoint_url}), f"{row.score:.0f}",
+        )  # fmt: skip
 
     @admin.display(description="level", ordering="level")
     def level_display(self, row: EndpointHealth) -> SafeString | str:
-        return endpoints.show_level(row.level)
+        return endpoints.show_level(
+            row.level, success_rate=row.success_rate, failure_rate=row.failure_rate
+        )
 
-    @admin.display(description="success rate", ordering="success_rate")
+    @admin.display(description="success", ordering="success_rate")
     def success(self, row: EndpointHealth) -> str:
         return f"{row.success_rate:.1%}"
 
@@ -76,24 +84,9 @@ class EndpointHealthAdmin(ResetCircuitsMixin, admin.ModelAdmin):
     def failure(self, row: EndpointHealth) -> str:
         return f"{row.failure_rate:.1%}"
 
-    @admin.display(description="p95 (ms)", ordering="latency_p95_ms")
+    @admin.display(description="p95 ms", ordering="latency_p95_ms")
     def p95(self, row: EndpointHealth) -> str:
         return f"{row.latency_p95_ms:.0f}"
-
-    @admin.display(description="updated", ordering="updated_at")
-    def updated(self, row: EndpointHealth) -> SafeString:
-        # Short, so that the row fits beside the sparkline; the exact time is the tooltip.
-        now = timezone.now()
-        ago = (
-            "just now"
-            if now - row.updated_at < MINUTE
-            else f"{timesince(row.updated_at, now, depth=1)} ago"
-        )
-        return format_html(
-            '<span title="{}" style="white-space: nowrap">{}</span>',
-            f"{timezone.localtime(row.updated_at):%Y-%m-%d %H:%M:%S %Z}",
-            ago,
-        )
 
     @admin.display(description="circuit", ordering=endpoints.CIRCUIT_STATE)
     def circuit(self, row: EndpointHealth) -> SafeString | str:
@@ -102,7 +95,7 @@ class EndpointHealthAdmin(ResetCircuitsMixin, admin.ModelAdmin):
     @admin.display(description="last hour")
     def history(self, row: EndpointHealth) -> SafeString:
         # Set by HealthChangeList for the listed rows.
-        return charts.sparkline(getattr(row, "strait_history", []), level=row.level, width=90)
+        return charts.sparkline(getattr(row, "strait_history", []), level=row.level, width=72)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

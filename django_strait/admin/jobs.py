@@ -17,12 +17,13 @@ from django.db.models import Max, QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from django_strait.admin import endpoints
+from django_strait.admin import display, endpoints
+from django_strait.admin.drilldown import endpoint_stats_view, job_stats_view
 from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
 from django_strait.admin.overview import overview_view
 from django_strait.database import alias
@@ -66,9 +67,11 @@ def _stats(rows: Sequence[tuple[str, int, dt.datetime]]) -> JobStats:
     # A retry ("queued") is an attempt, not a finished run: it counts only as the last outcome.
     finished = sum(n for status, n, _ in rows if status in TERMINAL)
     succeeded = sum(n for status, n, _ in rows if status == RunStatus.COMPLETED)
-    # Minute resolution: on a tie the outcome that is not a success is the one to see.
-    _, _, last_status = max(
-        (last, status != RunStatus.COMPLETED, status) for status, _, last in rows
+    # Minute resolution: on a tie a finished run is shown before a retry (a run that retried
+    # and then completed within the minute completed), and a failure before a success.
+    _, _, _, last_status = max(
+        (last, status in TERMINAL, status != RunStatus.COMPLETED, status)
+        for status, _, last in rows
     )
     return JobStats(finished=finished, succeeded=succeeded, last_status=last_status)
 
@@ -88,8 +91,7 @@ class JobAdmin(admin.ModelAdmin):
     """Jobs: what runs, where, and how it retries; pause and resume."""
 
     list_display = (
-        "name", "enabled", "queue", "priority", "target", "last_outcome", "success_rate",
-        "health", "circuit", "updated_at",
+        "name", "enabled", "target", "last_outcome", "success_rate", "health", "circuit",
     )  # fmt: skip
     list_filter = ("enabled", "queue")
     search_fields = ("name", "endpoint_url", "handler")
@@ -141,8 +143,8 @@ class JobAdmin(admin.ModelAdmin):
         )
 
     @admin.display(description="target")
-    def target(self, job: Job) -> str:
-        return job.endpoint_url or job.handler
+    def target(self, job: Job) -> SafeString | str:
+        return display.cut(job.endpoint_url or job.handler, 20)
 
     @admin.display(description="signing secret")
     def signing_secret_state(self, job: Job) -> str:
@@ -167,22 +169,29 @@ class JobAdmin(admin.ModelAdmin):
             for title, options in super().get_fieldsets(request, obj)
         ]
 
-    @admin.display(description="last outcome (24 h)")
+    @admin.display(description="last outcome")
     def last_outcome(self, job: Job) -> str:
         status = _stats_of(job).last_status
         return {"": "-", RunStatus.QUEUED: "retrying"}.get(status, status)
 
-    @admin.display(description="success rate (24 h)")
+    @admin.display(description="success (24 h)")
     def success_rate(self, job: Job) -> str:
         stats = _stats_of(job)
         if stats.success_rate is None:
             return "-"
-        return f"{stats.success_rate:.1%} of {stats.finished}"
+        return format_html(
+            '<a href="{}" title="this job\'s charts">{}</a>',
+            reverse("admin:django_strait_job_stats", args=[job.pk]),
+            f"{stats.success_rate:.1%} of {stats.finished}",
+        )
 
-    @admin.display(description="endpoint health", ordering=endpoints.HEALTH_SCORE)
+    @admin.display(description="health", ordering=endpoints.HEALTH_SCORE)
     def health(self, job: Job) -> str:
         return endpoints.show_level(
-            getattr(job, endpoints.HEALTH_LEVEL, None), getattr(job, endpoints.HEALTH_SCORE, None)
+            getattr(job, endpoints.HEALTH_LEVEL, None),
+            getattr(job, endpoints.HEALTH_SCORE, None),
+            getattr(job, endpoints.HEALTH_SUCCESS, None),
+            getattr(job, endpoints.HEALTH_FAILURE, None),
         )
 
     @admin.display(description="circuit", ordering=endpoints.CIRCUIT_STATE)
@@ -239,8 +248,13 @@ class JobAdmin(admin.ModelAdmin):
         overview = self.admin_site.admin_view(
             lambda request: overview_view(request, self.admin_site)
         )
+        wrap = self.admin_site.admin_view
+        job_stats = wrap(lambda request, job_id: job_stats_view(request, self.admin_site, job_id))
+        endpoint_stats = wrap(lambda request: endpoint_stats_view(request, self.admin_site))
         return [
             path("overview/", overview, name="django_strait_overview"),
+            path("endpoint-stats/", endpoint_stats, name="django_strait_endpoint_stats"),
+            path("<int:job_id>/stats/", job_stats, name="django_strait_job_stats"),
             path("<path:object_id>/trigger/", view, name=name),
             *super().get_urls(),
         ]
@@ -278,8 +292,7 @@ class JobAdmin(admin.ModelAdmin):
         if applying and form.is_valid():
             runs = self._trigger(form, jobs)
             if runs is not None:
-                ids = ", ".join(str(run.pk) for run in runs)
-                self.message_user(request, f"Queued run(s) {ids}.", messages.SUCCESS)
+                self.message_user(request, queued_message(runs), messages.SUCCESS)
                 return None
         context = {
             **self.admin_site.each_context(request),
@@ -300,6 +313,19 @@ class JobAdmin(admin.ModelAdmin):
         except TriggerError as exc:
             form.add_trigger_error(exc)
             return None
+
+
+def queued_message(runs: Sequence[JobRun]) -> SafeString:
+    """ "Queued run 12 of partner-webhook.", each run a link to its page."""
+    links = format_html_join(
+        ", ",
+        '<a href="{}">run {} of {}</a>',
+        (
+            (reverse("admin:django_strait_jobrun_change", args=[r.pk]), r.pk, r.job.name)
+            for r in runs
+        ),
+    )
+    return format_html("Queued {}.", links)
 
 
 def _swapped(fields: Sequence[str], swap: dict[str, tuple[str, ...]]) -> tuple[str, ...]:

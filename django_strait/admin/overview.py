@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 from django.apps import apps
 from django.contrib.admin import AdminSite
@@ -22,16 +23,14 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from django_strait.admin import charts, endpoints
+from django_strait.admin import charts, display, endpoints, series
 from django_strait.admin.budgets import budget_day, projects_today
-from django_strait.admin.charts import STATUS_COLOURS, BudgetDay, Column
+from django_strait.admin.charts import STATUS_COLOURS, BudgetDay, Column, Series
 from django_strait.conf import strait_settings
 from django_strait.duties.registry import alive_since
 from django_strait.metrics.database import QueueGauge, dead_letters_by_job, queue_gauges
 from django_strait.models import EndpointHealth, Job, Project, RunRollup, WorkerProcess
 
-#: How far back the throughput chart looks.
-WINDOW = dt.timedelta(hours=1)
 #: At most this many endpoints (the least healthy first) and projects are shown.
 MOST_SHOWN = 20
 
@@ -71,6 +70,12 @@ class Overview:
     dead_letters: tuple[tuple[str, int], ...]
     workers: tuple[WorkerProcess, ...]
     workers_alive: int
+    #: Per minute: attempts ended, runs finished; durations (p50, p95); lag of the laggiest queues.
+    counts: series.RunCounts
+    latency: series.Latency
+    lag: dict[str, list[float | None]]
+    #: Jobs with attempts in the window, busiest first (at most MOST_SHOWN): (id, name, attempts).
+    busy_jobs: tuple[tuple[int, str, int], ...]
     #: The least healthy endpoints first (at most MOST_SHOWN), and how many there are.
     endpoints: tuple[EndpointRow, ...]
     endpoint_count: int
@@ -86,13 +91,18 @@ class Overview:
 def read_overview(now: dt.datetime | None = None, using: str | None = None) -> Overview:
     """Read everything the overview page shows."""
     now = now or timezone.now()
-    throughput, outcomes = _throughput(now, using)
+    throughput, outcomes, counts = _throughput(now, using)
+    minutes = series.minutes_of(now)
     since = alive_since(now, strait_settings.STALE_AFTER)
     workers = tuple(WorkerProcess.objects.using(using).filter(last_seen_at__gte=since)[:50])
     return Overview(
         now=now,
         throughput=throughput,
         outcomes=outcomes,
+        counts=counts,
+        latency=series.latency(minutes, using),
+        lag=series.queue_lag(minutes, using),
+        busy_jobs=_busy_jobs(minutes, using),
         queues=_queues(now, using),
         dead_letters=tuple(sorted(dead_letters_by_job(using), key=lambda r: (-r[1], r[0]))),
         workers=workers,
@@ -104,31 +114,26 @@ def read_overview(now: dt.datetime | None = None, using: str | None = None) -> O
     )
 
 
-def minutes_of(now: dt.datetime, window: dt.timedelta = WINDOW) -> list[dt.datetime]:
-    """Return the start of every minute in the window ending at ``now``, oldest first."""
-    last = now.replace(second=0, microsecond=0)
-    count = int(window.total_seconds() // 60)
-    return [last - dt.timedelta(minutes=count - 1 - i) for i in range(count)]
-
-
-def _throughput(now: dt.datetime, using: str) -> tuple[tuple[Column, ...], tuple[str, ...]]:
-    minutes = minutes_of(now)
-    rows = (
-        RunRollup.objects.using(using)
-        .filter(minute__gte=minutes[0])
-        .values_list("minute", "status")
-        .annotate(n=Sum("count"))
-        .order_by()
-    )
-    counts: dict[dt.datetime, dict[str, int]] = {m: {} for m in minutes}
-    for minute, status, n in rows:
-        counts.setdefault(minute, {})[status] = n
+def _throughput(now: dt.datetime, using: str) -> tuple[tuple[Column, ...], tuple[str, ...], Any]:
+    minutes = series.minutes_of(now)
+    counts = series.outcome_counts(minutes, using)
     seen = {status for by_status in counts.values() for status in by_status}
     # Known outcomes in a fixed order (so colours stack the same way), then any others.
     outcomes = [s for s in STATUS_COLOURS if s in seen] + sorted(seen - set(STATUS_COLOURS))
     local = timezone.localtime
     columns = tuple(Column(f"{local(m):%H:%M}", counts.get(m, {})) for m in minutes)
-    return columns, tuple(outcomes)
+    return columns, tuple(outcomes), series.RunCounts.of(minutes, counts)
+
+
+def _busy_jobs(minutes: list[dt.datetime], using: str) -> tuple[tuple[int, str, int], ...]:
+    rows = (
+        RunRollup.objects.using(using)
+        .filter(minute__gte=minutes[0])
+        .values_list("job_id", "job__name")
+        .annotate(n=Sum("count"))
+        .order_by("-n", "job__name")[:MOST_SHOWN]
+    )
+    return tuple(rows)
 
 
 def _queues(now: dt.datetime, using: str) -> tuple[QueueGauge, ...]:
@@ -155,6 +160,49 @@ def _budgets(now: dt.datetime, using: str) -> tuple[ProjectRow, ...]:
     return tuple(ProjectRow(p.name, budget_day(p)) for p in projects)
 
 
+THROUGHPUT_COLOURS = ("#447e9b", "#2e7d32")
+PERCENTILE_COLOURS = ("#1565c0", "#c62828")
+QUEUE_COLOURS = ("#447e9b", "#ef6c00", "#6a1b9a", "#2e7d32", "#c62828")
+
+
+def time_charts(data: Overview) -> dict[str, Any]:
+    """The overview's charts over the last hour, each with its legend."""
+    labels = [c.label for c in data.throughput]
+    throughput = [
+        Series("attempts ended", data.counts.attempts, THROUGHPUT_COLOURS[0]),
+        Series("runs finished", data.counts.finished, THROUGHPUT_COLOURS[1]),
+    ]
+    outcomes = [
+        Series(s, [c.counts.get(s, 0) for c in data.throughput], charts.colour(s))
+        for s in data.outcomes
+    ]
+    latency = percentile_series(data.latency)
+    lag = [
+        Series(queue, values, QUEUE_COLOURS[i % len(QUEUE_COLOURS)])
+        for i, (queue, values) in enumerate(data.lag.items())
+    ]
+    return {
+        "throughput_chart": charts.time_chart(labels, throughput, unit="/min"),
+        "throughput_legend": charts.series_legend(throughput),
+        "outcomes_chart": charts.time_chart(labels, outcomes, stacked=True),
+        "outcomes_legend": charts.series_legend(outcomes),
+        "latency_chart": charts.time_chart(labels, latency, unit=" ms",
+                                           empty="No attempt started in this window."),
+        "latency_legend": charts.series_legend(latency),
+        "lag_time_chart": charts.time_chart(labels, lag, unit=" s",
+                                            empty="No queue samples yet (a worker takes one a minute)."),
+        "lag_time_legend": charts.series_legend(lag),
+    }  # fmt: skip
+
+
+def percentile_series(latency: series.Latency) -> list[Series]:
+    """p50 and p95 of attempt durations per minute, as two lines."""
+    return [
+        Series("p50", latency.p50, PERCENTILE_COLOURS[0]),
+        Series("p95", latency.p95, PERCENTILE_COLOURS[1]),
+    ]
+
+
 def overview_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
     """Render the overview page for a user who may view runs."""
     if not request.user.has_perm("django_strait.view_jobrun"):
@@ -163,10 +211,10 @@ def overview_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
     context = {
         **site.each_context(request),
         "title": "Strait overview",
+        "refresh_seconds": display.REFRESH_SECONDS,
         "app_config": apps.get_app_config("django_strait"),
         "overview": data,
-        "throughput_chart": charts.stacked_bars(data.throughput, data.outcomes),
-        "throughput_legend": charts.legend(data.outcomes),
+        **time_charts(data),
         "depth_chart": charts.horizontal_bars([(q.queue, q.depth) for q in data.queues]),
         "lag_chart": charts.horizontal_bars(
             [(q.queue, q.lag_seconds) for q in data.queues], unit=" s"

@@ -15,17 +15,20 @@ from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import get_object_or_404, redirect
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from django_strait import transitions
-from django_strait.admin import actions
+from django_strait.admin import actions, display, timeline
 from django_strait.admin.filters import ErrorTypeFilter, QueueFilter
 from django_strait.admin.forms import ReplayPayloadForm
 from django_strait.admin.inlines import HistoryInline
 from django_strait.admin.webhooks import WebhookDeliveryInline
-from django_strait.models import JobRun, RunAttempt, WorkflowStepRun
+from django_strait.models import JobRun, RunAttempt, RunHold, WorkflowStepRun
 from django_strait.states import Transition
 from django_strait.storage import backend
 from django_strait.triggering import TriggerError
@@ -65,11 +68,44 @@ class RunAttemptInline(HistoryInline):
 
     model = RunAttempt
     fields = (
-        "number", "outcome", "preset", "status_code", "error_type", "error", "duration_ms",
-        "started_at", "endpoint", "worker", "response_excerpt",
+        "number", "outcome_badge", "preset", "status_code", "error_type", "error_cut",
+        "duration", "started", "endpoint_cut", "response",
     )  # fmt: skip
     readonly_fields = fields
-    ordering = ("number",)
+    ordering = ("started_at", "id")
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        """Every column, but ``preset`` only for a run with process attempts (room at 1366 px)."""
+        fields = list(self.fields)
+        if obj is None or not RunAttempt.objects.filter(run_id=obj.pk).exclude(preset="").exists():
+            fields.remove("preset")
+        return fields
+
+    # Cut to fit 1366 px; the whole value is the tooltip.
+
+    @admin.display(description="outcome")
+    def outcome_badge(self, a: RunAttempt) -> SafeString:
+        return display.badge(a.outcome, timeline.OUTCOME_COLOURS.get(a.outcome))
+
+    @admin.display(description="error")
+    def error_cut(self, a: RunAttempt) -> SafeString | str:
+        return display.cut(a.error, 26)
+
+    @admin.display(description="took")
+    def duration(self, a: RunAttempt) -> str:
+        return f"{a.duration_ms} ms"
+
+    @admin.display(description="started (UTC)")
+    def started(self, a: RunAttempt) -> str:
+        return timeline.stamp(a.started_at)[11:] if a.started_at else "-"
+
+    @admin.display(description="endpoint")
+    def endpoint_cut(self, a: RunAttempt) -> SafeString | str:
+        return display.cut(a.endpoint, 24)
+
+    @admin.display(description="response")
+    def response(self, a: RunAttempt) -> SafeString | str:
+        return display.cut(a.response_excerpt, 16)
 
 
 #: Up to this many matching runs the list counts them exactly; past it, PostgreSQL estimates.
@@ -128,6 +164,12 @@ class EstimatedCountPaginator(Paginator):
 class RunChangeList(ChangeList):
     """The run list, without the large columns that it never shows."""
 
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        if not self.has_active_filters and not self.query:
+            # Unfiltered, the page's count is the whole list's: no "(Show all)" link to itself.
+            self.full_result_count = self.result_count
+
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet:
         qs = super().get_queryset(request, exclude_parameters)
         return qs.defer(*self.model_admin.list_deferred)
@@ -146,12 +188,11 @@ def pretty_json(value: Any) -> str:
 
 
 @admin.register(JobRun)
-class JobRunAdmin(admin.ModelAdmin):
+class JobRunAdmin(display.AutoRefresh, admin.ModelAdmin):
     """Every run: filter, search, inspect, and replay / cancel / discard through transitions."""
 
     list_display = (
-        "id", "job", "status", "queue", "priority", "attempt", "available_at",
-        "error_type", "created_at", "finished_at",
+        "id", "job_name", "status_badge", "attempts", "available", "error_type_cut", "finished",
     )  # fmt: skip
     list_filter = (
         "status", "job", QueueFilter, ErrorTypeFilter, ("created_at", admin.DateFieldListFilter),
@@ -214,6 +255,36 @@ class JobRunAdmin(admin.ModelAdmin):
         if term.isdigit():
             condition |= Q(pk=int(term))
         return queryset.filter(condition), False
+
+    # List cells: short, so that the list fits 1366 px; the whole value on hover.
+
+    @admin.display(description="job")
+    def job_name(self, run: JobRun) -> SafeString | str:
+        return display.cut(run.job.name, 24)
+
+    @admin.display(description="status")
+    def status_badge(self, run: JobRun) -> SafeString:
+        return display.badge(run.status)
+
+    @admin.display(description="attempts")
+    def attempts(self, run: JobRun) -> int:
+        return run.attempt
+
+    @admin.display(description="available")
+    def available(self, run: JobRun) -> SafeString | str:
+        return display.moment(run.available_at)
+
+    @admin.display(description="error type")
+    def error_type_cut(self, run: JobRun) -> SafeString | str:
+        return display.cut(run.error_type, 24)
+
+    @admin.display(description="created")
+    def created(self, run: JobRun) -> SafeString | str:
+        return display.moment(run.created_at)
+
+    @admin.display(description="finished", ordering="finished_at")
+    def finished(self, run: JobRun) -> SafeString | str:
+        return display.moment(run.finished_at)
 
     @admin.display(description="payload")
     def payload_json(self, run: JobRun) -> str:
@@ -300,12 +371,15 @@ class JobRunAdmin(admin.ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
+        run = self._titled(object_id)
         context = {
             **(extra_context or {}),
+            **({"title": str(run), "subtitle": None} if run is not None else {}),
             "show_save": False,
             "show_save_and_continue": False,
             "show_save_and_add_another": False,
             "strait_run_actions": self._buttons(request, object_id),
+            "strait_timeline": self._timeline(object_id),
         }
         return super().change_view(request, object_id, form_url, context)
 
@@ -330,6 +404,43 @@ class JobRunAdmin(admin.ModelAdmin):
                 {"label": "Replay with edited payload", "help": help, "url": url, "get": "1"}
             )
         return buttons
+
+    def _titled(self, object_id: str) -> JobRun | None:
+        """The run with its job's name, for the page's title: "run 10 of partner-webhook (completed)"."""
+        if not str(object_id).isdigit():
+            return None
+        return (
+            JobRun.objects.select_related("job")
+            .only("pk", "status", "job__name")
+            .filter(pk=object_id)
+            .first()
+        )
+
+    def _timeline(self, object_id: str) -> str:
+        """The run's timeline (attempts, holds, waits), or "" when there is no such run."""
+        if not str(object_id).isdigit():
+            return ""
+        run = (
+            JobRun.objects.filter(pk=object_id)
+            .only("created_at", "finished_at", "status", "available_at")
+            .first()
+        )
+        if run is None:
+            return ""
+        line = timeline.build(
+            run,
+            RunAttempt.objects.filter(run_id=run.pk).defer("response_excerpt"),
+            RunHold.objects.filter(run_id=run.pk),
+            now=timezone.now(),
+        )
+        return render_to_string(
+            "admin/django_strait/run_timeline.html",
+            {
+                "picture": timeline.draw(line),
+                "legend": timeline.legend(),
+                "rows": timeline.rows(line),
+            },
+        )
 
     def _status(self, object_id: str) -> str | None:
         if not str(object_id).isdigit():

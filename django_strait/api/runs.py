@@ -52,7 +52,7 @@ def filter_parameters(names: tuple[str, ...] = RUN_FILTERS) -> list[OpenApiParam
 def with_attempts(runs: Any = None) -> Any:
     """Return ``runs`` with their job and attempts (oldest first) loaded."""
     runs = JobRun.objects.all() if runs is None else runs
-    attempts = Prefetch("attempts", queryset=RunAttempt.objects.order_by("number"))
+    attempts = Prefetch("attempts", queryset=RunAttempt.objects.order_by("started_at", "id"))
     return runs.select_related("job").prefetch_related(attempts)
 
 

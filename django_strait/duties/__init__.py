@@ -11,11 +11,11 @@ from __future__ import annotations
 from django_strait.duties.base import Duty
 from django_strait.duties.pruner import Pruner
 from django_strait.duties.reaper import Reaper
-from django_strait.duties.sampler import HealthSampler
+from django_strait.duties.sampler import HealthSampler, QueueSampler
 from django_strait.duties.scheduler import Scheduler
 
 
 def default_duties(*, using: str | None = None) -> list[Duty]:
     """The duties every worker takes part in, configured from ``STRAIT``."""
-    duties = (Reaper, Scheduler, Pruner, HealthSampler)
+    duties = (Reaper, Scheduler, Pruner, HealthSampler, QueueSampler)
     return [cls.from_settings(using=using) for cls in duties]

@@ -5,6 +5,7 @@ from django_strait.models.attempt import AttemptOutcome, RunAttempt
 from django_strait.models.budget import BudgetLedger, Project
 from django_strait.models.circuit import CircuitState, EndpointCircuit
 from django_strait.models.health import EndpointHealth, HealthLevel, HealthSample
+from django_strait.models.hold import RunHold
 from django_strait.models.job import (
     Execution,
     HttpMethod,
@@ -15,7 +16,7 @@ from django_strait.models.job import (
 )
 from django_strait.models.limits import JobRateAdmission
 from django_strait.models.preset import JobPresetRecommendation
-from django_strait.models.rollup import RunRollup
+from django_strait.models.rollup import QueueSample, RunRollup
 from django_strait.models.run import DeadLetter, JobRun
 from django_strait.models.webhook import DeliveryStatus, WebhookDelivery
 from django_strait.models.worker import WorkerProcess
@@ -49,8 +50,10 @@ __all__ = [
     "JobRun",
     "OnExhaustion",
     "Project",
+    "QueueSample",
     "Overlap",
     "RunAttempt",
+    "RunHold",
     "RunRollup",
     "StepRunStatus",
     "WebhookDelivery",

@@ -36,7 +36,11 @@ class RunAttempt(models.Model):
     preset = models.CharField(max_length=50, blank=True, default="", db_default="")
 
     class Meta:
-        ordering = ["run_id", "number"]
+        # Oldest first by when they started: the order of the run's story.
+        ordering = ["run_id", "started_at", "id"]
+        # The overview's and drill-down pages' latency percentiles read the last hour of
+        # attempts; appended in time order, the index grows at its right edge only.
+        indexes = [models.Index(fields=["started_at"], name="strait_attempt_started")]
         constraints = [
             # Short-circuit rows repeat the number of the run's last real attempt
             # (they spend none), so only real attempts are unique per number.

@@ -25,3 +25,24 @@ class RunRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.minute:%Y-%m-%d %H:%M} job {self.job_id} {self.status}: {self.count}"
+
+
+class QueueSample(models.Model):
+    """A queue's depth and lag at one minute, for the overview's lag chart (kept a day)."""
+
+    queue = models.CharField(max_length=100)
+    at = models.DateTimeField()
+    depth = models.PositiveIntegerField(default=0)
+    due = models.PositiveIntegerField(default=0)
+    #: How long the oldest due run had been waiting, in seconds.
+    lag_seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["queue", "at"]
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "at"], name="strait_queue_sample_unique")
+        ]
+        indexes = [models.Index(fields=["at"], name="strait_queue_sample_at")]
+
+    def __str__(self) -> str:
+        return f"{self.queue} @ {self.at:%H:%M}: {self.depth} queued, lag {self.lag_seconds:.1f}s"

@@ -140,7 +140,8 @@ class JobRun(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"run {self.pk} of {self.job_id} ({self.status})"
+        # The job's name, never its database id: this is what pages and messages show.
+        return f"run {self.pk} of {self.job.name} ({self.status})"
 
     @property
     def attempts_left_in_budget(self) -> int:

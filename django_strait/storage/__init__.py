@@ -25,6 +25,7 @@ from django_strait.storage.values import (
     Recorded,
     Rescued,
     Stale,
+    Waiting,
 )
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Rescued",
     "Stale",
     "Storage",
+    "Waiting",
     "backend",
 ]
 

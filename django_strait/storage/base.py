@@ -41,6 +41,7 @@ from django_strait.storage.values import (
     RecordBatch,
     Recorded,
     Rescued,
+    Waiting,
 )
 
 
@@ -72,6 +73,9 @@ class Storage(Protocol):
 
     def hold(self, worker_id: str, holds: Sequence[Hold], *, now: dt.datetime) -> None:
         """Put claimed runs back to queued until their ``available_at``, spending no attempt."""
+
+    def waiting(self, *, queues: Sequence[str], now: dt.datetime) -> list[Waiting]:
+        """Group the queued runs of ``queues`` that a claim at ``now`` cannot take, by why."""
 
     def unclaim(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
         """Put claimed-but-unstarted runs back to queued; return how many."""

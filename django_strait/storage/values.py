@@ -76,9 +76,17 @@ class Hold:
     error_type: str
     error: str
     endpoint: str = ""
-    #: Write a short-circuited attempt row. Limit holds do not: a run waiting for a
-    #: slot is held again every second, and history would grow with it.
-    attempt_row: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Queued runs that are not due, grouped by why: their error type and whether the job runs."""
+
+    reason: str
+    enabled: bool
+    runs: int
+    #: The earliest ``available_at`` among them.
+    next_at: dt.datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,10 +100,7 @@ def _gate_and_start_by_job(
             )
             reason = f"claiming this run failed inside the worker: {type(exc).__name__}: {exc}"
             until = now + CLAIM_FAILED_WAIT
-            held = [
-                Hold(r.id, until, CLAIM_FAILED_ERROR, reason[:4000], attempt_row=False)
-                for r in runs
-            ]
+            held = [Hold(r.id, until, CLAIM_FAILED_ERROR, reason[:4000]) for r in runs]
             storage.hold(worker_id, held, now=now)
     return started
 

@@ -48,6 +48,7 @@ from django_strait.storage import Claimed, Record, RecordBatch, Recorded, backen
 from django_strait.storage.values import PresetsOf
 from django_strait.transitions import claim_and_start, record
 from django_strait.wakeup import Listener
+from django_strait.worker import burst
 from django_strait.worker.catalog import Catalog
 from django_strait.worker.completer import Completer
 from django_strait.worker.config import Stats, WorkerConfig
@@ -84,6 +85,8 @@ class Worker:
         self.gate = Gate(self.storage, self.catalog, self.circuits)
         self._rng = random.Random()
         self._stop_asked = False
+        #: What a burst worker left queued, and why (set when it drained).
+        self.left_waiting = ""
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def run(self) -> Stats:
@@ -129,7 +132,7 @@ class Worker:
             self._claim, self.executors.start,
             in_flight=lambda: len(self.executors.in_flight), drained=self._drained,
             concurrency=cfg.concurrency, batch_size=cfg.batch_size, burst=cfg.burst,
-            poll_interval=cfg.poll_interval,
+            poll_interval=cfg.poll_interval, leftover=self._leftover,
         )  # fmt: skip
         self.completer = Completer(
             self._write, on_recorded=self._recorded, wake=self.producer.wake.set,
@@ -240,6 +243,19 @@ class Worker:
             await self._call(pool, connections.close_all)
             pool.shutdown(wait=True)
 
+    async def _leftover(self) -> float | None:
+        """A drained burst worker: nap while limit holds clear; else say what is left, and stop."""
+        waiting = await self._call(
+            self._claim_db, self.storage.waiting, queues=self.config.queues, now=timezone.now()
+        )
+        decision = burst.verdict(waiting, timezone.now())
+        if decision.wait is None:
+            self.left_waiting = decision.describe()
+            logger.info("worker %s drained: %s", self.config.worker_id, self.left_waiting)
+        else:
+            logger.debug("burst: runs held by limits clear soon; claiming in %.2fs", decision.wait)
+        return decision.wait
+
     def _drained(self) -> bool:
         return not self.executors.in_flight and self.completer.idle
 
@@ -261,6 +277,8 @@ class Worker:
     async def _claim(self, limit: int, isolate: bool) -> list[Claimed]:
         runs = await self._call(self._claim_db, self._claim_and_start, limit, isolate)
         self.stats.claimed += len(runs)
+        logger.debug("claimed and started %s runs (asked for %s%s)", len(runs), limit,
+                     ", job by job" if isolate else "")  # fmt: skip
         if self._metrics is not None:
             self._metrics.observe_claimed(len(runs))
         return runs
@@ -333,6 +351,8 @@ class Worker:
         """Record a batch (which sends its signals), then count its HTTP answers against circuits."""
         batch = RecordBatch(self.config.worker_id, chunk, self._health_samples(chunk))
         done = record(batch, storage=self.storage)
+        logger.debug("recorded %s results in one batch: %s moved, %s lost",
+                     len(chunk), len(done.moved), len(done.lost))  # fmt: skip
         self._account_circuits(chunk)
         return done
 

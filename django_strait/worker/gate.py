@@ -17,6 +17,8 @@ and one more entry in ``steps``. Python jobs are never held by circuits or healt
 from __future__ import annotations
 
 import datetime as dt
+import logging
+from collections import Counter
 from collections.abc import Callable
 
 from django_strait.conf import strait_settings
@@ -27,6 +29,8 @@ from django_strait.resilience.breaker import Candidate, CircuitBreaker
 from django_strait.storage import Claimed, Hold, Storage
 from django_strait.transitions.worker import warn_budgets_on_commit
 from django_strait.worker.catalog import Catalog
+
+logger = logging.getLogger(__name__)
 
 #: The error type of a run held because its job's row is not a valid definition.
 INVALID_JOB_ERROR = "job.invalid"
@@ -60,6 +64,10 @@ class Gate:
                 held = {h.run_id for h in more}
                 claimed = [run for run in claimed if run.id not in held]
                 holds += more
+        if holds and logger.isEnabledFor(logging.DEBUG):
+            reasons = Counter(h.error_type for h in holds)
+            logger.debug("gate held %s of %s claimed runs: %s", len(holds),
+                         len(holds) + len(claimed), dict(reasons))  # fmt: skip
         return holds
 
     def invalid_holds(self, claimed: list[Claimed], now: dt.datetime) -> list[Hold]:
@@ -72,11 +80,11 @@ class Gate:
                     f"job {info.name} is not a valid definition: {info.describe_problems()}"
                 )
                 until = now + INVALID_JOB_WAIT
-                held.append(Hold(run.id, until, INVALID_JOB_ERROR, reason, attempt_row=False))
+                held.append(Hold(run.id, until, INVALID_JOB_ERROR, reason))
         return held
 
     def limit_holds(self, claimed: list[Claimed], now: dt.datetime) -> list[Hold]:
-        """Hold the runs their job's concurrency or rate limit does not admit (no attempt row)."""
+        """Hold the runs their job's concurrency or rate limit does not admit."""
         limited = [
             (run, row)
             for run in claimed
@@ -90,7 +98,7 @@ class Gate:
             for run, row in limited
         ]
         return [
-            Hold(h.run_id, h.until, h.error_type, h.reason, attempt_row=False)
+            Hold(h.run_id, h.until, h.error_type, h.reason)
             for h in self.storage.enforce_limits(pending, now=now)
         ]
 

@@ -6,7 +6,8 @@ executors, and sleeps when nothing is due, until a run ends, a NOTIFY says runs
 were queued, or the poll interval passes. A failed claim is tried again at
 once, job by job (one bad job's runs are then held alone); a claim that fails
 job by job too waits a poll interval. With ``burst`` it returns once nothing is
-due and nothing is in flight.
+due, nothing is in flight, and ``leftover`` says what still waits will not clear
+soon (runs held by a concurrency or rate limit do: it naps and claims again).
 
 It knows nothing of the database: ``claim`` (given by the worker) claims on a
 database thread, so the producer is tested against a fake.
@@ -24,6 +25,12 @@ logger = logging.getLogger(__name__)
 
 #: ``claim(limit, isolate)``: the runs claimed and started (raise if the claim failed).
 Claim = Callable[[int, bool], Awaitable[list[Claimed]]]
+#: ``leftover()``: seconds to nap before claiming again, or None when a burst is done.
+Leftover = Callable[[], Awaitable[float | None]]
+
+
+async def _nothing_left() -> float | None:
+    return None
 
 
 class Producer:
@@ -40,6 +47,7 @@ class Producer:
         batch_size: int,
         burst: bool = False,
         poll_interval: float = 1.0,
+        leftover: Leftover = _nothing_left,
     ) -> None:
         self._claim = claim
         self._spawn = spawn
@@ -49,6 +57,7 @@ class Producer:
         self.batch_size = batch_size
         self.burst = burst
         self.poll_interval = poll_interval
+        self._leftover = leftover
         #: A slot freed or a result was recorded.
         self.wake = asyncio.Event()
         #: New runs may be due: a NOTIFY arrived (or the worker is stopping).
@@ -114,7 +123,11 @@ class Producer:
         # A result recorded while the claim above was awaited may have queued runs
         # that claim could not see (a workflow's next steps): claim again first.
         if not claimed_some and self._drained() and not self.wake.is_set():
-            return True
+            nap = await self._leftover()
+            if nap is None:
+                return True
+            await _wait(self.wake, nap)  # held by limits: they clear as runs end, windows pass
+            return False
         await _wait(self.wake, None)  # until something in flight ends
         return False
 

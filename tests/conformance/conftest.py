@@ -55,7 +55,7 @@ def limit_gate(storage: Storage, scores: dict[int, float] | None = None) -> Call
     def gate(claimed: list[Claimed], now: dt.datetime) -> list[Hold]:
         pending = [limits.Pending(r.id, r.job_id, (scores or {}).get(r.job_id)) for r in claimed]
         held = storage.enforce_limits(pending, now=now)
-        return [Hold(h.run_id, h.until, h.error_type, h.reason, attempt_row=False) for h in held]
+        return [Hold(h.run_id, h.until, h.error_type, h.reason) for h in held]
 
     return gate
 

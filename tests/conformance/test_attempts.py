@@ -8,7 +8,7 @@ import random
 import pytest
 from django.utils import timezone
 
-from django_strait.models import JobRun, RunAttempt
+from django_strait.models import JobRun, RunAttempt, RunHold
 from django_strait.states import Transition
 from django_strait.storage import Hold, Record, RecordBatch
 from tests.conformance.conftest import claim, start
@@ -48,19 +48,68 @@ def test_record__appends_the_attempt_of_the_runs_number_and_counts_on(storage):
     assert JobRun.objects.get(pk=run.pk).attempt == 3
 
 
-def test_hold__spends_nothing_and_its_row_repeats_the_last_real_attempt(storage):
+def hold_all(storage, error_type: str, until: dt.datetime | None = None, worker: str = "w1"):
+    claimed = claim(storage, worker)
+    with storage.claim_transaction():
+        holds = [
+            Hold(c.id, until or timezone.now(), error_type, f"held: {error_type}") for c in claimed
+        ]
+        storage.hold(worker, holds, now=timezone.now())
+    return claimed
+
+
+def test_hold__spends_nothing_and_writes_no_attempt_row(storage):
     run = make_run()
     start(storage)
     fail_and_requeue(storage, run.pk, 1)
-    for _ in range(2):  # held twice: two short-circuited rows, both numbered 1
-        claimed = claim(storage)
-        with storage.claim_transaction():
-            storage.hold("w1", [Hold(c.id, timezone.now(), "circuit.open", "open") for c in claimed],
-                         now=timezone.now())  # fmt: skip
+    for _ in range(2):
+        hold_all(storage, "circuit.open")
 
     rows = list(RunAttempt.objects.filter(run=run).values_list("number", "outcome"))
-    assert rows == [(1, "failed"), (1, "short_circuited"), (1, "short_circuited")]
+    assert rows == [(1, "failed")]
     assert JobRun.objects.get(pk=run.pk).attempt == 1
+
+
+def test_hold__repeated_holds_for_one_reason_are_one_period(storage):
+    run = make_run()
+    first = timezone.now()
+    for _ in range(3):
+        hold_all(storage, "circuit.open", until=first)
+    until = first + dt.timedelta(seconds=30)
+    hold_all(storage, "circuit.open", until=until, worker="w2")
+
+    [period] = RunHold.objects.filter(run=run)
+    assert (period.reason, period.after_attempt, period.times) == ("circuit.open", 0, 4)
+    assert period.started_at <= period.last_held_at
+    assert (period.until, period.worker, period.error) == (until, "w2", "held: circuit.open")
+    assert JobRun.objects.get(pk=run.pk).status == "queued"
+
+
+def test_hold__a_new_reason_or_an_attempt_between_begins_a_new_period(storage):
+    run = make_run()
+    hold_all(storage, "circuit.open")
+    hold_all(storage, "limit.concurrency")
+    hold_all(storage, "limit.concurrency")
+    start(storage)
+    fail_and_requeue(storage, run.pk, 1)
+    hold_all(storage, "limit.concurrency")
+
+    periods = list(RunHold.objects.filter(run=run).values_list("reason", "after_attempt", "times"))
+    assert periods == [
+        ("circuit.open", 0, 1),
+        ("limit.concurrency", 0, 2),
+        ("limit.concurrency", 1, 1),
+    ]
+
+
+def test_hold__extends_only_the_held_runs_periods(storage):
+    held, other = make_run(), make_run()
+    hold_all(storage, "budget.exhausted")
+    JobRun.objects.filter(pk=other.pk).update(available_at=timezone.now() + dt.timedelta(hours=1))
+    hold_all(storage, "budget.exhausted")
+
+    times = dict(RunHold.objects.values_list("run_id", "times"))
+    assert times == {held.pk: 2, other.pk: 1}
 
 
 def test_replay__resets_the_attempt_budget_not_the_count(storage):

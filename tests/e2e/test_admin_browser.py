@@ -26,6 +26,7 @@ from django_strait.models import (
     EndpointCircuit,
     EndpointHealth,
     HealthSample,
+    Job,
     JobRun,
     Project,
     RunRollup,
@@ -45,7 +46,7 @@ CHROMIUM_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1400,1000",
+    "--window-size=1366,768",
 )
 PASSWORD = "browser-test-password"
 
@@ -276,3 +277,89 @@ def test_admin_browser__a_workflow_runs_dag(browser, live_server, admin_static, 
     picture = browser.find_element(By.CSS_SELECTOR, "svg.strait-dag")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", picture)
     browser.save_screenshot(str(shots / "workflow.png"))
+
+
+#: Each list an operator opens, by the name of its screenshot.
+LISTS = {
+    "list-runs": "/admin/django_strait/jobrun/",
+    "list-dead-letters": "/admin/django_strait/deadletter/",
+    "list-jobs": "/admin/django_strait/job/",
+    "list-health": "/admin/django_strait/endpointhealth/",
+    "list-circuits": "/admin/django_strait/endpointcircuit/",
+    "list-workers": "/admin/django_strait/workerprocess/",
+}
+
+
+def widths(browser, selector: str) -> tuple[float, int, int, int]:
+    """The table's right edge, the page's scroll width, the viewport's width without its
+    scrollbar, and how far the box around the table scrolls sideways, in CSS pixels.
+
+    Django's lists sit in a box that scrolls sideways (``.results``): a table wider than
+    the room it is given scrolls there, not the page. Fitting means neither scrolls.
+    """
+    return browser.execute_script(
+        "const t = document.querySelector(arguments[0]);"
+        "if (!t) return [0, 0, 0, 0];"
+        "const box = t.closest('.results') || t.parentElement;"
+        "return [t.getBoundingClientRect().right, document.documentElement.scrollWidth,"
+        " document.documentElement.clientWidth, box.scrollWidth - box.clientWidth];",
+        selector,
+    )
+
+
+def test_admin_browser__every_list_fits_1366_px_and_the_run_timeline(
+    browser, live_server, admin_static, shots, http_server
+):
+    from selenium.webdriver.common.by import By
+
+    from tests.integration.stories import retried_held_completed
+
+    seed()
+    story = retried_held_completed(http_server, pause=0.4)
+    make_run(story.job, status="dead_letter", error_type="http.404",
+             error="Not Found: the partner has no /orders/1001/confirm route " * 5)  # fmt: skip
+    base = live_server.url
+    log_in(browser, base)
+    browser.set_window_size(1366, 768)
+    assert browser.execute_script("return window.innerWidth") <= 1366
+
+    for name, path in LISTS.items():
+        browser.get(base + path)
+        assert "Server Error" not in browser.title, path
+        table_right, page_width, viewport, scrolls = widths(browser, "#result_list")
+        assert table_right, f"{path} shows no table"
+        assert table_right <= viewport and page_width <= viewport, (path, table_right, page_width)
+        assert scrolls <= 0, f"{path}: its table scrolls {scrolls} px sideways"
+        assert browser.find_elements(By.CSS_SELECTOR, "#nav-sidebar")  # with the sidebar open
+        browser.save_screenshot(str(shots / f"{name}.png"))
+
+    browser.get(f"{base}/admin/django_strait/jobrun/{story.pk}/change/")
+    title = browser.find_element(By.CSS_SELECTOR, "#content h1, #content h2").text
+    assert title == f"run {story.pk} of partner-webhook (completed)"
+    spans = browser.find_elements(By.CSS_SELECTOR, "svg.strait-timeline rect")
+    kinds = [s.get_attribute("data-kind") for s in spans]
+    assert kinds.count("attempt") == 3 and kinds.count("hold") == 1
+    table_right, page_width, viewport, scrolls = widths(browser, "#attempts-group table")
+    assert table_right <= viewport and page_width <= viewport, (table_right, page_width)
+    assert scrolls <= 0, f"the attempts scroll {scrolls} px sideways"
+    picture = browser.find_element(By.CSS_SELECTOR, "svg.strait-timeline")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start'})", picture)
+    browser.save_screenshot(str(shots / "run-timeline.png"))
+
+    billing = Job.objects.get(name="billing-webhook")  # an hour of rollups from seed()
+    browser.get(f"{base}/admin/django_strait/job/{billing.pk}/stats/")
+    assert "Job billing-webhook: the last hour" in browser.title
+    for section in ("success", "latency", "attempts", "outcomes"):
+        assert browser.find_elements(By.CSS_SELECTOR, f"#strait-{section} svg.strait-time-chart")
+    assert browser.find_elements(By.CSS_SELECTOR, "#strait-success polyline")
+    browser.save_screenshot(str(shots / "job-charts.png"))
+
+    # Auto-refresh: paused on one page, paused on the next, until resumed.
+    browser.get(base + LISTS["list-runs"])
+    toggle = browser.find_element(By.ID, "strait-refresh")
+    assert toggle.text.startswith("PAUSE AUTO-REFRESH") or toggle.text.startswith("Pause")
+    toggle.click()
+    browser.get(base + LISTS["list-circuits"])
+    assert browser.find_element(By.ID, "strait-refresh").get_attribute("data-paused") == "1"
+    browser.find_element(By.ID, "strait-refresh").click()
+    assert browser.find_element(By.ID, "strait-refresh").get_attribute("data-paused") == "0"

@@ -61,8 +61,18 @@ def test_job_stats__success_rate_counts_finished_runs_not_retries():
     rollup(job, "completed", 100, minutes_ago=25 * 60)  # outside the 24 h window
     stats = read_job_stats([job.pk], timezone.now())[job.pk]
     assert (stats.finished, stats.succeeded, stats.success_rate) == (10, 8, 0.8)
-    # Two outcomes in the newest minute: the failure is the one shown.
-    assert stats.last_status == "queued"
+    # Two outcomes in the newest minute: the finished run is the one shown, not the retry.
+    assert stats.last_status == "dead_letter"
+
+
+def test_job_stats__last_outcome_of_runs_that_retried_then_completed_is_completed():
+    job = make_job()
+    rollup(job, "queued", 4, minutes_ago=3)
+    rollup(job, "completed", 4, minutes_ago=3)  # each retried once, then completed
+    rollup(job, "completed", 2, minutes_ago=1)
+    assert read_job_stats([job.pk], timezone.now())[job.pk].last_status == "completed"
+    rollup(job, "queued", 1, minutes_ago=0)  # a later attempt failed: now it is retrying
+    assert read_job_stats([job.pk], timezone.now())[job.pk].last_status == "queued"
 
 
 def test_job_list__shows_last_outcome_and_success_rate(admin_client):
@@ -111,7 +121,11 @@ def test_trigger_action__queues_one_run_per_job_with_the_payload(admin_client):
         ("a-job", {"order": 42}, "queued"),
         ("b-job", {"order": 42}, "queued"),
     ]
-    assert messages_of(response)[0].startswith("Queued run(s) ")
+    a, b = runs
+    assert messages_of(response)[0] == (
+        f'Queued <a href="/admin/django_strait/jobrun/{a.pk}/change/">run {a.pk} of a-job</a>, '
+        f'<a href="/admin/django_strait/jobrun/{b.pk}/change/">run {b.pk} of b-job</a>.'
+    )
 
 
 def test_trigger_action__bad_json_shows_on_the_form(admin_client):

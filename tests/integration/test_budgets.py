@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 
 from django_strait import signals, trigger_many
-from django_strait.models import BudgetLedger, Job, JobRun, Project, RunAttempt
+from django_strait.models import BudgetLedger, Job, JobRun, Project, RunAttempt, RunHold
 from django_strait.resilience.budgets import next_day_starts, today
 from django_strait.worker.engine import Worker, WorkerConfig
 from tests.conftest import Reply, spawn_workers, stop_workers
@@ -93,8 +93,9 @@ def test_reserve__claim_starts_what_fits_and_holds_the_rest_until_tomorrow(http_
         assert run.available_at == next_day_starts(today())
         assert "project acme's daily budget of 3 is committed" in run.last_error
         assert "this run needs 1" in run.last_error
-        [row] = RunAttempt.objects.filter(run=run)
-        assert (row.outcome, row.error_type) == ("short_circuited", "budget.exhausted")
+        assert not RunAttempt.objects.filter(run=run).exists()
+        [period] = RunHold.objects.filter(run=run)
+        assert period.reason == "budget.exhausted"
 
 
 def test_reserve__jobs_without_a_project_are_not_touched(http_server):

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from django_strait import signals, trigger_many
 from django_strait.circuits import reset_all, reset_circuit
-from django_strait.models import EndpointCircuit, Job, JobRun, RunAttempt
+from django_strait.models import EndpointCircuit, Job, JobRun, RunAttempt, RunHold
 from django_strait.storage import backend
 from tests.conftest import Reply
 
@@ -95,12 +95,13 @@ def test_circuit__open_short_circuits_runs_without_a_request(burst, http_server)
     for run in JobRun.objects.filter(pk__in=[r.pk for r in runs]):
         assert (run.status, run.attempt, run.claimed_by) == ("queued", 0, "")
         assert run.available_at == opened_at + dt.timedelta(seconds=COOLDOWN)
-        [row] = RunAttempt.objects.filter(run=run)
-        assert (row.outcome, row.number, row.error_type) == ("short_circuited", 0, "circuit.open")
-        assert "circuit open" in row.error
+        assert not RunAttempt.objects.filter(run=run).exists()
+        [period] = RunHold.objects.filter(run=run)
+        assert (period.reason, period.after_attempt) == ("circuit.open", 0)
+        assert "circuit open" in period.error
 
 
-def test_circuit__short_circuit_row_reuses_the_number_of_a_real_attempt(burst, http_server):
+def test_circuit__hold_period_follows_the_last_real_attempt(burst, http_server):
     http_server.routes["/hook"] = lambda r: Reply(503, b"down")
     hook_job(http_server, max_attempts=5, retry_initial_delay_secs=1, retry_jitter=0)
     [run] = trigger_many("hook", [{}])
@@ -114,7 +115,9 @@ def test_circuit__short_circuit_row_reuses_the_number_of_a_real_attempt(burst, h
     run.refresh_from_db()
     assert (run.status, run.attempt) == ("queued", THRESHOLD)
     outcomes = list(RunAttempt.objects.filter(run=run).values_list("number", "outcome"))
-    assert outcomes[-1] == (THRESHOLD, "short_circuited")
+    assert outcomes[-1] == (THRESHOLD, "failed")
+    [period] = RunHold.objects.filter(run=run)
+    assert (period.reason, period.after_attempt) == ("circuit.open", THRESHOLD)
     assert len(http_server.requests) == THRESHOLD
 
 

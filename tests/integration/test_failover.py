@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from django_strait import trigger
 from django_strait.dispatch.failover import order
-from django_strait.models import EndpointCircuit, Job, JobRun, RunAttempt
+from django_strait.models import EndpointCircuit, Job, JobRun, RunAttempt, RunHold
 from tests.conftest import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -186,7 +186,9 @@ def test_failover__every_endpoint_open__run_is_held_without_an_attempt(burst, ht
     run.refresh_from_db()
     assert (run.status, run.attempt, run.error_type) == ("queued", 0, "circuit.open")
     assert "fallback endpoint(s) are held too" in run.last_error
-    assert attempts(run) == [("primary", "short_circuited", None)]
+    assert attempts(run) == []
+    [period] = RunHold.objects.filter(run=run)
+    assert (period.reason, period.endpoint) == ("circuit.open", http_server.url("/primary"))
     assert http_server.requests == []
 
 

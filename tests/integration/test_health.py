@@ -13,7 +13,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_strait import trigger_many
-from django_strait.models import EndpointHealth, Job, JobRun, RunAttempt
+from django_strait.models import EndpointHealth, Job, JobRun, RunAttempt, RunHold
 from tests.conftest import Reply, spawn_workers, stop_workers
 from tests.integration.test_limits import InFlight
 
@@ -159,8 +159,9 @@ def test_health__healthy_degraded_unhealthy_and_back(burst, http_server):
     for run in held:
         assert (run.attempt, run.error_type) == (0, "health.unhealthy")
         assert "is unhealthy (health score" in run.last_error
-        [row_] = RunAttempt.objects.filter(run=run)
-        assert row_.outcome == "short_circuited"
+        assert not RunAttempt.objects.filter(run=run).exists()
+        [period] = RunHold.objects.filter(run=run)
+        assert period.reason == "health.unhealthy"
 
     # Each cooldown lets one more probe through; their successes lift the score.
     for _ in range(5):

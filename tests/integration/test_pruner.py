@@ -147,7 +147,7 @@ def test_command__older_than_applies_instead_of_retention():
     [
         (["--older-than", "soon"], "argument --older-than"),
         (["--older-than", "0s"], "duration > 0"),
-        (["--job", "nope"], "no job is named 'nope'"),
+        (["--job", "nope"], "--job: no job named 'nope'; allowed: the name of a job"),
     ],
 )
 def test_command__bad_option_names_it_and_what_is_allowed(args, says):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import getpass
+import subprocess
+import sys
 from io import StringIO
 
 import pytest
@@ -10,6 +12,7 @@ from django.core.management import CommandError, call_command
 
 from django_strait import registry, replaying
 from django_strait.models import Job, JobRun
+from tests.conftest import ROOT
 from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db
@@ -89,10 +92,25 @@ def test_replay__resets_the_attempt_budget_and_defaults_by_to_the_os_user():
 
 def test_replay__explicit_ids_not_selected_are_reported():
     done = make_run(status="completed")
-    _, err = replay(str(done.pk), "999999")
+    _, err = replay(str(done.pk))
     assert f"Run {done.pk} not selected: is completed." in err
-    assert "Run 999999 not selected: does not exist." in err
     assert statuses(done) == ["completed"]
+
+
+def test_replay__ids_that_do_not_exist_are_an_error_naming_them_and_nothing_moves():
+    dead = make_run(status="dead_letter")
+    with pytest.raises(CommandError, match="no run has the id 999998, 999999; nothing was done"):
+        replay(str(dead.pk), "999998", "--id", "999999")
+    assert statuses(dead) == ["dead_letter"]
+
+
+def test_replay__exits_non_zero_from_a_shell_for_a_missing_id(worker_env):
+    completed = subprocess.run(
+        [sys.executable, "-m", "django", "strait_replay", "999999"],
+        cwd=ROOT, env=worker_env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert completed.returncode == 1
+    assert "no run has the id 999999" in completed.stderr
 
 
 def test_replay__without_any_criterion_asks_for_all():
@@ -102,9 +120,13 @@ def test_replay__without_any_criterion_asks_for_all():
     assert statuses(dead) == ["dead_letter"]
 
 
-def test_replay__unknown_job_is_an_error_naming_it():
-    with pytest.raises(CommandError, match="--job: no job named 'nope'"):
-        replay("--job", "nope")
+def test_replay__unknown_job_is_an_error_naming_it_and_the_jobs_there_are():
+    make_job(name="charge-card")
+    with pytest.raises(
+        CommandError,
+        match="--job: no job named 'nope'; allowed: the name of a job \\(charge-card\\)",
+    ):
+        replay("--job", "nope", "--job", "charge-card")
 
 
 @pytest.mark.parametrize(

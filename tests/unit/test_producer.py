@@ -153,3 +153,26 @@ def test_producer__stop_makes_it_return_without_claiming_again():
 
     calls = asyncio.run(main())
     assert len(harness.calls) == calls
+
+
+def test_producer__burst_naps_while_leftover_says_holds_clear_then_claims_them():
+    # Runs held by a limit: nothing is due now, but they will be; the burst waits.
+    storage = MemoryStorage()
+    naps: list[float | None] = [0.01, 0.01]
+
+    async def leftover():
+        if len(naps) == 1:
+            storage.add(5)  # the limit let it go
+        return naps.pop(0) if naps else None
+
+    harness = Harness(storage, burst=True, leftover=leftover)
+
+    async def main():
+        task = asyncio.create_task(harness.producer.run())
+        await asyncio.sleep(0.05)
+        assert harness.in_flight == [5]
+        harness.finish_all()
+        await asyncio.wait_for(task, 1)
+
+    asyncio.run(main())
+    assert naps == []

@@ -47,6 +47,14 @@ def queue_name(text: str) -> str:
     return text
 
 
+VERBOSITY_HELP = (
+    "0: print nothing but warnings and errors; 1 (default): the start, a line per "
+    "attempt, a stats line a minute and the stop (unless LOGGING routes django_strait "
+    "already); 2 or 3: also debug lines: each claim, what the gate held and why, each "
+    "record batch, burst naps."
+)
+
+
 def default_worker_id() -> str:
     """``host-pid-random``: unique per process, readable in the admin."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -89,7 +97,12 @@ class Command(BaseCommand):
             "is in its queues, else at the first process run.",
         )
         parser.add_argument(
-            "--burst", action="store_true", help="Drain the runs that are due now, then exit 0."
+            "--burst",
+            action="store_true",
+            help="Drain the queue, then exit 0: runs due now, and runs held by a concurrency "
+            "or rate limit (those clear as runs end and windows pass). It exits when what is "
+            "left waits on something else (an open circuit, the budget, a retry delay, a "
+            "paused job) and prints how many runs that is, and why.",
         )
         parser.add_argument(
             "--metrics-port",
@@ -107,11 +120,22 @@ class Command(BaseCommand):
             "--worker-id", default=None, help="Name this worker (default host-pid-random)."
         )
 
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs) -> argparse.ArgumentParser:
+        """Django's parser, with what -v means for a worker."""
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        for action in parser._actions:  # argparse has no public way to edit an option's help
+            if "--verbosity" in action.option_strings:
+                action.help = VERBOSITY_HELP
+        return parser
+
     def handle(self, *args, **options) -> None:
         refuse_bad_settings()
         if options["verbosity"] >= 1:
             show_worker_logs(verbose=options["verbosity"] >= 2)
-        Worker(build_config(options)).run()
+        worker = Worker(build_config(options))
+        worker.run()
+        if worker.left_waiting and options["verbosity"] >= 1:
+            self.stdout.write(f"burst done: {worker.left_waiting}")
 
 
 def refuse_bad_settings() -> None:

@@ -28,7 +28,7 @@ def expiry(value: str) -> dt.datetime:
     except PolicyError as exc:
         raise argparse.ArgumentTypeError(f"{exc.problem}; allowed: {exc.allowed}") from None
     if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is zero; allowed: a duration > 0 (90d, P1Y)")
+        raise argparse.ArgumentTypeError(f"{value!r} is zero; allowed: a duration > 0 (90d, P365D)")
     return timezone.now() + dt.timedelta(seconds=seconds)
 
 

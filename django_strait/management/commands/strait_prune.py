@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from django_strait.duties.pruner import Pruner, preview
-from django_strait.models import Job
+from django_strait.management.selection import require_jobs
 from django_strait.retry import PolicyError, parse_duration
 
 
@@ -27,13 +27,6 @@ def older_than(value: str) -> float:
     return seconds
 
 
-def job_name(value: str) -> str:
-    """Parse --job: the name of an existing job."""
-    if not Job.objects.filter(name=value).exists():
-        raise argparse.ArgumentTypeError(f"no job is named {value!r}; allowed: the name of a job")
-    return value
-
-
 class Command(BaseCommand):
     help = (
         "Delete completed, discarded and canceled runs that finished longer ago than "
@@ -42,7 +35,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--job", type=job_name, metavar="NAME", help="Only this job's runs.")
+        parser.add_argument("--job", metavar="NAME", help="Only this job's runs.")
         parser.add_argument(
             "--older-than",
             type=older_than,
@@ -57,6 +50,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["job"] is not None:
+            require_jobs([options["job"]])
         pruner = Pruner.from_settings(max_batches=None)
         selection = pruner.selection(job=options["job"], older_than=options["older_than"])
         now = timezone.now()

@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_strait import replaying
+from django_strait.management.selection import require_jobs, require_runs
 from django_strait.states import REPLAYABLE, RunStatus
 
 
@@ -109,6 +110,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         selection = self._selection(options)
+        require_jobs(selection.jobs)
+        require_runs(selection.ids)
         by = options["by"] or default_by()
         try:
             report = replaying.replay(selection, by=by, dry_run=options["dry_run"])

@@ -40,6 +40,7 @@ from django_strait.storage.values import (
     RecordBatch,
     Recorded,
     Rescued,
+    Waiting,
 )
 
 
@@ -98,6 +99,10 @@ class OrmStorage:
         """Put claimed runs back to queued until their ``available_at``, spending no attempt."""
         if holds:
             claims.hold(self.alias, worker_id, holds, now)
+
+    def waiting(self, *, queues: Sequence[str], now: dt.datetime) -> list[Waiting]:
+        """Group the queued runs of ``queues`` that a claim at ``now`` cannot take, by why."""
+        return claims.waiting(self.alias, queues, now)
 
     def unclaim(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
         """Put claimed-but-unstarted runs back to queued; no attempt is spent."""

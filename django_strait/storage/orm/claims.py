@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
-from django.db.models import F, TextField
+from django.db.models import Count, F, Max, Min, Q, TextField
 from django.db.models.functions import Cast
 
-from django_strait.models import AttemptOutcome, JobRun, RunAttempt
+from django_strait.models import JobRun, RunHold
 from django_strait.states import IN_FLIGHT, RunStatus, Transition
-from django_strait.storage.values import Claimed, Hold
+from django_strait.storage.values import Claimed, Hold, Waiting
 
 #: Picks before a claim gives up when every row it picked was taken by another worker.
 CLAIM_TRIES = 20
@@ -132,28 +132,64 @@ def hold(alias: str, worker_id: str, holds: Sequence[Hold], now: dt.datetime) ->
             heartbeat_at=None,
             updated_at=now,
         )
-    RunAttempt.objects.using(alias).bulk_create(
-        [
-            _short_circuited(by_id[rid], number, now, worker_id)
-            for rid, number in attempts.items()
-            if by_id[rid].attempt_row
-        ]
+    _record_periods(alias, worker_id, [(by_id[rid], n) for rid, n in attempts.items()], now)
+
+
+def _record_periods(
+    alias: str, worker_id: str, held: Sequence[tuple[Hold, int]], now: dt.datetime
+) -> None:
+    """Extend each run's latest hold period when it is the same one, else open a new period."""
+    periods = RunHold.objects.using(alias)
+    latest_ids = (
+        periods.filter(run_id__in=[h.run_id for h, _ in held])
+        .values("run_id")
+        .annotate(latest=Max("id"))
+        .values_list("latest", flat=True)
     )
+    latest = {p.run_id: p for p in periods.filter(pk__in=list(latest_ids))}
+    fresh = []
+    for h, attempt in held:
+        period = latest.get(h.run_id)
+        if period is not None and (period.reason, period.after_attempt) == (h.error_type, attempt):
+            periods.filter(pk=period.pk).update(
+                last_held_at=now,
+                until=h.available_at,
+                times=F("times") + 1,
+                error=h.error,
+                endpoint=h.endpoint,
+                worker=worker_id,
+            )
+        else:
+            fresh.append(_period(h, attempt, now, worker_id))
+    periods.bulk_create(fresh)
 
 
-def _short_circuited(h: Hold, number: int, now: dt.datetime, worker_id: str) -> RunAttempt:
-    # Numbered as the run's last real attempt: the unique constraint leaves these out.
-    return RunAttempt(
+def _period(h: Hold, attempt: int, now: dt.datetime, worker_id: str) -> RunHold:
+    return RunHold(
         run_id=h.run_id,
-        number=number,
+        after_attempt=attempt,
+        reason=h.error_type,
+        error=h.error,
         endpoint=h.endpoint,
         started_at=now,
-        finished_at=now,
-        outcome=AttemptOutcome.SHORT_CIRCUITED,
-        error_type=h.error_type,
-        error=h.error,
+        last_held_at=now,
+        until=h.available_at,
         worker=worker_id,
     )
+
+
+def waiting(alias: str, queues: Sequence[str], now: dt.datetime) -> list[Waiting]:
+    """Group the queued runs of ``queues`` not claimable at ``now`` by error type and job state."""
+    queued = JobRun.objects.using(alias).filter(status=RunStatus.QUEUED)
+    if queues:
+        queued = queued.filter(queue__in=list(queues))
+    not_due = queued.filter(Q(available_at__gt=now) | Q(job__enabled=False))
+    rows = (
+        not_due.values("error_type", "job__enabled")
+        .annotate(runs=Count("id"), next_at=Min("available_at"))
+        .order_by("error_type", "job__enabled")
+    )
+    return [Waiting(r["error_type"], r["job__enabled"], r["runs"], r["next_at"]) for r in rows]
 
 
 def unclaim(alias: str, worker_id: str, run_ids: Sequence[int], now: dt.datetime) -> int:

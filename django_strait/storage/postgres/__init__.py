@@ -98,7 +98,6 @@ class PostgresStorage(OrmStorage):
                 "error_type": [h.error_type for h in holds],
                 "error": [h.error for h in holds],
                 "endpoint": [h.endpoint for h in holds],
-                "attempt_row": [h.attempt_row for h in holds],
                 "worker": worker_id,
             },
         )

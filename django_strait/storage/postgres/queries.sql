@@ -54,12 +54,13 @@ RETURNING id, attempt, started_at;
 
 -- name: hold
 -- Claimed runs go back to queued until their available_at, with the reason on the run;
--- a short-circuited attempt row (numbered as the last real attempt) where asked.
+-- each run's hold period is extended when its latest one has the same reason and
+-- follows the same attempt, else a new period begins (one row per period, not per hold).
 WITH v AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(available_at)s::timestamptz[],
                          %(error_type)s::varchar[], %(error)s::text[],
-                         %(endpoint)s::varchar[], %(attempt_row)s::boolean[])
-        AS v(id, available_at, error_type, error, endpoint, attempt_row)
+                         %(endpoint)s::varchar[])
+        AS v(id, available_at, error_type, error, endpoint)
 ),
 u AS (
     UPDATE django_strait_jobrun AS r
@@ -69,13 +70,26 @@ u AS (
     FROM v
     WHERE r.id = v.id AND r.status = 'dequeued' AND r.claimed_by = %(worker)s
     RETURNING r.id, r.attempt
+),
+latest AS (
+    SELECT DISTINCT ON (h.run_id) h.id, h.run_id, h.reason, h.after_attempt
+    FROM django_strait_runhold AS h JOIN u ON u.id = h.run_id
+    ORDER BY h.run_id, h.id DESC
+),
+extended AS (
+    UPDATE django_strait_runhold AS h
+    SET last_held_at = now(), until = v.available_at, times = h.times + 1, error = v.error,
+        endpoint = v.endpoint, worker = %(worker)s
+    FROM latest JOIN u ON u.id = latest.run_id JOIN v ON v.id = latest.run_id
+    WHERE h.id = latest.id AND latest.reason = v.error_type AND latest.after_attempt = u.attempt
+    RETURNING h.run_id
 )
-INSERT INTO django_strait_runattempt (run_id, number, endpoint, started_at, finished_at,
-    duration_ms, outcome, status_code, error_type, error, response_excerpt, worker)
-SELECT u.id, u.attempt, v.endpoint, now(), now(), 0, 'short_circuited', NULL,
-       v.error_type, v.error, '', %(worker)s
+INSERT INTO django_strait_runhold (run_id, after_attempt, reason, error, endpoint, started_at,
+    last_held_at, until, times, worker)
+SELECT u.id, u.attempt, v.error_type, v.error, v.endpoint, now(), now(), v.available_at, 1,
+       %(worker)s
 FROM v JOIN u ON u.id = v.id
-WHERE v.attempt_row;
+WHERE u.id NOT IN (SELECT run_id FROM extended);
 
 
 -- name: record

@@ -1,0 +1,73 @@
+"""How list cells read: coloured status badges, long values cut with the whole on hover, times.
+
+Lists must fit a 1366 px laptop screen (issue 15): a cell shows what an operator
+scans for and keeps the rest in its tooltip or on the detail page.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from django_strait.admin.charts import OTHER_COLOUR, STATUS_COLOURS
+
+#: Run statuses that charts do not colour (they are not where an attempt leaves a run).
+BADGE_COLOURS = {
+    **STATUS_COLOURS,
+    "dequeued": "#0277bd",
+    "executing": "#1565c0",
+    "waiting": "#78909c",
+    "queued": "#8d6e00",
+}
+
+
+def badge(text: str, colour: str | None = None) -> SafeString:
+    """A status as a small coloured label (white on the status colour)."""
+    return format_html(
+        '<span class="strait-badge" style="background: {}; color: #fff; padding: 1px 6px; '
+        'border-radius: 8px; white-space: nowrap">{}</span>',
+        colour or BADGE_COLOURS.get(text, OTHER_COLOUR),
+        text.replace("_", " "),
+    )
+
+
+def cut(text: str | None, length: int = 40) -> SafeString | str:
+    """A long value cut to ``length`` characters with "…", the whole of it on hover."""
+    if not text:
+        return "-"
+    if len(text) <= length:
+        return text
+    return format_html('<span title="{}">{}…</span>', text, text[: length - 1])
+
+
+def moment(at: dt.datetime | None, now: dt.datetime | None = None) -> SafeString | str:
+    """A time with seconds, short: ``14:02:09`` today, ``Nov 23 14:02:09`` before; full on hover."""
+    if at is None:
+        return "-"
+    local = timezone.localtime(at)
+    today = timezone.localtime(now or timezone.now()).date()
+    shown = f"{local:%H:%M:%S}" if local.date() == today else f"{local:%b %d %H:%M:%S}"
+    return format_html(
+        '<span title="{}" style="white-space: nowrap">{}</span>',
+        f"{local:%Y-%m-%d %H:%M:%S.%f}"[:-3] + f" {local:%Z}",
+        shown,
+    )
+
+
+#: Seconds between reloads of a list that changes by itself (runs, circuits, workers).
+REFRESH_SECONDS = 15
+
+
+class AutoRefresh:
+    """A model admin mixin: its list reloads every ``refresh_seconds``; the operator can pause it."""
+
+    refresh_seconds = REFRESH_SECONDS
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None):
+        context = {"strait_refresh_seconds": self.refresh_seconds, **(extra_context or {})}
+        return super().changelist_view(request, context)  # type: ignore[misc]
