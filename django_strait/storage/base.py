@@ -34,6 +34,7 @@ from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import Health
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import Transition
+from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.values import (
     Claimed,
     Hold,
@@ -63,9 +64,19 @@ class Storage(Protocol):
 
     # The worker's runs.
     def claim(
-        self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
+        self,
+        worker_id: str,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        now: dt.datetime,
+        floors: ClaimFloors | None = None,
     ) -> list[Claimed]:
-        """Move up to ``limit`` due queued runs to dequeued for ``worker_id``, in claim order."""
+        """Move up to ``limit`` due queued runs to dequeued for ``worker_id``, in claim order.
+
+        ``floors`` (the worker's) let a backend start its index scans where its last
+        claims left off, and learn from this one; a backend may ignore them.
+        """
 
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """Move claimed runs to executing, spending an attempt; return those that moved."""

@@ -23,6 +23,7 @@ from django_strait.resilience.health import Health
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import Transition
 from django_strait.storage import workflows
+from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.orm import (
     claims,
     enqueue,
@@ -67,9 +68,18 @@ class OrmStorage:
     # -- the worker's runs ------------------------------------------------------------
 
     def claim(
-        self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
+        self,
+        worker_id: str,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        now: dt.datetime,
+        floors: ClaimFloors | None = None,
     ) -> list[Claimed]:
-        """Move up to ``limit`` due queued runs to dequeued, in claim order; call in a transaction."""
+        """Move up to ``limit`` due queued runs to dequeued, in claim order; call in a transaction.
+
+        ``floors`` are not used: see docs/operations.md, "Vacuum and the claim".
+        """
         return claims.claim(self.alias, worker_id, queues, limit, now) if limit > 0 else []
 
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -18,15 +19,20 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
+from django_strait import bounds
 from django_strait.models import JobRun
 from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import concurrency_share
 from django_strait.sql import server_bound_cursor
+from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.orm import OrmStorage
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.parts import FOLLOWING_PARTS
 from django_strait.storage.postgres import enqueue, queries
 from django_strait.storage.values import Claimed, Hold, RecordBatch, Recorded
+
+#: The claim without floors: every priority, from the front of the index.
+_WHOLE_INDEX = Segment(*bounds.PRIORITY, *BOTTOM)
 
 #: Namespace for our advisory lock keys (the first argument of the two-int form).
 LOCK_NAMESPACE = 0x5374  # "St"
@@ -59,7 +65,13 @@ class PostgresStorage(OrmStorage):
             yield
 
     def claim(
-        self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
+        self,
+        worker_id: str,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        now: dt.datetime,
+        floors: ClaimFloors | None = None,
     ) -> list[Claimed]:
         if limit <= 0:
             return []
@@ -70,7 +82,17 @@ class PostgresStorage(OrmStorage):
             variant, params["queue"] = "one", queues[0]
         else:
             variant, params["queues"] = "many", list(queues)
-        return [claimed(*row) for row in self._execute(queries.claim(variant), params)]
+        segments = floors.segments(time.monotonic()) if floors else [_WHOLE_INDEX]
+        params.update(
+            low=[s.low for s in segments],
+            high=[s.high for s in segments],
+            after_at=[s.after_at for s in segments],
+            after_id=[s.after_id for s in segments],
+        )
+        rows = self._execute(queries.claim(variant), params)
+        if floors:
+            floors.learn([(row[-2], (row[-1], row[0])) for row in rows], limit, now)
+        return [claimed(*row[:-2]) for row in rows]
 
     def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:
         return self._execute(queries.get("start"), {"ids": ids, "worker": worker_id})

@@ -10,13 +10,26 @@
 -- Move up to %(limit)s due queued runs of the queues asked for to dequeued, in claim
 -- order (priority, then due time, then id). The queue filter is filled in per variant
 -- (any queue / one / several) so that each variant plans on its own partial index.
+-- The index is read in ranges (storage.floors.Segment: priorities low..high from
+-- (after_at, after_id)), in claim order, each range's scan starting at its floor and
+-- not at the dead entries of the runs claimed before it; the nested loop over the
+-- ranges stops, and locks no more rows, once %(limit)s are found. One range from the
+-- bottom of every priority is the whole index: the claim without floors.
 WITH due AS (
-    SELECT id FROM django_strait_jobrun
-    WHERE status = 'queued' AND available_at <= now() /*queue_filter*/
-      AND job_id NOT IN (SELECT id FROM django_strait_job WHERE NOT enabled)
-    ORDER BY priority DESC, available_at, id
+    SELECT d.id
+    FROM unnest(%(low)s::smallint[], %(high)s::smallint[], %(after_at)s::timestamptz[],
+                %(after_id)s::bigint[]) AS s(low, high, after_at, after_id)
+    CROSS JOIN LATERAL (
+        SELECT id FROM django_strait_jobrun
+        WHERE status = 'queued' AND available_at <= now() /*queue_filter*/
+          AND priority BETWEEN s.low AND s.high
+          AND (available_at, id) >= (s.after_at, s.after_id)
+          AND job_id NOT IN (SELECT id FROM django_strait_job WHERE NOT enabled)
+        ORDER BY priority DESC, available_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS d
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
     UPDATE django_strait_jobrun AS r
@@ -38,7 +51,7 @@ limited AS (
     FOR NO KEY UPDATE
 )
 SELECT id, job_id, payload, attempt, attempts_before_replay, max_attempts, retry_overrides,
-       endpoint_used, workflow_step_run_id
+       endpoint_used, workflow_step_run_id, priority, available_at
 FROM claimed WHERE (SELECT count(*) FROM limited) >= 0
 ORDER BY priority DESC, available_at, id;
 
