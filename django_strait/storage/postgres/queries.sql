@@ -58,10 +58,14 @@ ORDER BY priority DESC, available_at, id;
 
 -- name: start
 -- Claimed runs begin an attempt; a run canceled since its claim is left out.
+-- The runs are reached by primary key, their status a filter only ("... IS TRUE" is
+-- no index condition): through the status index, the planner would walk the dead
+-- entry of every run that was ever dequeued while a snapshot holds them (docs/
+-- operations.md, "Vacuum and the claim"). The same in hold and record.
 UPDATE django_strait_jobrun
 SET status = 'executing', attempt = attempt + 1, started_at = now(), heartbeat_at = now(),
     updated_at = now()
-WHERE id = ANY(%(ids)s) AND status = 'dequeued' AND claimed_by = %(worker)s
+WHERE id = ANY(%(ids)s::bigint[]) AND (status = 'dequeued') IS TRUE AND claimed_by = %(worker)s
 RETURNING id, attempt, started_at;
 
 
@@ -80,7 +84,7 @@ u AS (
         dequeued_at = NULL, heartbeat_at = NULL, error_type = v.error_type,
         last_error = v.error, updated_at = now()
     FROM v
-    WHERE r.id = v.id AND r.status = 'dequeued' AND r.claimed_by = %(worker)s
+    WHERE r.id = v.id AND (r.status = 'dequeued') IS TRUE AND r.claimed_by = %(worker)s
     RETURNING r.id, r.attempt
 )
 INSERT INTO django_strait_runattempt (run_id, number, endpoint, started_at, finished_at,
@@ -121,7 +125,7 @@ u AS (
         actual_cost = CASE WHEN v.cost IS NULL THEN r.actual_cost
                            ELSE COALESCE(r.actual_cost, 0) + v.cost END
     FROM v
-    WHERE r.id = v.id AND r.status = 'executing' AND r.claimed_by = %(worker)s
+    WHERE r.id = v.id AND (r.status = 'executing') IS TRUE AND r.claimed_by = %(worker)s
       AND r.attempt = v.attempt
     RETURNING r.id, r.status
 ),
