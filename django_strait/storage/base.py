@@ -198,3 +198,9 @@ class Storage(Protocol):
 
     def query_estimate(self, rows: QuerySet) -> int | None:
         """The row count the planner expects of ``rows`` (None: count it)."""
+
+    def dead_run_rows(self) -> int | None:
+        """The runs table's dead rows as the database counts them (None: it needs no vacuum)."""
+
+    def vacuum_runs(self) -> None:
+        """Vacuum and analyze the runs table, outside any transaction."""

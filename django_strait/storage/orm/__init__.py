@@ -271,6 +271,13 @@ class OrmStorage:
         """The row count the planner expects of ``rows`` (None: count it)."""
         return None
 
+    def dead_run_rows(self) -> int | None:
+        """The runs table's dead rows as the database counts them (None: it needs no vacuum)."""
+        return None
+
+    def vacuum_runs(self) -> None:
+        """Vacuum and analyze the runs table, outside any transaction (here: nothing to do)."""
+
     #: Whether deep pages are read by skipping ids in the primary key's index first.
     pages_by_primary_key = False
     #: Whether the database keeps row estimates worth showing (else count).

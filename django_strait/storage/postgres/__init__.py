@@ -215,6 +215,21 @@ class PostgresStorage(OrmStorage):
         # -1: never vacuumed or analyzed, so PostgreSQL does not know yet.
         return int(row[0]) if row and row[0] >= 0 else None
 
+    def dead_run_rows(self) -> int | None:
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(queries.get("dead_rows"), {"table": JobRun._meta.db_table})
+            row = cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    def vacuum_runs(self) -> None:
+        connection = connections[self.alias]
+        if connection.in_atomic_block:
+            raise RuntimeError("vacuum_runs: VACUUM cannot run inside a transaction")
+        table = connection.ops.quote_name(JobRun._meta.db_table)
+        with connection.cursor() as cursor:
+            # SKIP_LOCKED: a second leader's VACUUM (rounds that overlapped) skips, not waits.
+            cursor.execute(f"VACUUM (ANALYZE, SKIP_LOCKED) {table}")
+
     def query_estimate(self, rows: QuerySet) -> int | None:
         sql, params = rows.query.sql_with_params()
         with connections[self.alias].cursor() as cursor:

@@ -327,3 +327,8 @@ SELECT pg_try_advisory_xact_lock(%(namespace)s, %(key)s);
 -- name: estimate
 -- The planner's row count of a table: what a list shows instead of an exact COUNT(*).
 SELECT reltuples::bigint FROM pg_class WHERE oid = %(table)s::regclass;
+
+
+-- name: dead_rows
+-- The dead rows of a table as the statistics count them (the vacuum duty's measure).
+SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = %(table)s::regclass;
