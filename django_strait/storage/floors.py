@@ -60,6 +60,11 @@ class ClaimFloors:
         if not self.lag >= 0:
             raise ValueError(f"lag: must be >= 0 seconds, got {self.lag!r}")
 
+    def forget(self) -> None:
+        """Claim from the front of the index next time (after a claim that rolled back)."""
+        self.floors.clear()
+        self.rescanned_at = None
+
     def segments(self, clock: float) -> list[Segment]:
         """The index ranges of the next claim, in claim order (priority high to low).
 

@@ -55,13 +55,20 @@ def claim_and_start(
     ``floors`` are the worker's claim floors (``storage.floors``).
     """
     storage = storage or backend()
-    with storage.claim_transaction():
-        now = timezone.now()
-        claimed = storage.claim(worker_id, queues=queues, limit=limit, now=now, floors=floors)
-        if not claimed:
-            return []
-        start = _gate_and_start_by_job if isolate else _gate_and_start
-        started = start(storage, worker_id, claimed, gate, now)
+    try:
+        with storage.claim_transaction():
+            now = timezone.now()
+            claimed = storage.claim(worker_id, queues=queues, limit=limit, now=now, floors=floors)
+            if not claimed:
+                return []
+            start = _gate_and_start_by_job if isolate else _gate_and_start
+            started = start(storage, worker_id, claimed, gate, now)
+    except Exception:
+        if floors is not None:
+            # The floors moved past runs that the rollback left queued: the next
+            # claim (isolating a bad job's runs) must see them again.
+            floors.forget()
+        raise
     signals.send_started(started, _names(started, job_names), using=storage.alias)
     return started
 

@@ -239,3 +239,20 @@ def claim_buffers(storage, floors) -> int:
         Explaining.plan,
     )
     return sum(int(b) for b in scans)
+
+
+def test_claim_with_floors__a_claim_that_rolled_back_leaves_its_runs_to_the_next_claim(storage):
+    from django_strait.transitions.worker import claim_and_start
+
+    job = make_job()
+    runs = [make_run(job, available_at=ago(60 - i)) for i in range(3)]
+    floors = ClaimFloors(rescan=3600)
+
+    def failing_gate(claimed, now):
+        raise RuntimeError("a bad row")
+
+    with pytest.raises(RuntimeError):
+        claim_and_start("w1", limit=10, gate=failing_gate, storage=storage, floors=floors)
+    again = claim_and_start("w1", limit=10, storage=storage, floors=floors)
+
+    assert [r.id for r in again] == [r.pk for r in runs]
