@@ -12,7 +12,9 @@ The contract, beyond the signatures:
   holds (``claimed_by``) at the attempt it knows;
 - a claim takes due queued runs in claim order (priority, then due time, then
   id), never a run another worker holds, and what it admits of them under
-  limits and budgets is admitted in that order;
+  limits and budgets is admitted in that order; with a worker's floors
+  (``storage.floors``) a run queued behind a floor after the worker's claims
+  passed it may be taken later, but within the floors' rescan interval;
 - within a claim's transaction, limits and budgets see every claim committed
   before them, so they hold across any number of workers and hosts;
 - "now" for a claim is the transaction's time: the runs it starts carry it as
