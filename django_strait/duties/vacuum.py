@@ -5,9 +5,13 @@ removes them where it is on and keeps up; where it is off or behind (a server
 tuned down, a busy cluster), dead rows pile up in the runs table and its
 indexes, and the worker's statements slow down with them. Then the leader
 vacuums the table itself once ``dead_rows`` have gathered since its last
-vacuum; rows that an open snapshot still holds are counted as left, so a
-vacuum that could not remove them is not repeated every round. On databases
-that need no vacuum (the storage backend says so) the duty does nothing.
+vacuum. Rows that an open snapshot still holds are counted as left, so a
+vacuum that could not remove them is not repeated for them; and while
+vacuums remove less than half of what they find (a snapshot held open), each
+waits for twice as many new dead rows as the one before, up to
+``MAX_BACKOFF`` times ``dead_rows``: such a vacuum reads every page changed
+since the snapshot and frees nothing. On databases that need no vacuum (the
+storage backend says so) the duty does nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between looks at the runs table's dead rows (one catalog read each).
 DEFAULT_INTERVAL = 30.0
+#: At most this many times ``dead_rows`` between vacuums that free little.
+MAX_BACKOFF = 8
 
 
 @dataclass(slots=True)
@@ -40,6 +46,8 @@ class Vacuumer:
     using: str | None = None
     #: Dead rows this host's last VACUUM could not remove (an open snapshot held them).
     left: int = field(default=0, init=False)
+    #: How many times ``dead_rows`` the next vacuum waits for (doubled while vacuums free little).
+    backoff: int = field(default=1, init=False)
 
     def __post_init__(self) -> None:
         if not self.dead_rows >= 0:
@@ -59,14 +67,16 @@ class Vacuumer:
             dead = storage.dead_run_rows() if leading and self.dead_rows else None
         if not leading:
             return DutyResult(self.name, led=False)
-        if dead is None or dead - self.left < self.dead_rows:
+        if dead is None or dead - self.left < self.dead_rows * self.backoff:
             return DutyResult(self.name, led=True, counts={"dead_rows": dead or 0, "vacuumed": 0})
         storage.vacuum_runs()
         self.left = storage.dead_run_rows() or 0
+        freed_little = self.left * 2 > dead
+        self.backoff = min(self.backoff * 2, MAX_BACKOFF) if freed_little else 1
         logger.info(
             "vacuumed the runs table: %s dead rows before, %s left (held by open snapshots)",
             dead,
             self.left,
         )
-        counts = {"dead_rows": dead, "vacuumed": 1, "left": self.left}
+        counts = {"dead_rows": dead, "vacuumed": 1, "left": self.left, "backoff": self.backoff}
         return DutyResult(self.name, led=True, counts=counts)

@@ -76,6 +76,7 @@ def test_run_once__vacuums_the_runs_table_once_its_dead_rows_pass_the_threshold(
     assert result.led
     assert result.counts["vacuumed"] == 1 and result.counts["dead_rows"] >= 300
     assert result.counts["left"] == 0
+    assert result.counts["backoff"] == 1
     assert vacuums() == before + 1
     assert backend().dead_run_rows() == 0
 
@@ -104,11 +105,16 @@ def test_run_once__under_a_held_snapshot_vacuums_once_and_not_again_for_the_same
 
         first = duty.run_once(timezone.now())
         second = duty.run_once(timezone.now())
+        kill_rows(300)  # 300 more: past dead_rows, not past twice that
+        counted_dead(first.counts["left"] + 300)
+        third = duty.run_once(timezone.now())
         other.rollback()
 
     assert first.counts["vacuumed"] == 1
     assert first.counts["left"] >= 300  # the snapshot still sees them
+    assert first.counts["backoff"] == 2  # it freed nothing: wait for twice as many
     assert second.counts["vacuumed"] == 0
+    assert third.counts["vacuumed"] == 0
 
 
 @postgres_only
