@@ -298,6 +298,10 @@ KEYS: dict[str, Key] = {
         Key("PRUNE_BATCH_SIZE", 1000, _integer(1), _int_text),
         Key("RETENTION_DAYS", 30, _integer(1), _int_text),
         Key("STATS_INTERVAL", 60.0, _duration(positive=True), _text),
+        # PostgreSQL under a held horizon: how often a worker claims from the front of
+        # the claim index again, and the dead rows past which the leader vacuums runs.
+        Key("CLAIM_RESCAN_INTERVAL", 5.0, _duration(positive=True), _text),
+        Key("VACUUM_DEAD_ROWS", 10_000, _integer(0), _int_text),
         # Bearer token for the metrics view (staff users need none).
         Key("METRICS_TOKEN", None, _secret, _text),
         # The REST API: throttles per client (None turns one off), bulk and body limits.
@@ -454,6 +458,8 @@ class StraitSettings:
     PRUNE_BATCH_SIZE: int
     RETENTION_DAYS: int
     STATS_INTERVAL: float
+    CLAIM_RESCAN_INTERVAL: float
+    VACUUM_DEAD_ROWS: int
     METRICS_TOKEN: str | None
     API_THROTTLE_RATE: str | None
     API_TRIGGER_THROTTLE_RATE: str | None

@@ -13,9 +13,10 @@ from django_strait.duties.pruner import Pruner
 from django_strait.duties.reaper import Reaper
 from django_strait.duties.sampler import HealthSampler, QueueSampler
 from django_strait.duties.scheduler import Scheduler
+from django_strait.duties.vacuum import Vacuumer
 
 
 def default_duties(*, using: str | None = None) -> list[Duty]:
     """The duties every worker takes part in, configured from ``STRAIT``."""
-    duties = (Reaper, Scheduler, Pruner, HealthSampler, QueueSampler)
+    duties = (Reaper, Scheduler, Pruner, HealthSampler, QueueSampler, Vacuumer)
     return [cls.from_settings(using=using) for cls in duties]

@@ -12,7 +12,9 @@ The contract, beyond the signatures:
   holds (``claimed_by``) at the attempt it knows;
 - a claim takes due queued runs in claim order (priority, then due time, then
   id), never a run another worker holds, and what it admits of them under
-  limits and budgets is admitted in that order;
+  limits and budgets is admitted in that order; with a worker's floors
+  (``storage.floors``) a run queued behind a floor after the worker's claims
+  passed it may be taken later, but within the floors' rescan interval;
 - within a claim's transaction, limits and budgets see every claim committed
   before them, so they hold across any number of workers and hosts;
 - "now" for a claim is the transaction's time: the runs it starts carry it as
@@ -34,6 +36,7 @@ from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import Health
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import Transition
+from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.values import (
     Claimed,
     Hold,
@@ -64,9 +67,19 @@ class Storage(Protocol):
 
     # The worker's runs.
     def claim(
-        self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
+        self,
+        worker_id: str,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        now: dt.datetime,
+        floors: ClaimFloors | None = None,
     ) -> list[Claimed]:
-        """Move up to ``limit`` due queued runs to dequeued for ``worker_id``, in claim order."""
+        """Move up to ``limit`` due queued runs to dequeued for ``worker_id``, in claim order.
+
+        ``floors`` (the worker's) let a backend start its index scans where its last
+        claims left off, and learn from this one; a backend may ignore them.
+        """
 
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """Move claimed runs to executing, spending an attempt; return those that moved."""
@@ -195,3 +208,9 @@ class Storage(Protocol):
 
     def query_estimate(self, rows: QuerySet) -> int | None:
         """The row count the planner expects of ``rows`` (None: count it)."""
+
+    def dead_run_rows(self) -> int | None:
+        """The runs table's dead rows as the database counts them (None: it needs no vacuum)."""
+
+    def vacuum_runs(self) -> None:
+        """Vacuum and analyze the runs table, outside any transaction."""

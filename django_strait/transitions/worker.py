@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from django_strait import signals
 from django_strait.storage import Claimed, Hold, RecordBatch, Recorded, Storage, backend
+from django_strait.storage.floors import ClaimFloors
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ def claim_and_start(
     isolate: bool = False,
     job_names: Mapping[int, str] | Callable[[int], str] | None = None,
     storage: Storage | None = None,
+    floors: ClaimFloors | None = None,
 ) -> list[Claimed]:
     """Claim up to ``limit`` due runs and start those the gate lets through, in one transaction.
 
@@ -50,15 +52,23 @@ def claim_and_start(
     savepoint of its own, so that one bad job's runs are held and the rest start.
     ``job_names`` (a mapping or a function of the job id) names the jobs in the
     ``run_started`` signals; without it they are read when someone listens.
+    ``floors`` are the worker's claim floors (``storage.floors``).
     """
     storage = storage or backend()
-    with storage.claim_transaction():
-        now = timezone.now()
-        claimed = storage.claim(worker_id, queues=queues, limit=limit, now=now)
-        if not claimed:
-            return []
-        start = _gate_and_start_by_job if isolate else _gate_and_start
-        started = start(storage, worker_id, claimed, gate, now)
+    try:
+        with storage.claim_transaction():
+            now = timezone.now()
+            claimed = storage.claim(worker_id, queues=queues, limit=limit, now=now, floors=floors)
+            if not claimed:
+                return []
+            start = _gate_and_start_by_job if isolate else _gate_and_start
+            started = start(storage, worker_id, claimed, gate, now)
+    except Exception:
+        if floors is not None:
+            # The floors moved past runs that the rollback left queued: the next
+            # claim (isolating a bad job's runs) must see them again.
+            floors.forget()
+        raise
     signals.send_started(started, _names(started, job_names), using=storage.alias)
     return started
 

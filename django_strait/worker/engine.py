@@ -45,6 +45,7 @@ from django_strait.resilience import health as endpoint_health
 from django_strait.resilience.breaker import Attempted, CircuitBreaker
 from django_strait.states import TERMINAL, RunStatus
 from django_strait.storage import Claimed, Record, RecordBatch, Recorded, backend
+from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.values import PresetsOf
 from django_strait.transitions import claim_and_start, record
 from django_strait.wakeup import Listener
@@ -83,6 +84,8 @@ class Worker:
         self.catalog = Catalog(using=self.alias)
         self.circuits = CircuitBreaker(self.storage)
         self.gate = Gate(self.storage, self.catalog, self.circuits)
+        # Where this worker's claims start (PostgreSQL): see storage.floors.
+        self.floors = ClaimFloors(rescan=strait_settings.CLAIM_RESCAN_INTERVAL)
         self._rng = random.Random()
         self._stop_asked = False
         #: What a burst worker left queued, and why (set when it drained).
@@ -329,6 +332,7 @@ class Worker:
             isolate=isolate,
             job_names=lambda job_id: self.catalog.get(job_id).name,
             storage=self.storage,
+            floors=self.floors,
         )
 
     # -- an attempt ended ---------------------------------------------------------------

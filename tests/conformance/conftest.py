@@ -40,7 +40,11 @@ def claim(storage: Storage, worker: str = "w1", limit: int = 50, **options: Any)
     """Claim without starting, in a claim transaction of its own."""
     with storage.claim_transaction():
         return storage.claim(
-            worker, queues=options.get("queues", ()), limit=limit, now=timezone.now()
+            worker,
+            queues=options.get("queues", ()),
+            limit=limit,
+            now=timezone.now(),
+            floors=options.get("floors"),
         )
 
 

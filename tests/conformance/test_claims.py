@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import re
+import time
 
+import psycopg
 import pytest
 from django.db import connection
 from django.utils import timezone
 
 from django_strait.models import JobRun
-from tests.conformance.conftest import claim, in_threads, start
+from django_strait.storage import PostgresStorage
+from django_strait.storage.floors import ClaimFloors
+from tests.conformance.conftest import claim, in_threads, needs_postgres, start
 from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -131,3 +137,122 @@ def test_start__returns_the_runs_in_claim_order(storage):
     started = start(storage, limit=5)
 
     assert [r.id for r in started] == [runs[i].pk for i in (1, 3, 2, 4, 0)]
+
+
+# Claim floors (storage.floors): where a worker's claims start on PostgreSQL.
+
+
+def test_claim_with_floors__keeps_claim_order_across_priorities_batch_after_batch(storage):
+    job = make_job()
+    runs = [
+        make_run(job, priority=p, available_at=ago(100 - i))
+        for i, p in enumerate([0, 5, -3, 0, 5, -3, 0, 5, -3, 0])
+    ]
+    expected = [r.pk for r in sorted(runs, key=lambda r: (-r.priority, r.available_at, r.pk))]
+    floors = ClaimFloors(rescan=3600)
+
+    order = [r.id for _ in range(5) for r in claim(storage, limit=2, floors=floors)]
+
+    assert order == expected
+
+
+def test_claim_with_floors__takes_a_run_queued_later_behind_the_floor_by_the_next_rescan(storage):
+    job = make_job()
+    first = make_run(job, available_at=ago(60))
+    floors = ClaimFloors(rescan=0.5)
+    assert [r.id for r in claim(storage, floors=floors)] == [first.pk]
+    # Queued since, due before what the last claim took (a replay, a rolled-back claim).
+    behind = make_run(job, available_at=ago(120))
+    newer = make_run(job, available_at=ago(0.5))
+
+    taken = [r.id for r in claim(storage, floors=floors)]
+    time.sleep(0.6)
+    taken += [r.id for r in claim(storage, floors=floors)]
+
+    assert sorted(taken) == sorted([behind.pk, newer.pk])
+    if isinstance(storage, PostgresStorage):  # the first claim started at its floor
+        assert taken == [newer.pk, behind.pk]
+
+
+def test_claim_with_floors__takes_a_run_due_just_before_the_floor_at_once(storage):
+    """A trigger that committed within the lag of its due time is found by the next claim."""
+    job = make_job()
+    make_run(job, available_at=ago(0.2))
+    floors = ClaimFloors(rescan=3600, lag=1.0)
+    claim(storage, floors=floors)
+    late = make_run(job, available_at=ago(0.5))  # set before the claim, committed after it
+
+    assert [r.id for r in claim(storage, floors=floors)] == [late.pk]
+
+
+def test_claim_with_floors__under_a_held_snapshot_reads_few_buffers_where_the_whole_index_reads_many(
+    storage,
+):
+    needs_postgres("dead index entries and EXPLAIN")
+    if not isinstance(storage, PostgresStorage):
+        pytest.skip("the ORM backend has no floors")
+    job = make_job()
+    JobRun.objects.bulk_create(
+        [JobRun(job=job, available_at=ago(600 - i * 0.01)) for i in range(10_100)]
+    )
+    floors = ClaimFloors(rescan=3600, lag=0)
+    with held_snapshot():
+        for _ in range(100):  # 10,000 dead entries at the front of the claim's index
+            claim(storage, limit=100, floors=floors)
+        bounded = claim_buffers(storage, floors)
+        whole = claim_buffers(storage, None)
+
+    # Measured: 7 and 217 buffers (the whole index walks 10,000 dead entries).
+    assert bounded <= 20 < 100 <= whole
+
+
+@contextlib.contextmanager
+def held_snapshot():
+    """Another connection in a REPEATABLE READ transaction that has read: the horizon held."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params) as other:
+        other.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        other.execute("SELECT count(*) FROM django_strait_jobrun").fetchone()
+        yield
+        other.rollback()
+
+
+def claim_buffers(storage, floors) -> int:
+    """The shared buffers of the claim's index scans, from EXPLAIN (ANALYZE, BUFFERS), rolled back."""
+    from django.db import transaction
+
+    class Explaining(PostgresStorage):
+        plan = ""
+
+        def _execute(self, sql, params):
+            rows = super()._execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
+            Explaining.plan = "\n".join(row[0] for row in rows)
+            return []
+
+    with transaction.atomic():
+        claim(Explaining(storage.alias), limit=10, floors=floors)
+        transaction.set_rollback(True)
+    scans = re.findall(
+        r"Index Scan using strait_run_claim_any_queue.*\n(?:.*\n)*?\s*Buffers: shared hit=(\d+)",
+        Explaining.plan,
+    )
+    return sum(int(b) for b in scans)
+
+
+def test_claim_with_floors__a_claim_that_rolled_back_leaves_its_runs_to_the_next_claim(storage):
+    from django_strait.transitions.worker import claim_and_start
+
+    job = make_job()
+    runs = [make_run(job, available_at=ago(60 - i)) for i in range(3)]
+    floors = ClaimFloors(rescan=3600)
+
+    def failing_gate(claimed, now):
+        raise RuntimeError("a bad row")
+
+    with pytest.raises(RuntimeError):
+        claim_and_start("w1", limit=10, gate=failing_gate, storage=storage, floors=floors)
+    again = claim_and_start("w1", limit=10, storage=storage, floors=floors)
+
+    assert [r.id for r in again] == [r.pk for r in runs]

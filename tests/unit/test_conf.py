@@ -62,6 +62,8 @@ DEFAULTS = {
     "WEBHOOK_CONCURRENCY": 50,
     "PRESETS": parse_chain(DEFAULT_PRESETS),
     "PROCESS_MAX_RUNS": 1000,
+    "CLAIM_RESCAN_INTERVAL": 5.0,
+    "VACUUM_DEAD_ROWS": 10_000,
 }
 
 
@@ -158,6 +160,8 @@ def test_strait_settings__default_retry_accepts_a_policy_object():
         ("API_THROTTLE_RATE", "0/minute", "'600/minute'"),
         ("API_TRIGGER_THROTTLE_RATE", 60, "'600/minute'"),
         ("API_BULK_TRIGGER_MAX", 0, "integer >= 1"),
+        ("CLAIM_RESCAN_INTERVAL", 0, "> 0"),
+        ("VACUUM_DEAD_ROWS", -1, "integer >= 0"),
     ],
 )
 def test_strait_settings__bad_settings_value_names_the_key(name, value, fragment):

@@ -23,6 +23,7 @@ from django_strait.resilience.health import Health
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import Transition
 from django_strait.storage import workflows
+from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.orm import (
     claims,
     enqueue,
@@ -68,9 +69,18 @@ class OrmStorage:
     # -- the worker's runs ------------------------------------------------------------
 
     def claim(
-        self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
+        self,
+        worker_id: str,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        now: dt.datetime,
+        floors: ClaimFloors | None = None,
     ) -> list[Claimed]:
-        """Move up to ``limit`` due queued runs to dequeued, in claim order; call in a transaction."""
+        """Move up to ``limit`` due queued runs to dequeued, in claim order; call in a transaction.
+
+        ``floors`` are not used: see docs/operations.md, "Vacuum and the claim".
+        """
         return claims.claim(self.alias, worker_id, queues, limit, now) if limit > 0 else []
 
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
@@ -265,6 +275,13 @@ class OrmStorage:
     def query_estimate(self, rows: QuerySet) -> int | None:
         """The row count the planner expects of ``rows`` (None: count it)."""
         return None
+
+    def dead_run_rows(self) -> int | None:
+        """The runs table's dead rows as the database counts them (None: it needs no vacuum)."""
+        return None
+
+    def vacuum_runs(self) -> None:
+        """Vacuum and analyze the runs table, outside any transaction (here: nothing to do)."""
 
     #: Whether deep pages are read by skipping ids in the primary key's index first.
     pages_by_primary_key = False

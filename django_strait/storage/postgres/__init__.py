@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import time
 import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -20,17 +21,22 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
+from django_strait import bounds
 from django_strait.conf import strait_settings
 from django_strait.models import JobRun
 from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import concurrency_share
 from django_strait.sql import may_prepare, server_bound_cursor
+from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.orm import OrmStorage
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
 from django_strait.storage.parts import FOLLOWING_PARTS
 from django_strait.storage.postgres import enqueue, queries
 from django_strait.storage.values import Claimed, Hold, RecordBatch, Recorded
+
+#: The claim without floors: every priority, from the front of the index.
+_WHOLE_INDEX = Segment(*bounds.PRIORITY, *BOTTOM)
 
 #: Namespace for our advisory lock keys (the first argument of the two-int form).
 LOCK_NAMESPACE = 0x5374  # "St"
@@ -67,7 +73,13 @@ class PostgresStorage(OrmStorage):
             yield
 
     def claim(
-        self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
+        self,
+        worker_id: str,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        now: dt.datetime,
+        floors: ClaimFloors | None = None,
     ) -> list[Claimed]:
         if limit <= 0:
             return []
@@ -78,11 +90,20 @@ class PostgresStorage(OrmStorage):
             variant, params["queue"] = "one", queues[0]
         else:
             variant, params["queues"] = "many", list(queues)
+        segments = floors.segments(time.monotonic()) if floors else [_WHOLE_INDEX]
+        params.update(
+            low=[s.low for s in segments],
+            high=[s.high for s in segments],
+            after_at=[s.after_at for s in segments],
+            after_id=[s.after_id for s in segments],
+        )
         # Prepared: planning it was a quarter of its time; PostgreSQL's generic plan for
-        # it is the same index scan. Start and record are not: their generic plans
+        # it is the same index scans. Start and record are not: their generic plans
         # went by the status index and halved a drain (docs/operations.md, "Poolers").
         rows = self._execute(queries.claim(variant), params, prepare=True)
-        return [claimed(*row) for row in rows]
+        if floors:
+            floors.learn([(row[-2], (row[-1], row[0])) for row in rows], limit, now)
+        return [claimed(*row[:-2]) for row in rows]
 
     def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:
         return self._execute(queries.get("start"), {"ids": ids, "worker": worker_id})
@@ -206,6 +227,21 @@ class PostgresStorage(OrmStorage):
             row = cursor.fetchone()
         # -1: never vacuumed or analyzed, so PostgreSQL does not know yet.
         return int(row[0]) if row and row[0] >= 0 else None
+
+    def dead_run_rows(self) -> int | None:
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(queries.get("dead_rows"), {"table": JobRun._meta.db_table})
+            row = cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    def vacuum_runs(self) -> None:
+        connection = connections[self.alias]
+        if connection.in_atomic_block:
+            raise RuntimeError("vacuum_runs: VACUUM cannot run inside a transaction")
+        table = connection.ops.quote_name(JobRun._meta.db_table)
+        with connection.cursor() as cursor:
+            # SKIP_LOCKED: a second leader's VACUUM (rounds that overlapped) skips, not waits.
+            cursor.execute(f"VACUUM (ANALYZE, SKIP_LOCKED) {table}")
 
     def query_estimate(self, rows: QuerySet) -> int | None:
         sql, params = rows.query.sql_with_params()

@@ -10,13 +10,26 @@
 -- Move up to %(limit)s due queued runs of the queues asked for to dequeued, in claim
 -- order (priority, then due time, then id). The queue filter is filled in per variant
 -- (any queue / one / several) so that each variant plans on its own partial index.
+-- The index is read in ranges (storage.floors.Segment: priorities low..high from
+-- (after_at, after_id)), in claim order, each range's scan starting at its floor and
+-- not at the dead entries of the runs claimed before it; the nested loop over the
+-- ranges stops, and locks no more rows, once %(limit)s are found. One range from the
+-- bottom of every priority is the whole index: the claim without floors.
 WITH due AS (
-    SELECT id FROM django_strait_jobrun
-    WHERE status = 'queued' AND available_at <= now() /*queue_filter*/
-      AND job_id NOT IN (SELECT id FROM django_strait_job WHERE NOT enabled)
-    ORDER BY priority DESC, available_at, id
+    SELECT d.id
+    FROM unnest(%(low)s::smallint[], %(high)s::smallint[], %(after_at)s::timestamptz[],
+                %(after_id)s::bigint[]) AS s(low, high, after_at, after_id)
+    CROSS JOIN LATERAL (
+        SELECT id FROM django_strait_jobrun
+        WHERE status = 'queued' AND available_at <= now() /*queue_filter*/
+          AND priority BETWEEN s.low AND s.high
+          AND (available_at, id) >= (s.after_at, s.after_id)
+          AND job_id NOT IN (SELECT id FROM django_strait_job WHERE NOT enabled)
+        ORDER BY priority DESC, available_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS d
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 ),
 claimed AS (
     UPDATE django_strait_jobrun AS r
@@ -38,17 +51,21 @@ limited AS (
     FOR NO KEY UPDATE
 )
 SELECT id, job_id, payload, attempt, attempts_before_replay, max_attempts, retry_overrides,
-       endpoint_used, workflow_step_run_id
+       endpoint_used, workflow_step_run_id, priority, available_at
 FROM claimed WHERE (SELECT count(*) FROM limited) >= 0
 ORDER BY priority DESC, available_at, id;
 
 
 -- name: start
 -- Claimed runs begin an attempt; a run canceled since its claim is left out.
+-- The runs are reached by primary key, their status a filter only ("... IS TRUE" is
+-- no index condition): through the status index, the planner would walk the dead
+-- entry of every run that was ever dequeued while a snapshot holds them (docs/
+-- operations.md, "Vacuum and the claim"). The same in hold and record.
 UPDATE django_strait_jobrun
 SET status = 'executing', attempt = attempt + 1, started_at = now(), heartbeat_at = now(),
     updated_at = now()
-WHERE id = ANY(%(ids)s) AND status = 'dequeued' AND claimed_by = %(worker)s
+WHERE id = ANY(%(ids)s::bigint[]) AND (status = 'dequeued') IS TRUE AND claimed_by = %(worker)s
 RETURNING id, attempt, started_at;
 
 
@@ -68,7 +85,7 @@ u AS (
         dequeued_at = NULL, heartbeat_at = NULL, error_type = v.error_type,
         last_error = v.error, updated_at = now()
     FROM v
-    WHERE r.id = v.id AND r.status = 'dequeued' AND r.claimed_by = %(worker)s
+    WHERE r.id = v.id AND (r.status = 'dequeued') IS TRUE AND r.claimed_by = %(worker)s
     RETURNING r.id, r.attempt
 ),
 latest AS (
@@ -122,7 +139,7 @@ u AS (
         actual_cost = CASE WHEN v.cost IS NULL THEN r.actual_cost
                            ELSE COALESCE(r.actual_cost, 0) + v.cost END
     FROM v
-    WHERE r.id = v.id AND r.status = 'executing' AND r.claimed_by = %(worker)s
+    WHERE r.id = v.id AND (r.status = 'executing') IS TRUE AND r.claimed_by = %(worker)s
       AND r.attempt = v.attempt
     RETURNING r.id, r.status
 ),
@@ -324,3 +341,8 @@ SELECT pg_try_advisory_xact_lock(%(namespace)s, %(key)s);
 -- name: estimate
 -- The planner's row count of a table: what a list shows instead of an exact COUNT(*).
 SELECT reltuples::bigint FROM pg_class WHERE oid = %(table)s::regclass;
+
+
+-- name: dead_rows
+-- The dead rows of a table as the statistics count them (the vacuum duty's measure).
+SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = %(table)s::regclass;

@@ -1,0 +1,82 @@
+"""The vacuum duty: VACUUM (ANALYZE) the runs table when its dead rows pass a threshold.
+
+Every claim, start and record leaves a dead version of a run behind. Autovacuum
+removes them where it is on and keeps up; where it is off or behind (a server
+tuned down, a busy cluster), dead rows pile up in the runs table and its
+indexes, and the worker's statements slow down with them. Then the leader
+vacuums the table itself once ``dead_rows`` have gathered since its last
+vacuum. Rows that an open snapshot still holds are counted as left, so a
+vacuum that could not remove them is not repeated for them; and while
+vacuums remove less than half of what they find (a snapshot held open), each
+waits for twice as many new dead rows as the one before, up to
+``MAX_BACKOFF`` times ``dead_rows``: such a vacuum reads every page changed
+since the snapshot and frees nothing. On databases that need no vacuum (the
+storage backend says so) the duty does nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from django_strait.conf import strait_settings
+from django_strait.database import alias
+from django_strait.duties.base import DutyResult
+from django_strait.duties.leader import lead
+from django_strait.storage import backend
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between looks at the runs table's dead rows (one catalog read each).
+DEFAULT_INTERVAL = 30.0
+#: At most this many times ``dead_rows`` between vacuums that free little.
+MAX_BACKOFF = 8
+
+
+@dataclass(slots=True)
+class Vacuumer:
+    """Vacuum the runs table when ``dead_rows`` have gathered (a Duty; 0 turns it off)."""
+
+    name: ClassVar[str] = "vacuum"
+
+    dead_rows: int = 10_000
+    interval: float = DEFAULT_INTERVAL
+    using: str | None = None
+    #: Dead rows this host's last VACUUM could not remove (an open snapshot held them).
+    left: int = field(default=0, init=False)
+    #: How many times ``dead_rows`` the next vacuum waits for (doubled while vacuums free little).
+    backoff: int = field(default=1, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.dead_rows >= 0:
+            raise ValueError(f"dead_rows: must be >= 0 (0 = off), got {self.dead_rows!r}")
+        if not self.interval > 0:
+            raise ValueError(f"interval: must be > 0 seconds, got {self.interval!r}")
+
+    @classmethod
+    def from_settings(cls, using: str | None = None, **options: Any) -> Vacuumer:
+        """Build the duty from VACUUM_DEAD_ROWS."""
+        return cls(dead_rows=strait_settings.VACUUM_DEAD_ROWS, using=alias(using), **options)
+
+    def run_once(self, now: dt.datetime) -> DutyResult:
+        """Vacuum the runs table if enough rows died since the last vacuum; VACUUM outside a transaction."""
+        storage = backend(self.using)
+        with lead(self.name, using=self.using) as leading:
+            dead = storage.dead_run_rows() if leading and self.dead_rows else None
+        if not leading:
+            return DutyResult(self.name, led=False)
+        if dead is None or dead - self.left < self.dead_rows * self.backoff:
+            return DutyResult(self.name, led=True, counts={"dead_rows": dead or 0, "vacuumed": 0})
+        storage.vacuum_runs()
+        self.left = storage.dead_run_rows() or 0
+        freed_little = self.left * 2 > dead
+        self.backoff = min(self.backoff * 2, MAX_BACKOFF) if freed_little else 1
+        logger.info(
+            "vacuumed the runs table: %s dead rows before, %s left (held by open snapshots)",
+            dead,
+            self.left,
+        )
+        counts = {"dead_rows": dead, "vacuumed": 1, "left": self.left, "backoff": self.backoff}
+        return DutyResult(self.name, led=True, counts=counts)

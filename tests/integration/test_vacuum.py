@@ -1,0 +1,147 @@
+"""The vacuum duty against the real database: real dead rows, a real VACUUM, a real lead."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from django_strait.duties import default_duties
+from django_strait.duties.vacuum import Vacuumer
+from django_strait.models import JobRun
+from django_strait.storage import backend
+from django_strait.storage.postgres import LOCK_NAMESPACE, lock_key
+from tests.integration.factories import make_job, make_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ON_POSTGRES = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+postgres_only = pytest.mark.skipif(not ON_POSTGRES, reason="VACUUM and dead rows: PostgreSQL")
+
+
+def kill_rows(n: int) -> None:
+    """Make ``n`` dead row versions in the runs table (one UPDATE of ``n`` runs)."""
+    job = make_job()
+    JobRun.objects.bulk_create([JobRun(job=job) for _ in range(n)])
+    JobRun.objects.filter(job=job).update(priority=1)
+
+
+def counted_dead(at_least: int) -> int:
+    """The runs table's dead rows once the statistics show ``at_least`` (flushed ~1 s late)."""
+    deadline = time.monotonic() + 10
+    while True:
+        with connection.cursor() as c:
+            c.execute("SELECT pg_stat_force_next_flush()")
+        dead = backend().dead_run_rows() or 0
+        if dead >= at_least or time.monotonic() > deadline:
+            return dead
+        time.sleep(0.2)
+
+
+def vacuums() -> int:
+    with connection.cursor() as c:
+        c.execute(
+            "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'django_strait_jobrun'"
+        )
+        return c.fetchone()[0]
+
+
+def other_connection() -> psycopg.Connection:
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params)
+
+
+def test_default_duties__include_the_vacuum_duty_from_its_setting(settings):
+    settings.STRAIT = {"VACUUM_DEAD_ROWS": 1234}
+
+    [duty] = [d for d in default_duties() if d.name == "vacuum"]
+
+    assert (duty.dead_rows, duty.interval) == (1234, 30.0)
+
+
+@postgres_only
+def test_run_once__vacuums_the_runs_table_once_its_dead_rows_pass_the_threshold():
+    kill_rows(300)
+    assert counted_dead(300) >= 300
+    before = vacuums()
+
+    result = Vacuumer(dead_rows=200).run_once(timezone.now())
+
+    assert result.led
+    assert result.counts["vacuumed"] == 1 and result.counts["dead_rows"] >= 300
+    assert result.counts["left"] == 0
+    assert result.counts["backoff"] == 1
+    assert vacuums() == before + 1
+    assert backend().dead_run_rows() == 0
+
+
+@postgres_only
+def test_run_once__leaves_the_table_alone_below_the_threshold():
+    kill_rows(50)
+    assert counted_dead(50) >= 50
+    before = vacuums()
+
+    result = Vacuumer(dead_rows=10_000).run_once(timezone.now())
+
+    assert result.counts["vacuumed"] == 0
+    assert vacuums() == before
+
+
+@postgres_only
+def test_run_once__under_a_held_snapshot_vacuums_once_and_not_again_for_the_same_rows():
+    make_run()
+    with other_connection() as other:
+        other.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        other.execute("SELECT count(*) FROM django_strait_jobrun").fetchone()
+        kill_rows(300)
+        counted_dead(300)
+        duty = Vacuumer(dead_rows=200)
+
+        first = duty.run_once(timezone.now())
+        second = duty.run_once(timezone.now())
+        kill_rows(300)  # 300 more: past dead_rows, not past twice that
+        counted_dead(first.counts["left"] + 300)
+        third = duty.run_once(timezone.now())
+        other.rollback()
+
+    assert first.counts["vacuumed"] == 1
+    assert first.counts["left"] >= 300  # the snapshot still sees them
+    assert first.counts["backoff"] == 2  # it freed nothing: wait for twice as many
+    assert second.counts["vacuumed"] == 0
+    assert third.counts["vacuumed"] == 0
+
+
+@postgres_only
+def test_run_once__does_nothing_while_another_host_leads():
+    kill_rows(300)
+    counted_dead(300)
+    before = vacuums()
+    with other_connection() as other:
+        other.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_NAMESPACE, lock_key("vacuum")])
+
+        result = Vacuumer(dead_rows=200).run_once(timezone.now())
+        other.rollback()
+
+    assert not result.led
+    assert vacuums() == before
+
+
+@pytest.mark.skipif(ON_POSTGRES, reason="the portable backend's side of the duty")
+def test_run_once__on_a_database_that_needs_no_vacuum_does_nothing():
+    kill_rows(300)
+
+    result = Vacuumer(dead_rows=1).run_once(timezone.now())
+
+    assert result.led and result.counts == {"dead_rows": 0, "vacuumed": 0}
+
+
+@pytest.mark.parametrize(("dead_rows", "interval"), [(-1, 30.0), (10, 0)])
+def test_vacuumer__refuses_options_out_of_bounds(dead_rows, interval):
+    with pytest.raises(ValueError, match="dead_rows|interval"):
+        Vacuumer(dead_rows=dead_rows, interval=interval)
