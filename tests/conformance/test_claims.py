@@ -226,7 +226,7 @@ def claim_buffers(storage, floors) -> int:
     class Explaining(PostgresStorage):
         plan = ""
 
-        def _execute(self, sql, params):
+        def _execute(self, sql, params, **options):
             rows = super()._execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
             Explaining.plan = "\n".join(row[0] for row in rows)
             return []
