@@ -71,21 +71,22 @@ def create_pg_database(db_url: str) -> None:
 
 
 def clear() -> None:
-    """Empty the runs, their attempts and the workflow runs (they point at each other)."""
+    """Empty the runs, their attempts and holds, and the workflow runs (they point at each other)."""
     from django.db import connection
 
     from django_strait.models import (
         JobRun,
         RunAttempt,
+        RunHold,
         WebhookDelivery,
         WorkflowRun,
         WorkflowStepRun,
     )
 
-    ordered = (WebhookDelivery, RunAttempt, JobRun, WorkflowStepRun, WorkflowRun)
+    ordered = (WebhookDelivery, RunAttempt, RunHold, JobRun, WorkflowStepRun, WorkflowRun)
     if connection.vendor != "postgresql":
         JobRun.objects.update(workflow_step_run=None)
-        for model in (WebhookDelivery, WorkflowStepRun, WorkflowRun, RunAttempt, JobRun):
+        for model in (WebhookDelivery, WorkflowStepRun, WorkflowRun, RunAttempt, RunHold, JobRun):
             model.objects.all().delete()
         return
     tables = [m._meta.db_table for m in ordered]
