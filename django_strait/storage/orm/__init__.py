@@ -26,6 +26,7 @@ from django_strait.storage import workflows
 from django_strait.storage.orm import (
     claims,
     enqueue,
+    external,
     people,
     processes,
     protection,
@@ -71,6 +72,20 @@ class OrmStorage:
     ) -> list[Claimed]:
         """Move up to ``limit`` due queued runs to dequeued, in claim order; call in a transaction."""
         return claims.claim(self.alias, worker_id, queues, limit, now) if limit > 0 else []
+
+    def claim_external(
+        self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
+    ) -> list[Claimed]:
+        """Move up to ``limit`` due external runs to dequeued, queue by queue; in a transaction."""
+        return external.claim(self.alias, worker_id, queues, limit, now) if limit > 0 else []
+
+    def set_deadlines(self, deadlines: Mapping[int, dt.datetime], *, now: dt.datetime) -> list[int]:
+        """Set executing external runs' deadlines (fetch, heartbeat); return those that moved."""
+        return external.set_deadlines(self.alias, deadlines, now) if deadlines else []
+
+    def expiring(self, queues: Sequence[str]) -> list[tuple[int, str]]:
+        """Return queued external runs of ``queues`` with an OJS ``expires_at``, and its text."""
+        return external.expiring(self.alias, queues) if queues else []
 
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """Move claimed runs to executing, spending an attempt; return those that moved."""

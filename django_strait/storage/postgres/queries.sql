@@ -10,10 +10,12 @@
 -- Move up to %(limit)s due queued runs of the queues asked for to dequeued, in claim
 -- order (priority, then due time, then id). The queue filter is filled in per variant
 -- (any queue / one / several) so that each variant plans on its own partial index.
+-- External-worker jobs' runs (OJS, DESIGN §15) are left out like a paused job's.
 WITH due AS (
     SELECT id FROM django_strait_jobrun
     WHERE status = 'queued' AND available_at <= now() /*queue_filter*/
-      AND job_id NOT IN (SELECT id FROM django_strait_job WHERE NOT enabled)
+      AND job_id NOT IN (
+          SELECT id FROM django_strait_job WHERE NOT enabled OR execution = 'external')
     ORDER BY priority DESC, available_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
