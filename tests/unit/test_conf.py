@@ -60,6 +60,9 @@ DEFAULTS = {
     "WEBHOOK_CONCURRENCY": 50,
     "PRESETS": parse_chain(DEFAULT_PRESETS),
     "PROCESS_MAX_RUNS": 1000,
+    "OJS_REQUIRE_AUTH": True,
+    "OJS_CONTENT_TYPE": "application/openjobspec+json",
+    "OJS_TEST_DIRECTIVES": False,
 }
 
 
