@@ -319,6 +319,8 @@ KEYS: dict[str, Key] = {
         Key("OJS_REQUIRE_AUTH", True, _boolean, _bool_text),
         Key("OJS_CONTENT_TYPE", OJS_CONTENT_TYPES[0], _ojs_content_type, _text),
         Key("OJS_TEST_DIRECTIVES", False, _boolean, _bool_text),
+        # A fetched job's visibility timeout when neither the job nor the fetch names one.
+        Key("OJS_VISIBILITY_TIMEOUT", 30.0, _duration(positive=True), _text),
     )
 }
 
@@ -471,6 +473,7 @@ class StraitSettings:
     OJS_REQUIRE_AUTH: bool
     OJS_CONTENT_TYPE: str
     OJS_TEST_DIRECTIVES: bool
+    OJS_VISIBILITY_TIMEOUT: float
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}

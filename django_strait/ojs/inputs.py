@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_strait import bounds
+from django_strait.conf import strait_settings
 from django_strait.ojs import errors
 from django_strait.ojs.ids import is_uuid7, uuid7
 from django_strait.retry import PolicyError, parse_duration
@@ -21,8 +22,6 @@ TYPE_MAX_LENGTH = 200
 QUEUE_MAX_LENGTH = 100
 #: The longest visibility or execution timeout (as every duration: bounds.MAX_DURATION_SECS).
 MAX_MS = int(bounds.MAX_DURATION_SECS * 1000)
-#: A fetch's and a heartbeat's visibility timeout when the request names none.
-DEFAULT_VISIBILITY_MS = 30_000
 #: Most jobs one fetch returns, and one batch enqueues.
 FETCH_MAX = 1000
 BATCH_MAX = 1000
@@ -215,8 +214,13 @@ def fetch_request(body: Mapping[str, Any]) -> tuple[list[str], int, str, int]:
         names,
         count,
         worker,
-        DEFAULT_VISIBILITY_MS if vis is None else milliseconds(vis, "visibility_timeout_ms"),
+        default_visibility_ms() if vis is None else milliseconds(vis, "visibility_timeout_ms"),
     )
+
+
+def default_visibility_ms() -> int:
+    """A fetched job's visibility when neither it nor the fetch names one (30 s by default)."""
+    return int(strait_settings.OJS_VISIBILITY_TIMEOUT * 1000)
 
 
 def worker_id(value: Any) -> str:

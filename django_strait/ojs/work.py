@@ -180,7 +180,7 @@ def heartbeat(worker: str, ids: Sequence[Any], visibility_ms: int | None) -> tup
 
 def _visibility(run: JobRun) -> int:
     envelope = run.ojs or {}
-    return envelope.get("visibility_timeout_ms") or inputs.DEFAULT_VISIBILITY_MS
+    return envelope.get("visibility_timeout_ms") or inputs.default_visibility_ms()
 
 
 def _directive(runs: Sequence[JobRun]) -> str:

@@ -18,7 +18,7 @@ from django_strait.storage import Claimed, RecordBatch, Recorded, Storage, backe
 from django_strait.storage.values import Record
 from django_strait.transitions.worker import record
 
-#: A run's deadline from its start and the claim's time (visibility timeout, timeout_ms).
+#: A run's deadline from the run and its start (visibility timeout, timeout_ms).
 Deadline = Callable[[Claimed, dt.datetime], dt.datetime]
 
 
@@ -36,7 +36,9 @@ def fetch(
         now = timezone.now()
         claimed = storage.claim_external(worker_id, queues=queues, limit=limit, now=now)
         started = storage.start(worker_id, claimed, now=now)
-        storage.set_deadlines({run.id: deadline(run, now) for run in started}, now=now)
+        # From the start as recorded (the database's clock on PostgreSQL).
+        deadlines = {run.id: deadline(run, run.started_at or now) for run in started}
+        storage.set_deadlines(deadlines, now=now)
     signals.send_started(started, None, using=storage.alias)
     return started
 

@@ -43,8 +43,18 @@ def _run_duties(stop: threading.Event, errors: list[BaseException]) -> None:
 
 @pytest.fixture
 def ojs_settings(settings):
-    """The OJS binding open (no API key) with test directives, as the conformance suite needs."""
-    settings.STRAIT = {**settings.STRAIT, "OJS_REQUIRE_AUTH": False, "OJS_TEST_DIRECTIVES": True}
+    """The OJS binding open (no API key) with test directives, as the conformance suite needs.
+
+    The default visibility timeout is 5 minutes here: the cron overlap case holds a
+    fetched job 130 s without a heartbeat and expects it still active (job-level and
+    fetch-level visibility timeouts, which the visibility cases use, are unaffected).
+    """
+    settings.STRAIT = {
+        **settings.STRAIT,
+        "OJS_REQUIRE_AUTH": False,
+        "OJS_TEST_DIRECTIVES": True,
+        "OJS_VISIBILITY_TIMEOUT": "5m",
+    }
     return settings
 
 
