@@ -57,7 +57,7 @@ class Execution(models.TextChoices):
 #: Job names: a slug, or dotted like an OJS type (``email.send``).
 JOB_NAME_VALIDATOR = RegexValidator(
     r"^[-a-zA-Z0-9_]+(\.[-a-zA-Z0-9_]+)*\Z",
-    "Enter a job name of letters, digits, hyphens and underscores, optionally in "
+    "Enter a job name of letters, numbers, underscores or hyphens, optionally in "
     "dot-separated parts (an OJS type such as email.send).",
     "invalid",
 )
