@@ -26,7 +26,7 @@ from django_strait.ojs.present import job_body, stamp
 from django_strait.outcome import failure
 from django_strait.retry import PolicyError, resolve
 from django_strait.states import InvalidTransition, RunStatus, Transition
-from django_strait.storage import Claimed, backend
+from django_strait.storage import Claimed
 from django_strait.storage.values import Record
 from django_strait.triggering import TriggerError, trigger_external
 
@@ -120,24 +120,44 @@ def enqueue_batch(requests: Sequence[inputs.Enqueue]) -> list[JobRun]:
 
 
 def fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) -> list[JobRun]:
-    """Drop expired runs of ``queues``, then claim and start up to ``count`` due runs."""
-    _discard_expired(queues)
+    """Claim and start up to ``count`` due runs of ``queues``; expired ones are discarded."""
+    plan = _FetchPlan(visibility_ms)
     started = transitions.external.fetch(
-        worker, queues=queues, limit=count, deadline=_deadline_for(visibility_ms)
+        worker, queues=queues, limit=count, deadline=plan.deadline, expired=plan.expired
     )
     ids = [run.id for run in started]
-    for run_id in ids:  # runs a cron schedule made have no OJS id yet
-        JobRun.objects.filter(pk=run_id, ojs_id__isnull=True).update(ojs_id=uuid7())
+    for run_id in ids:  # runs a cron schedule (or trigger()) made have no OJS id yet
+        if plan.envelopes.get(run_id, {}).get("_no_id"):
+            JobRun.objects.filter(pk=run_id, ojs_id__isnull=True).update(ojs_id=uuid7())
     runs = {r.pk: r for r in JobRun.objects.select_related("job").filter(pk__in=ids)}
     return [runs[i] for i in ids if i in runs]
 
 
-def _deadline_for(visibility_ms: int):
-    def deadline(run: Claimed, now: dt.datetime) -> dt.datetime:
-        envelope = JobRun.objects.filter(pk=run.id).values_list("ojs", flat=True).first() or {}
-        return _deadline(envelope, run.started_at or now, now, visibility_ms)
+class _FetchPlan:
+    """The claimed runs' envelopes, read once: which have expired, and each one's deadline."""
 
-    return deadline
+    def __init__(self, visibility_ms: int) -> None:
+        self.visibility_ms = visibility_ms
+        self.envelopes: dict[int, dict[str, Any]] = {}
+
+    def expired(self, runs: Sequence[Claimed], now: dt.datetime) -> set[int]:
+        ids = [r.id for r in runs]
+        rows = JobRun.objects.filter(pk__in=ids).values_list("id", "ojs", "ojs_id")
+        for rid, envelope, ojs_id in rows:
+            self.envelopes[rid] = {**(envelope or {}), "_no_id": ojs_id is None}
+        return {rid for rid in ids if _has_expired(self.envelopes.get(rid, {}), now)}
+
+    def deadline(self, run: Claimed, started: dt.datetime) -> dt.datetime:
+        envelope = self.envelopes.get(run.id, {})
+        return _deadline(envelope, started, started, self.visibility_ms)
+
+
+def _has_expired(envelope: Mapping[str, Any], now: dt.datetime) -> bool:
+    text = envelope.get("expires_at")
+    try:
+        return bool(text) and inputs.when(text, "expires_at", now) <= now
+    except errors.OjsError:
+        return False
 
 
 def _deadline(
@@ -149,20 +169,6 @@ def _deadline(
     if envelope.get("timeout_ms"):
         until = min(until, started + dt.timedelta(milliseconds=envelope["timeout_ms"]))
     return until
-
-
-def _discard_expired(queues: Sequence[str]) -> None:
-    now = timezone.now()
-    for run_id, text in backend().expiring(queues):
-        try:
-            expires = dt.datetime.fromisoformat(text)
-        except (TypeError, ValueError):
-            continue
-        if expires <= now:
-            try:
-                transitions.discard(run_id, by="ojs", reason=f"expired at {text} (expires_at)")
-            except InvalidTransition:
-                pass  # fetched or canceled meanwhile
 
 
 def heartbeat(worker: str, ids: Sequence[Any], visibility_ms: int | None) -> tuple[str, list[str]]:

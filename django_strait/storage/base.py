@@ -76,9 +76,6 @@ class Storage(Protocol):
     def set_deadlines(self, deadlines: Mapping[int, dt.datetime], *, now: dt.datetime) -> list[int]:
         """Set executing external runs' deadlines (the reaper's); return the runs that moved."""
 
-    def expiring(self, queues: Sequence[str]) -> list[tuple[int, str]]:
-        """Return the queued external runs of ``queues`` that carry an OJS ``expires_at``."""
-
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """Move claimed runs to executing, spending an attempt; return those that moved."""
 

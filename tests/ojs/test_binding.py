@@ -227,3 +227,16 @@ def test_python_trigger__of_an_external_job_is_fetched_with_a_new_id(open_ojs):
     [job] = post(open_ojs, "/ojs/v1/workers/fetch", {"queues": ["default"]}).json()["jobs"]
 
     assert job["args"] == [5] and job["id"] == str(JobRun.objects.get().ojs_id)
+
+
+def test_fetch__discards_expired_jobs_and_fills_the_count_with_the_rest(open_ojs):
+    past = (timezone.now() - dt.timedelta(seconds=1)).isoformat()
+    stale = [enqueue(open_ojs, options={"expires_at": past}) for _ in range(3)]
+    fresh = enqueue(open_ojs, options={"expires_at": "+PT1H"})
+
+    fetched = post(open_ojs, "/ojs/v1/workers/fetch", {"queues": ["default"], "count": 2}).json()
+
+    assert [j["id"] for j in fetched["jobs"]] == [fresh["id"]]
+    states = {open_ojs.get(f"/ojs/v1/jobs/{j['id']}").json()["job"]["state"] for j in stale}
+    assert states == {"discarded"}
+    assert JobRun.objects.filter(status="discarded", attempt=0).count() == 3

@@ -83,10 +83,6 @@ class OrmStorage:
         """Set executing external runs' deadlines (fetch, heartbeat); return those that moved."""
         return external.set_deadlines(self.alias, deadlines, now) if deadlines else []
 
-    def expiring(self, queues: Sequence[str]) -> list[tuple[int, str]]:
-        """Return queued external runs of ``queues`` with an OJS ``expires_at``, and its text."""
-        return external.expiring(self.alias, queues) if queues else []
-
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """Move claimed runs to executing, spending an attempt; return those that moved."""
         if not runs:

@@ -1,4 +1,4 @@
-"""External workers' runs with the ORM (DESIGN §15): fetch, visibility, expiry.
+"""External workers' runs with the ORM (DESIGN §15): fetch and visibility.
 
 An OJS worker fetches runs of external-worker jobs over HTTP; each fetched run
 is claimed and started like a worker's, and carries a deadline
@@ -37,11 +37,3 @@ def set_deadlines(alias: str, deadlines: Mapping[int, dt.datetime], now: dt.date
         if runs.update(visible_until=until, heartbeat_at=now, updated_at=now):
             moved.append(run_id)
     return moved
-
-
-def expiring(alias: str, queues: Sequence[str]) -> list[tuple[int, str]]:
-    """Return the queued external runs of ``queues`` that carry an ``expires_at`` (OJS TTL)."""
-    rows = JobRun.objects.using(alias).filter(
-        status=RunStatus.QUEUED, queue__in=list(queues), ojs__has_key="expires_at"
-    )
-    return [(rid, ojs.get("expires_at", "")) for rid, ojs in rows.values_list("id", "ojs")]
