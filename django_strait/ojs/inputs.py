@@ -29,6 +29,8 @@ BATCH_MAX = 1000
 #: ten years ahead: OJS clients schedule in years like 2099 (the conformance suite does).
 EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 LATEST = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
+#: The worker id of a fetch or heartbeat that names none.
+ANONYMOUS = "ojs:anonymous"
 #: Envelope keys read by the binding; the rest are kept and returned as they came.
 KNOWN_KEYS = frozenset({"id", "type", "args", "meta", "options", "specversion"})
 
@@ -226,7 +228,7 @@ def default_visibility_ms() -> int:
 def worker_id(value: Any) -> str:
     """Return the worker's id as Strait records it (``ojs:`` + the id, or ``ojs:anonymous``)."""
     if value is None or value == "":
-        return "ojs:anonymous"
+        return ANONYMOUS
     if not isinstance(value, str) or len(value) > 190 or "\x00" in value:
         raise errors.invalid_request("worker_id", "must be a string of at most 190 characters")
     return f"ojs:{value}"

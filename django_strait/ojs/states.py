@@ -45,7 +45,3 @@ def ojs_state(status: str, *, due: dt.datetime, attempts: int, now: dt.datetime)
     if due <= now:
         return "available"
     return "retryable" if attempts > 0 else "scheduled"
-
-
-#: OJS state -> the Strait statuses a filter on it selects (queued: by time, see above).
-TERMINAL_OJS = frozenset({"completed", "cancelled", "discarded"})

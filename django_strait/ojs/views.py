@@ -293,7 +293,6 @@ class Heartbeat(OjsView):
             raise errors.invalid_request("active_jobs", "must be an array of job ids")
         vis = body.get("visibility_timeout_ms")
         vis = None if vis is None else inputs.milliseconds(vis, "visibility_timeout_ms")
-        inputs.worker_id(body.get("worker_id"))
         directive, extended = work.heartbeat(inputs.worker_id(body.get("worker_id")), ids, vis)
         return answer(request, {"state": directive, "directive": directive,
                                 "jobs_extended": extended, "server_time": job_stamp()})  # fmt: skip
@@ -313,14 +312,9 @@ class DeadLetters(OjsView):
         page_number, per_page = _page(request)
         pages = Paginator(work.dead_letters(), per_page)
         page = pages.get_page(page_number)
-        now = timezone.now()
-        bodies = [_dead(run, now) for run in page.object_list]
+        bodies = [work.describe(run) for run in page.object_list]
         return answer(request, {self.key: bodies, "pagination": {
             "page": page.number, "per_page": per_page, "total": pages.count, "pages": pages.num_pages}})  # fmt: skip
-
-
-def _dead(run: Any, now: Any) -> dict[str, Any]:
-    return work.describe(run)
 
 
 def _page(request: Request) -> tuple[int, int]:

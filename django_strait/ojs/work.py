@@ -174,8 +174,14 @@ def _deadline(
 def heartbeat(worker: str, ids: Sequence[Any], visibility_ms: int | None) -> tuple[str, list[str]]:
     """Extend the named active runs' visibility; return the directive and the runs extended."""
     now = timezone.now()
-    runs = [find(i) for i in ids if parse_any(i) is not None] if ids else []
-    found = [r for r in runs if r.status == RunStatus.EXECUTING]
+    keys = [key for i in ids if (key := parse_any(i)) is not None]
+    runs = JobRun.objects.filter(
+        ojs_id__in=keys, status=RunStatus.EXECUTING, job__execution=Execution.EXTERNAL
+    )
+    if worker != inputs.ANONYMOUS:  # a named worker keeps only the jobs it fetched
+        runs = runs.filter(claimed_by=worker)
+    # Ids it no longer holds (acked, canceled, another's, unknown) are left out, not refused.
+    found = list(runs)
     deadlines = {
         r.pk: _deadline(r.ojs or {}, r.started_at or now, now, visibility_ms or _visibility(r))
         for r in found

@@ -135,7 +135,8 @@ def test_enqueue__makes_an_external_job_with_ojs_defaults(open_ojs):
 
 def test_heartbeat__the_js_and_go_form_extends_the_deadline(open_ojs):
     job = enqueue(open_ojs)
-    post(open_ojs, "/ojs/v1/workers/fetch", {"queues": ["default"], "visibility_timeout_ms": 1000})
+    fetch = {"queues": ["default"], "worker_id": "w", "visibility_timeout_ms": 1000}
+    post(open_ojs, "/ojs/v1/workers/fetch", fetch)
     before = JobRun.objects.get().visible_until
 
     response = post(
@@ -240,3 +241,19 @@ def test_fetch__discards_expired_jobs_and_fills_the_count_with_the_rest(open_ojs
     states = {open_ojs.get(f"/ojs/v1/jobs/{j['id']}").json()["job"]["state"] for j in stale}
     assert states == {"discarded"}
     assert JobRun.objects.filter(status="discarded", attempt=0).count() == 3
+
+
+def test_heartbeat__a_worker_keeps_only_the_jobs_it_fetched(open_ojs):
+    job = enqueue(open_ojs)
+    post(open_ojs, "/ojs/v1/workers/fetch", {"queues": ["default"], "worker_id": "a"})
+    before = JobRun.objects.get().visible_until
+
+    other = post(
+        open_ojs, "/ojs/v1/workers/heartbeat", {"worker_id": "b", "active_jobs": [job["id"]]}
+    )
+    mine = post(
+        open_ojs, "/ojs/v1/workers/heartbeat", {"worker_id": "a", "active_jobs": [job["id"]]}
+    )
+
+    assert other.json()["jobs_extended"] == [] and mine.json()["jobs_extended"] == [job["id"]]
+    assert JobRun.objects.get().visible_until > before
