@@ -8,6 +8,7 @@
 | ``django_strait.E004`` | a ``STRAIT_*`` environment variable holds a value that is not allowed |
 | ``django_strait.W001`` | a ``STRAIT_*`` environment variable that Strait does not read (a typo?) |
 | ``django_strait.E005`` | ``STRAIT["DATABASE"]`` is not ``"default"`` but ``StraitRouter`` is not installed |
+| ``django_strait.W002`` | ``STRAIT["OJS_REQUIRE_AUTH"]`` is False while ``DEBUG`` is off |
 
 ``django_strait.tasks.StraitBackend`` checks its own ``TASKS`` entry (Django's
 task framework runs them): ``E101`` django_strait not installed, ``E102`` a
@@ -35,7 +36,22 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     messages.extend(_unknown_env_var(name) for name in strait_settings.unknown_env_vars())
     if not messages:
         messages.extend(_router_missing())
+        messages.extend(_ojs_open())
     return messages
+
+
+def _ojs_open() -> list[checks.CheckMessage]:
+    """The OJS binding without API keys lets anyone who reaches it enqueue and take work."""
+    if strait_settings.OJS_REQUIRE_AUTH or settings.DEBUG:
+        return []
+    return [
+        checks.Warning(
+            "STRAIT['OJS_REQUIRE_AUTH'] is False: anyone who can reach /ojs/ may enqueue, "
+            "fetch, ack and cancel jobs without an API key.",
+            hint="Keep it True unless only a trusted network reaches the OJS endpoints.",
+            id="django_strait.W002",
+        )
+    ]
 
 
 ROUTER = "django_strait.database.StraitRouter"

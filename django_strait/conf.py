@@ -169,7 +169,30 @@ def _user_agent(value: Any, field: str) -> str:
     return value
 
 
+def _boolean(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise PolicyError(field, value, "True or False")
+    return value
+
+
+#: The content types the OJS binding may answer with (DESIGN §15).
+OJS_CONTENT_TYPES = ("application/openjobspec+json", "application/json")
+
+
+def _ojs_content_type(value: Any, field: str) -> str:
+    if value not in OJS_CONTENT_TYPES:
+        raise PolicyError(field, value, " or ".join(repr(t) for t in OJS_CONTENT_TYPES))
+    return value
+
+
 # Environment text -> a Python value for the key's check.
+
+
+def _bool_text(text: str, field: str) -> bool:
+    words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+    if text.strip().lower() not in words:
+        raise PolicyError(field, text, "true or false (also 1/0, yes/no)")
+    return words[text.strip().lower()]
 
 
 def _text(text: str, field: str) -> str:
@@ -317,6 +340,13 @@ KEYS: dict[str, Key] = {
         # Process execution (DESIGN §12): the memory preset chain, and runs per child.
         Key("PRESETS", parse_chain(DEFAULT_PRESETS), _presets, _presets_text),
         Key("PROCESS_MAX_RUNS", 1000, _integer(1), _int_text),
+        # The OJS binding (DESIGN §15): API keys required, the answers' content type, and
+        # the conformance suite's meta.test_directive (off outside tests).
+        Key("OJS_REQUIRE_AUTH", True, _boolean, _bool_text),
+        Key("OJS_CONTENT_TYPE", OJS_CONTENT_TYPES[0], _ojs_content_type, _text),
+        Key("OJS_TEST_DIRECTIVES", False, _boolean, _bool_text),
+        # A fetched job's visibility timeout when neither the job nor the fetch names one.
+        Key("OJS_VISIBILITY_TIMEOUT", 30.0, _duration(positive=True), _text),
     )
 }
 
@@ -470,6 +500,10 @@ class StraitSettings:
     WEBHOOK_CONCURRENCY: int
     PRESETS: Chain
     PROCESS_MAX_RUNS: int
+    OJS_REQUIRE_AUTH: bool
+    OJS_CONTENT_TYPE: str
+    OJS_TEST_DIRECTIVES: bool
+    OJS_VISIBILITY_TIMEOUT: float
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}

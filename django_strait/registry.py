@@ -75,8 +75,10 @@ def _execution_columns(execution: str | None, preset: str | None) -> dict[str, A
     settings when the row is written (settings may not be ready at import time)."""
     columns: dict[str, Any] = {}
     if execution is not None:
-        if execution not in Execution.values:
-            allowed = " or ".join(repr(v) for v in Execution.values)
+        # External jobs are worked outside the project: a @job handler is never one.
+        in_project = [v for v in Execution.values if v != Execution.EXTERNAL]
+        if execution not in in_project:
+            allowed = " or ".join(repr(v) for v in in_project)
             raise ValueError(f"@job(execution={execution!r}): must be {allowed}")
         columns["execution"] = execution
     if preset is not None:

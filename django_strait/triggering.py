@@ -99,6 +99,36 @@ def trigger(
     return run
 
 
+def trigger_external(
+    name: str,
+    payload: Any,
+    *,
+    ojs_id: Any,
+    envelope: Mapping[str, Any],
+    run_at: dt.datetime | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
+    retry: Mapping[str, Any] | None = None,
+) -> JobRun:
+    """Queue one run of an external-worker job with its OJS id and envelope (DESIGN §15).
+
+    The id is also the run's idempotency key: the run that already holds it comes
+    back with ``idempotency_hit`` True. ``run_at`` is checked by the binding, which
+    allows OJS's far-future times (docs/ojs.md).
+    """
+    opts = _options(name, None, None, priority, queue, None, retry)
+    run = opts.new_run(check_payload(payload), str(ojs_id))
+    if run_at is not None:
+        run.available_at = run_at
+    run.ojs_id = ojs_id
+    run.ojs = dict(envelope)
+    storage = backend()
+    run = storage.insert_one(run)
+    if not run.idempotency_hit:
+        signals.send_enqueued(opts.job.name, [run], using=storage.alias)
+    return run
+
+
 def _may_insert_by_name(name: Any) -> bool:
     # Once a @job handler's row has been synced in this process (or it is no @job).
     return isinstance(name, str) and registry.is_synced_or_plain(name)

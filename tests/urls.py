@@ -4,4 +4,5 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/strait/", include("django_strait.api.urls")),
+    path("", include("django_strait.ojs.urls")),
 ]

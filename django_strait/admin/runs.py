@@ -207,7 +207,7 @@ class JobRunAdmin(display.AutoRefresh, admin.ModelAdmin):
     # Only orders an index serves: sorting a million rows by another column is a full sort.
     sortable_by: tuple[str, ...] = ("id",)
     search_fields = ("id", "idempotency_key")
-    search_help_text = "A run id, or an idempotency key (exact match)."
+    search_help_text = "A run id, or an idempotency key (exact match; an OJS job's id is its key)."
     actions = ("replay_selected", "cancel_selected", "discard_selected")
     inlines = (RunAttemptInline, WebhookDeliveryInline)
     change_form_template = "admin/django_strait/run_change_form.html"
@@ -230,9 +230,19 @@ class JobRunAdmin(display.AutoRefresh, admin.ModelAdmin):
         ("Replays", {"fields": ("replay_count", "replayed_by", "replayed_at")}),
     )  # fmt: skip
 
+    #: An external worker's run (OJS, DESIGN §15): its job id and visibility deadline. Its
+    #: worker id, attempts and errors are in the sections every run has.
+    ojs_fieldset = ("OJS", {"fields": ("ojs_id", "visible_until")})
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is not None and obj.ojs_id is not None:
+            return (*self.fieldsets, self.ojs_fieldset)
+        return self.fieldsets
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # Runs are made by trigger() and moved by transitions: nothing here is a form field.
-        return [name for _, options in self.fieldsets for name in options["fields"]]
+        fieldsets = self.get_fieldsets(request, obj)
+        return [name for _, options in fieldsets for name in options["fields"]]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

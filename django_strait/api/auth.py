@@ -150,8 +150,11 @@ _PRINTABLE = re.compile(rb"[\x21-\x7e]+")
 class ApiKeyAuthentication(BaseAuthentication):
     """``Authorization: Api-Key <prefix>.<secret>``."""
 
+    #: The scheme's name (the OJS binding also reads the same keys as ``Bearer``).
+    keyword = KEYWORD
+
     def authenticate(self, request: Request) -> tuple[KeyHolder, ApiKey] | None:
-        text = credential(request, KEYWORD)
+        text = credential(request, self.keyword)
         if text is None:
             return None
         key = _verified(text)
@@ -159,7 +162,7 @@ class ApiKeyAuthentication(BaseAuthentication):
         return KeyHolder(key), key
 
     def authenticate_header(self, request: Request) -> str:
-        return KEYWORD
+        return self.keyword
 
 
 class StraitTokenAuthentication(TokenAuthentication):

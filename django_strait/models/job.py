@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxLengthValidator
+from django.core.validators import MaxLengthValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -49,6 +49,18 @@ class Execution(models.TextChoices):
     THREAD = "thread", "Worker thread"
     #: In a child process of the worker's pool, under its preset's memory limit.
     PROCESS = "process", "Child process (memory preset, hard timeout)"
+    #: By workers outside the project, over the OJS HTTP protocol (DESIGN §15): the
+    #: project's own workers never claim these runs.
+    EXTERNAL = "external", "External worker (OJS)"
+
+
+#: Job names: a slug, or dotted like an OJS type (``email.send``).
+JOB_NAME_VALIDATOR = RegexValidator(
+    r"^[-a-zA-Z0-9_]+(\.[-a-zA-Z0-9_]+)*\Z",
+    "Enter a job name of letters, numbers, underscores or hyphens, optionally in "
+    "dot-separated parts (an OJS type such as email.send).",
+    "invalid",
+)
 
 
 class RetryStrategy(models.TextChoices):
@@ -68,7 +80,7 @@ class Job(models.Model):
     Retry columns left empty inherit ``STRAIT["DEFAULT_RETRY"]`` (DESIGN §3).
     """
 
-    name = models.SlugField(max_length=200, unique=True)
+    name = models.CharField(max_length=200, unique=True, validators=[JOB_NAME_VALIDATOR])
     description = models.TextField(
         blank=True,
         max_length=bounds.DESCRIPTION_MAX_LENGTH,
@@ -103,6 +115,9 @@ class Job(models.Model):
         db_default=Execution.THREAD,  # rows written by SQL (older releases, scripts) too
         help_text="process: each run in a child process with a memory limit and a hard timeout.",
     )
+    #: External jobs (DESIGN §15): the OJS ``type`` their runs carry and, for an OJS cron
+    #: registration, its job template (``args``, ``meta``, ``options``).
+    ojs = models.JSONField(null=True, blank=True, editable=False)
     preset = models.CharField(
         max_length=presets.NAME_MAX_LENGTH,
         blank=True,
@@ -273,6 +288,11 @@ def definition_problems(job: Job, *, fields: bool = True) -> dict[str, list[str]
 def target_problems(job: Job) -> list[tuple[str, str]]:
     """Return (field, message) for the target: one of URL or handler, URLs and headers sane."""
     problems: list[tuple[str, str]] = []
+    if job.execution == Execution.EXTERNAL:
+        if job.endpoint_url or job.handler:
+            msg = "An external-worker job has no endpoint_url or handler: OJS workers run it."
+            problems += [("endpoint_url" if job.endpoint_url else "handler", msg)]
+        return problems
     if bool(job.endpoint_url) == bool(job.handler):
         msg = "Set exactly one of endpoint_url (an HTTP job) or handler (a Python job)."
         problems += [("endpoint_url", msg), ("handler", msg)]
@@ -368,6 +388,8 @@ def limit_problems(job: Job) -> list[tuple[str, str]]:
 def execution_problems(job: Job) -> list[tuple[str, str]]:
     """Return (field, message) when the execution or the preset cannot be used."""
     problems = []
+    if job.execution == Execution.EXTERNAL and job.ojs is not None and not _ojs_type(job.ojs):
+        problems.append(("ojs", "an external job's ojs must name its OJS type ({'type': ...})."))
     if job.execution == Execution.PROCESS and not job.handler:
         problems.append(("execution", "process execution is for Python jobs (set a handler)."))
     chain = strait_settings.PRESETS
@@ -378,3 +400,7 @@ def execution_problems(job: Job) -> list[tuple[str, str]]:
     elif job.preset and job.execution != Execution.PROCESS:
         problems.append(("preset", "a preset is for process execution (execution='process')."))
     return problems
+
+
+def _ojs_type(ojs: Any) -> str:
+    return ojs.get("type", "") if isinstance(ojs, dict) and isinstance(ojs.get("type"), str) else ""

@@ -81,6 +81,15 @@ class Storage(Protocol):
         claims left off, and learn from this one; a backend may ignore them.
         """
 
+    # External workers' runs (OJS, DESIGN §15).
+    def claim_external(
+        self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
+    ) -> list[Claimed]:
+        """Move up to ``limit`` due runs of external-worker jobs to dequeued, queue by queue."""
+
+    def set_deadlines(self, deadlines: Mapping[int, dt.datetime], *, now: dt.datetime) -> list[int]:
+        """Set executing external runs' deadlines (the reaper's); return the runs that moved."""
+
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """Move claimed runs to executing, spending an attempt; return those that moved."""
 

@@ -185,6 +185,8 @@ class Stale:
     last_sign: dt.datetime
     #: What the lost attempt reserved from its project's budget.
     reserved_cost: Decimal | None = None
+    #: An external worker's run (OJS): the deadline it passed (its visibility timeout).
+    visible_until: dt.datetime | None = None
 
     @property
     def lost_attempt(self) -> int:

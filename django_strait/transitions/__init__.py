@@ -10,15 +10,18 @@ call these; nothing else writes ``status``.
 """
 
 from django_strait.states import InvalidTransition
-from django_strait.transitions.people import cancel, discard, replay, replay_many
+from django_strait.transitions import external
+from django_strait.transitions.people import cancel, cancel_now, discard, replay, replay_many
 from django_strait.transitions.reaper import rescue_batch, rescue_stale
 from django_strait.transitions.worker import claim_and_start, heartbeat, record, unclaim
 
 __all__ = [
     "InvalidTransition",
     "cancel",
+    "cancel_now",
     "claim_and_start",
     "discard",
+    "external",
     "heartbeat",
     "record",
     "replay",

@@ -70,6 +70,26 @@ def cancel(run_id: int, *, storage: Storage | None = None) -> JobRun:
     return run
 
 
+def cancel_now(run_id: int, *, storage: Storage | None = None) -> JobRun:
+    """Cancel a run at once, also an executing one: an external worker's (DESIGN §15).
+
+    The worker is not waited for; its later ack or nack finds the run canceled.
+    """
+    storage = storage or backend()
+    now = timezone.now()
+    run = storage.apply(
+        run_id,
+        Transition.CANCEL,
+        finished_at=now,
+        claimed_by="",
+        visible_until=None,
+        updated_at=now,
+    )
+    logger.info("run %s: canceled", run_id, extra={"run_id": run_id})
+    signals.send_changed([run])
+    return run
+
+
 def discard(
     run_id: int, *, by: str = "", reason: str = "", storage: Storage | None = None
 ) -> JobRun:

@@ -163,3 +163,26 @@ def test_check__another_database_without_the_router_is_e005():
 def test_check__another_database_with_the_router_passes():
     with another_database(DATABASE_ROUTERS=["django_strait.database.StraitRouter"]):
         assert run() == []
+
+
+@override_settings(STRAIT={"OJS_REQUIRE_AUTH": False}, DEBUG=False)
+def test_check__ojs_without_auth_and_without_debug_is_w002():
+    (message,) = run()
+    assert message.id == "django_strait.W002"
+    assert isinstance(message, checks.Warning)
+    assert "OJS_REQUIRE_AUTH" in message.msg
+
+
+@pytest.mark.parametrize(
+    ("strait", "debug"), [({"OJS_REQUIRE_AUTH": False}, True), ({"OJS_REQUIRE_AUTH": True}, False)]
+)
+def test_check__ojs_auth_on_or_debug_is_quiet(strait, debug):
+    with override_settings(STRAIT=strait, DEBUG=debug):
+        assert run() == []
+
+
+def test_check__bad_ojs_content_type_is_e003():
+    with override_settings(STRAIT={"OJS_CONTENT_TYPE": "text/plain"}):
+        (message,) = run()
+    assert message.id == "django_strait.E003"
+    assert "application/openjobspec+json" in message.msg

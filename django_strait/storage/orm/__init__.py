@@ -27,6 +27,7 @@ from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.orm import (
     claims,
     enqueue,
+    external,
     people,
     processes,
     protection,
@@ -82,6 +83,16 @@ class OrmStorage:
         ``floors`` are not used: see docs/operations.md, "Vacuum and the claim".
         """
         return claims.claim(self.alias, worker_id, queues, limit, now) if limit > 0 else []
+
+    def claim_external(
+        self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
+    ) -> list[Claimed]:
+        """Move up to ``limit`` due external runs to dequeued, queue by queue; in a transaction."""
+        return external.claim(self.alias, worker_id, queues, limit, now) if limit > 0 else []
+
+    def set_deadlines(self, deadlines: Mapping[int, dt.datetime], *, now: dt.datetime) -> list[int]:
+        """Set executing external runs' deadlines (fetch, heartbeat); return those that moved."""
+        return external.set_deadlines(self.alias, deadlines, now) if deadlines else []
 
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """Move claimed runs to executing, spending an attempt; return those that moved."""

@@ -18,7 +18,7 @@ from django.db import connections
 from django.db.models import Count, F, Max, Min, Q, TextField
 from django.db.models.functions import Cast
 
-from django_strait.models import JobRun, RunHold
+from django_strait.models import Execution, JobRun, RunHold
 from django_strait.states import IN_FLIGHT, RunStatus, Transition
 from django_strait.storage.values import Claimed, Hold, Waiting
 
@@ -57,21 +57,40 @@ def _load(value: Any) -> Any:
 
 
 def claim(
-    alias: str, worker_id: str, queues: Sequence[str], limit: int, now: dt.datetime
+    alias: str,
+    worker_id: str,
+    queues: Sequence[str],
+    limit: int,
+    now: dt.datetime,
+    *,
+    external: bool = False,
 ) -> list[Claimed]:
-    """Move up to ``limit`` due queued runs to dequeued for ``worker_id``, in claim order."""
+    """Move up to ``limit`` due queued runs to dequeued for ``worker_id``, in claim order.
+
+    ``external``: the runs of external-worker jobs (an OJS fetch), which are the
+    only runs it takes; without it, they are the runs it never takes.
+    """
     for _ in range(CLAIM_TRIES):
-        picked, taken = _claim_once(alias, worker_id, queues, limit, now)
+        picked, taken = _claim_once(alias, worker_id, queues, limit, now, external)
         if taken or not picked:
             return taken
     return []
 
 
 def _claim_once(
-    alias: str, worker_id: str, queues: Sequence[str], limit: int, now: dt.datetime
+    alias: str,
+    worker_id: str,
+    queues: Sequence[str],
+    limit: int,
+    now: dt.datetime,
+    external: bool,
 ) -> tuple[int, list[Claimed]]:
     runs = JobRun.objects.using(alias)
     due = runs.filter(status=RunStatus.QUEUED, available_at__lte=now, job__enabled=True)
+    if external:
+        due = due.filter(job__execution=Execution.EXTERNAL)
+    else:  # worked by OJS workers (DESIGN §15), never by the project's own
+        due = due.exclude(job__execution=Execution.EXTERNAL)
     if queues:
         due = due.filter(queue__in=list(queues))
     due = due.order_by("-priority", "available_at", "id")

@@ -53,6 +53,7 @@ _FIELDS = (
     "started_at",
     "last_sign",
     "reserved_cost",
+    "visible_until",
 )
 
 
@@ -94,7 +95,9 @@ def select_stale(
         JobRun.objects.using(alias)
         .annotate(last_sign=Coalesce("heartbeat_at", "dequeued_at", "updated_at"))
         .filter(
-            Q(status__in=IN_FLIGHT, last_sign__lt=in_flight_cutoff)
+            # An external worker's run (OJS) is held to its own deadline, not STALE_AFTER.
+            Q(status__in=IN_FLIGHT, visible_until__isnull=True, last_sign__lt=in_flight_cutoff)
+            | Q(status__in=IN_FLIGHT, visible_until__lt=now)
             | Q(status=RunStatus.WAITING, last_sign__lt=waiting_cutoff)
         )
         .order_by("id")
@@ -168,6 +171,12 @@ def lost_error(run: Stale, now: dt.datetime, stale_after: float) -> str:
     silent = max((now - run.last_sign).total_seconds(), 0.0)
     worker = run.claimed_by or "(no worker recorded)"
     what = "waiting run" if run.status == RunStatus.WAITING else f"{run.status} run"
+    if run.visible_until is not None:
+        return (
+            f"worker {worker} lost: no ack, nack or heartbeat before the visibility deadline "
+            f"{run.visible_until.isoformat()} (last sign at {run.last_sign.isoformat()}); "
+            f"{what} rescued"
+        )
     return (
         f"worker {worker} lost: no heartbeat for {_seconds(silent)} "
         f"(last at {run.last_sign.isoformat()}); {what} rescued"
@@ -200,6 +209,7 @@ def _lose(alias: str, run: Stale, transition: Transition, now: dt.datetime, erro
             attempt=run.lost_attempt,
             claimed_by="",
             heartbeat_at=None,
+            visible_until=None,
             last_error=trim(error),
             error_type=LOST_ERROR_TYPE,
             updated_at=now,
@@ -231,7 +241,11 @@ def _decide(run: Stale, now: dt.datetime, policy: RetryPolicy, rng: random.Rando
     # retryable error (unless the policy lists worker.lost as non-retryable).
     lost = failure(LOST_ERROR_TYPE, "worker lost", attempt_outcome=AttemptOutcome.SYSTEM_FAILED)
     budget_used = run.lost_attempt - run.attempts_before_replay
-    return decide(lost, budget_used=budget_used, policy=policy, now=now, rng=rng)
+    decision = decide(lost, budget_used=budget_used, policy=policy, now=now, rng=rng)
+    if run.visible_until is not None and decision.transition is Transition.RETRY:
+        # OJS: a job whose visibility timeout passed is available again at once.
+        return Decision(Transition.RETRY, now, 0.0)
+    return decision
 
 
 def _move_on(alias: str, run: Stale, decision: Decision, now: dt.datetime) -> Transition:

@@ -15,6 +15,7 @@
 -- not at the dead entries of the runs claimed before it; the nested loop over the
 -- ranges stops, and locks no more rows, once %(limit)s are found. One range from the
 -- bottom of every priority is the whole index: the claim without floors.
+-- External-worker jobs' runs (OJS, DESIGN §15) are left out like a paused job's.
 WITH due AS (
     SELECT d.id
     FROM unnest(%(low)s::smallint[], %(high)s::smallint[], %(after_at)s::timestamptz[],
@@ -24,7 +25,8 @@ WITH due AS (
         WHERE status = 'queued' AND available_at <= now() /*queue_filter*/
           AND priority BETWEEN s.low AND s.high
           AND (available_at, id) >= (s.after_at, s.after_id)
-          AND job_id NOT IN (SELECT id FROM django_strait_job WHERE NOT enabled)
+          AND job_id NOT IN (
+              SELECT id FROM django_strait_job WHERE NOT enabled OR execution = 'external')
         ORDER BY priority DESC, available_at, id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED

@@ -1,0 +1,141 @@
+"""OJS cron registrations over Strait's scheduler: each is an external job with a schedule.
+
+Both wire forms are read: the SDKs' ``{name, cron, type, args, options, meta,
+timezone}`` and the conformance suite's ``{name, expression, job_template,
+timezone, overlap_policy}``. The scheduler that fires ``Job.schedule`` fires
+these; each tick's run is worked by OJS workers with the template's args.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from croniter import croniter
+from django.db import IntegrityError, transaction
+
+from django_strait.cron import ScheduleError, check_schedule, check_timezone
+from django_strait.models import Execution, Job
+from django_strait.models.job import JOB_NAME_VALIDATOR, Overlap
+from django_strait.ojs import errors, inputs
+from django_strait.ojs.present import stamp
+
+
+def register(body: Mapping[str, Any]) -> Job:
+    """Create (or replace) the cron registration ``body`` names."""
+    name = body.get("name")
+    if (
+        not isinstance(name, str)
+        or not name
+        or len(name) > 200
+        or not JOB_NAME_VALIDATOR.regex.match(name)
+    ):
+        raise errors.invalid_request("name", "must be a name of letters, digits, '-', '_' and '.'")
+    template = body.get("job_template") if "job_template" in body else body
+    if not isinstance(template, Mapping):
+        raise errors.invalid_request("job_template", "must be a JSON object (a job)")
+    expression = body.get("expression", body.get("cron"))
+    zone = body.get("timezone") or "UTC"
+    try:
+        schedule = check_schedule(expression if isinstance(expression, str) else "")
+        check_timezone(zone)
+    except ScheduleError as exc:
+        raise errors.invalid_request(
+            exc.field if exc.field != "schedule" else "expression", exc.message
+        ) from None
+    job = inputs.job_request({"args": [], **template}, "job_template.")
+    overlap = body.get("overlap_policy", "allow")
+    if overlap not in (Overlap.ALLOW, Overlap.SKIP):
+        raise errors.invalid_request(
+            "overlap_policy", f"must be 'allow' or 'skip', got {overlap!r}"
+        )
+    return _save(name, schedule, zone, overlap, job, body.get("meta") or {})
+
+
+def _save(name: str, schedule: str, zone: str, overlap: str, job: inputs.Enqueue, meta: Any) -> Job:
+    existing = Job.objects.filter(name=name).first()
+    if existing is not None and not _is_cron(existing):
+        raise errors.conflict(f"{name!r} names a job of this project that is not an OJS cron")
+    ojs = {
+        "type": job.type,
+        "cron": True,
+        "args": job.args,
+        "meta": {**job.meta, **(meta if isinstance(meta, Mapping) else {})},
+        "options": job.envelope.get("options", {}),
+    }
+    fields = {
+        "execution": Execution.EXTERNAL, "ojs": ojs, "schedule": schedule, "timezone": zone,
+        "schedule_overlap": overlap, "queue": job.queue, "priority": job.priority or 0,
+    }  # fmt: skip
+    try:
+        with transaction.atomic():
+            made, _ = Job.objects.update_or_create(name=name, defaults=fields)
+    except IntegrityError:
+        raise errors.conflict(f"cron {name!r} was registered meanwhile") from None
+    return made
+
+
+def _is_cron(job: Job) -> bool:
+    return (
+        job.execution == Execution.EXTERNAL
+        and isinstance(job.ojs, dict)
+        and bool(job.ojs.get("cron"))
+    )
+
+
+def crons() -> list[Job]:
+    """Every OJS cron registration, by name."""
+    return [
+        j
+        for j in Job.objects.filter(execution=Execution.EXTERNAL).exclude(schedule="")
+        if _is_cron(j)
+    ]
+
+
+def find(name: str) -> Job:
+    """Return the cron registration ``name``, or raise not_found."""
+    job = Job.objects.filter(name=name).first()
+    if job is None or not _is_cron(job):
+        raise errors.not_found("cron", name)
+    return job
+
+
+def delete(name: str) -> Job:
+    """Stop a cron registration: its schedule is cleared and the job paused (its runs stay)."""
+    job = find(name)
+    Job.objects.filter(pk=job.pk).update(schedule="", enabled=False)
+    return job
+
+
+def describe(job: Job, now: dt.datetime) -> dict[str, Any]:
+    """Return a registration in both wire forms (the suite's and the SDKs')."""
+    ojs = job.ojs or {}
+    template = {"type": ojs.get("type"), "args": ojs.get("args", []), "meta": ojs.get("meta", {}),
+                "options": ojs.get("options", {})}  # fmt: skip
+    return {
+        "name": job.name,
+        "expression": job.schedule,
+        "cron": job.schedule,
+        "timezone": job.timezone,
+        "overlap_policy": job.schedule_overlap,
+        "enabled": job.enabled and bool(job.schedule),
+        "job_template": template,
+        **template,
+        "next_run_at": _next(job, now),
+        "last_run_at": stamp(job.schedule_last_tick),
+        "created_at": stamp(job.created_at),
+    }
+
+
+_ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+            "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+            "@hourly": "0 * * * *"}  # fmt: skip
+
+
+def _next(job: Job, now: dt.datetime) -> str | None:
+    if not job.schedule:
+        return None
+    local = now.astimezone(check_timezone(job.timezone))
+    tick = croniter(_ALIASES.get(job.schedule, job.schedule), local).get_next(dt.datetime)
+    return stamp(tick)

@@ -1,0 +1,436 @@
+"""The OJS HTTP binding's views (DRF): the envelope, the error shape, auth and scopes.
+
+Every answer carries ``OJS-Version: 1.0`` and exactly the configured content
+type (``STRAIT["OJS_CONTENT_TYPE"]``); errors are ``{"error": {...}}`` with the
+OJS codes (docs/ojs.md).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.paginator import Paginator
+from django.http import HttpResponse
+from django.utils import timezone
+from rest_framework import exceptions
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from django_strait import __version__
+from django_strait.api.auth import (
+    ApiKeyAuthentication,
+    Rule,
+    ScopeOrPermission,
+    StraitTokenAuthentication,
+)
+from django_strait.api.parsers import JSONRefused, loads
+from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
+from django_strait.conf import strait_settings
+from django_strait.ojs import errors, events, inputs, schedules, work
+from django_strait.ojs.errors import OjsError
+from django_strait.ojs.present import stamp
+
+SPEC_VERSION = "1.0"
+#: The level of the suite this server passes (docs/ojs.md): core, reliable, scheduled.
+CONFORMANCE_LEVEL = 2
+
+
+class BearerKeyAuthentication(ApiKeyAuthentication):
+    """``Authorization: Bearer <api key>``: the OJS SDKs' form of the same API keys."""
+
+    keyword = "Bearer"
+
+
+class OjsView(APIView):
+    """JSON (either content type) in, the OJS envelope out; keys and scopes as the REST API."""
+
+    authentication_classes = [
+        BearerKeyAuthentication,
+        ApiKeyAuthentication,
+        StraitTokenAuthentication,
+    ]
+    throttle_classes = [ClientThrottle]
+    parser_classes: list = []
+    rules: Mapping[str, Rule] = {}
+
+    def get_permissions(self) -> list:
+        if not strait_settings.OJS_REQUIRE_AUTH:
+            return []
+        return [IsAuthenticated(), ScopeOrPermission()]
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        # One representation, whatever Accept says: the SDKs send the OJS type, JSON or */*.
+        return JSONRenderer(), strait_settings.OJS_CONTENT_TYPE
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        AuthFailureThrottle().refuse_if_over(request)
+        super().initial(request, *args, **kwargs)
+
+    def body(self) -> dict[str, Any]:
+        """The request's JSON object; an empty or unreadable body is ``invalid_payload``."""
+        raw = self.request._request.body
+        limit = strait_settings.API_MAX_PAYLOAD_BYTES
+        if len(raw) > limit:
+            raise OjsError(
+                413,
+                "invalid_payload",
+                f"the body is over {limit} bytes (STRAIT['API_MAX_PAYLOAD_BYTES'])",
+            )
+        if not raw.strip():
+            raise errors.invalid_payload("the request body is empty; send a JSON object")
+        try:
+            value = loads(raw.decode("utf-8"))
+        except JSONRefused as exc:
+            raise errors.invalid_payload(f"{exc.field}: {exc.message}") from None
+        except ValueError as exc:
+            raise errors.invalid_payload(f"the body is not JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise errors.invalid_payload("the request body must be a JSON object")
+        return value
+
+    def handle_exception(self, exc: Exception) -> Any:
+        if isinstance(exc, exceptions.AuthenticationFailed):
+            AuthFailureThrottle().count(self.request)
+        return answer(
+            self.request,
+            _as_ojs(exc).body(request_id(self.request)),
+            _as_ojs(exc).status,
+            _as_ojs(exc).headers,
+        )
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response["OJS-Version"] = SPEC_VERSION
+        response["X-Request-ID"] = request_id(request)
+        return response
+
+
+def _as_ojs(exc: Exception) -> OjsError:
+    if isinstance(exc, OjsError):
+        return exc
+    if isinstance(exc, exceptions.Throttled):
+        wait = int(exc.wait or 1)
+        return OjsError(
+            429, "rate_limited", str(exc.detail), retryable=True, headers={"Retry-After": str(wait)}
+        )
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        return OjsError(
+            401, "unauthorized", str(exc.detail), headers={"WWW-Authenticate": "Bearer"}
+        )
+    if isinstance(exc, exceptions.PermissionDenied):
+        return OjsError(403, "forbidden", str(exc.detail))
+    if isinstance(exc, exceptions.MethodNotAllowed):
+        return OjsError(405, "invalid_request", str(exc.detail))
+    if isinstance(exc, exceptions.APIException):
+        return OjsError(exc.status_code, "invalid_request", str(exc.detail))
+    raise exc
+
+
+def request_id(request: Any) -> str:
+    """The client's ``X-Request-ID`` (printable, short), or a new one."""
+    given = request.META.get("HTTP_X_REQUEST_ID", "")
+    if given and len(given) <= 200 and given.isprintable():
+        return given
+    cached = getattr(request, "_ojs_request_id", None)
+    if cached is None:
+        cached = f"req_{uuid.uuid4().hex}"
+        request._ojs_request_id = cached
+    return cached
+
+
+def answer(
+    request: Any, data: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> HttpResponse:
+    """A JSON answer in the configured OJS content type, with nothing after it."""
+    if status == 204:
+        response = HttpResponse(status=204)
+    else:
+        response = HttpResponse(
+            json.dumps(data), status=status, content_type=strait_settings.OJS_CONTENT_TYPE
+        )
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def _read(scope: str) -> Rule:
+    return Rule(scope, "django_strait.view_jobrun")
+
+
+_ENQUEUE = Rule("jobs:trigger", "django_strait.trigger_job")
+_WORK = Rule("runs:write", "django_strait.change_jobrun")
+_CANCEL = Rule("runs:write", "django_strait.cancel_jobrun")
+_DLQ_READ = Rule("dlq:read", "django_strait.view_jobrun")
+_DLQ_WRITE = Rule("dlq:replay", "django_strait.replay_jobrun")
+_CRON_READ = Rule("jobs:read", "django_strait.view_job")
+_CRON_WRITE = Rule("jobs:write", "django_strait.change_job")
+
+
+class Manifest(OjsView):
+    """``GET /ojs/manifest``: what this server implements."""
+
+    rules = {"GET": _read("jobs:read")}
+
+    def get(self, request: Request) -> HttpResponse:
+        return answer(request, {
+            "specversion": SPEC_VERSION,
+            "implementation": {"name": "django-strait", "version": __version__, "language": "python",
+                               "homepage": "https://github.com/django-strait/django-strait"},
+            "conformance_level": CONFORMANCE_LEVEL,
+            "protocols": ["http"],
+            "backend": "postgresql-or-sqlite",
+            "extensions": ["dead-letter", "cron", "events"],
+        })  # fmt: skip
+
+
+class Health(OjsView):
+    """``GET /ojs/v1/health``."""
+
+    rules = {"GET": _read("runs:read")}
+
+    def get(self, request: Request) -> HttpResponse:
+        return answer(request, {"status": "ok", "version": SPEC_VERSION})
+
+
+class Jobs(OjsView):
+    """``POST /ojs/v1/jobs``: enqueue one job."""
+
+    rules = {"POST": _ENQUEUE}
+
+    def post(self, request: Request) -> HttpResponse:
+        run = work.enqueue(inputs.job_request(self.body()))
+        return answer(
+            request,
+            {"job": work.describe(run, with_errors=False)},
+            201,
+            {"Location": f"/ojs/v1/jobs/{run.ojs_id}"},
+        )
+
+
+class JobsBatch(OjsView):
+    """``POST /ojs/v1/jobs/batch``: enqueue many, all or none."""
+
+    rules = {"POST": _ENQUEUE}
+
+    def post(self, request: Request) -> HttpResponse:
+        jobs = self.body().get("jobs")
+        if not isinstance(jobs, list) or not 1 <= len(jobs) <= inputs.BATCH_MAX:
+            raise errors.invalid_request(
+                "jobs", f"must be an array of 1 to {inputs.BATCH_MAX} jobs"
+            )
+        runs = work.enqueue_batch(
+            [inputs.job_request(j, f"jobs[{i}].") for i, j in enumerate(jobs)]
+        )
+        bodies = [work.describe(r, with_errors=False) for r in runs]
+        return answer(request, {"jobs": bodies, "count": len(bodies)}, 201)
+
+
+class JobDetail(OjsView):
+    """``GET /ojs/v1/jobs/{id}`` and ``DELETE`` (cancel)."""
+
+    rules = {"GET": _read("runs:read"), "DELETE": _CANCEL}
+
+    def get(self, request: Request, job_id: str) -> HttpResponse:
+        return answer(request, {"job": work.describe(work.find(job_id))})
+
+    def delete(self, request: Request, job_id: str) -> HttpResponse:
+        return answer(request, {"job": work.describe(work.cancel(job_id))})
+
+
+class Fetch(OjsView):
+    """``POST /ojs/v1/workers/fetch``."""
+
+    rules = {"POST": _WORK}
+
+    def post(self, request: Request) -> HttpResponse:
+        queues, count, worker, visibility = inputs.fetch_request(self.body())
+        runs = work.fetch(queues, count, worker, visibility)
+        return answer(request, {"jobs": [work.describe(r, with_errors=False) for r in runs]})
+
+
+class Ack(OjsView):
+    """``POST /ojs/v1/workers/ack``."""
+
+    rules = {"POST": _WORK}
+
+    def post(self, request: Request) -> HttpResponse:
+        body = self.body()
+        return answer(request, work.ended(work.ack(body.get("job_id"), body.get("result"))))
+
+
+class Nack(OjsView):
+    """``POST /ojs/v1/workers/nack``."""
+
+    rules = {"POST": _WORK}
+
+    def post(self, request: Request) -> HttpResponse:
+        body = self.body()
+        error = body.get("error") or {}
+        if not isinstance(error, dict):
+            raise errors.invalid_request(
+                "error", "must be an object {code, message, retryable, details}"
+            )
+        run, decision = work.nack(body.get("job_id"), error, body.get("requeue") is True)
+        return answer(request, work.ended(run, decision))
+
+
+class Heartbeat(OjsView):
+    """``POST /ojs/v1/workers/heartbeat``."""
+
+    rules = {"POST": _WORK}
+
+    def post(self, request: Request) -> HttpResponse:
+        body = self.body()
+        ids = body.get("active_jobs")
+        if not isinstance(ids, list):  # JS and Go: a count here, the ids beside it
+            ids = body.get("active_job_ids") or []
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise errors.invalid_request("active_jobs", "must be an array of job ids")
+        vis = body.get("visibility_timeout_ms")
+        vis = None if vis is None else inputs.milliseconds(vis, "visibility_timeout_ms")
+        directive, extended = work.heartbeat(inputs.worker_id(body.get("worker_id")), ids, vis)
+        return answer(request, {"state": directive, "directive": directive,
+                                "jobs_extended": extended, "server_time": job_stamp()})  # fmt: skip
+
+
+def job_stamp() -> str:
+    return stamp(timezone.now()) or ""
+
+
+class DeadLetters(OjsView):
+    """``GET /ojs/v1/dead-letter`` (``jobs``) and the extension's ``/admin/dead-letter`` (``items``)."""
+
+    rules = {"GET": _DLQ_READ}
+    key = "jobs"
+
+    def get(self, request: Request) -> HttpResponse:
+        page_number, per_page = _page(request)
+        pages = Paginator(work.dead_letters(), per_page)
+        page = pages.get_page(page_number)
+        bodies = [work.describe(run) for run in page.object_list]
+        return answer(request, {self.key: bodies, "pagination": {
+            "page": page.number, "per_page": per_page, "total": pages.count, "pages": pages.num_pages}})  # fmt: skip
+
+
+def _page(request: Request) -> tuple[int, int]:
+    try:
+        page = max(int(request.query_params.get("page", 1)), 1)
+        per_page = min(
+            max(
+                int(request.query_params.get("per_page", request.query_params.get("limit", 50))), 1
+            ),
+            500,
+        )
+    except ValueError:
+        raise errors.invalid_request("page", "page and per_page must be whole numbers") from None
+    return page, per_page
+
+
+class AdminDeadLetters(DeadLetters):
+    key = "items"
+
+
+class DeadLetterStats(OjsView):
+    """``GET /ojs/v1/admin/dead-letter/stats``."""
+
+    rules = {"GET": _DLQ_READ}
+
+    def get(self, request: Request) -> HttpResponse:
+        runs = work.dead_letters()
+        by_type: dict[str, int] = {}
+        by_queue: dict[str, int] = {}
+        for name, queue in runs.values_list("job__name", "queue"):
+            by_type[name] = by_type.get(name, 0) + 1
+            by_queue[queue] = by_queue.get(queue, 0) + 1
+        return answer(
+            request, {"total": sum(by_type.values()), "by_type": by_type, "by_queue": by_queue}
+        )
+
+
+class DeadLetterRetry(OjsView):
+    """``POST .../dead-letter/{id}/retry``."""
+
+    rules = {"POST": _DLQ_WRITE}
+
+    def post(self, request: Request, job_id: str) -> HttpResponse:
+        return answer(request, {"job": work.describe(work.retry_dead_letter(job_id))})
+
+
+class DeadLetterDetail(OjsView):
+    """``DELETE /ojs/v1/dead-letter/{id}``: ``{deleted, job_id}``; the extension's answers 204."""
+
+    rules = {"GET": _DLQ_READ, "DELETE": _DLQ_WRITE}
+    no_content = False
+
+    def get(self, request: Request, job_id: str) -> HttpResponse:
+        return answer(request, {"job": work.describe(work.dead_letter(job_id))})
+
+    def delete(self, request: Request, job_id: str) -> HttpResponse:
+        work.delete_dead_letter(job_id)
+        if self.no_content:
+            return answer(request, None, 204)
+        return answer(request, {"deleted": True, "job_id": job_id})
+
+
+class AdminDeadLetterDetail(DeadLetterDetail):
+    no_content = True
+
+
+class Crons(OjsView):
+    """``GET /ojs/v1/cron`` and ``POST`` (register)."""
+
+    rules = {"GET": _CRON_READ, "POST": _CRON_WRITE}
+
+    def get(self, request: Request) -> HttpResponse:
+        now = timezone.now()
+        listed = [schedules.describe(j, now) for j in schedules.crons()]
+        return answer(request, {"crons": listed, "cron_jobs": listed})
+
+    def post(self, request: Request) -> HttpResponse:
+        described = schedules.describe(schedules.register(self.body()), timezone.now())
+        return answer(request, {"cron": described, "cron_job": described}, 201)
+
+
+class CronDetail(OjsView):
+    """``DELETE /ojs/v1/cron/{name}``."""
+
+    rules = {"GET": _CRON_READ, "DELETE": _CRON_WRITE}
+
+    def get(self, request: Request, name: str) -> HttpResponse:
+        described = schedules.describe(schedules.find(name), timezone.now())
+        return answer(request, {"cron": described, "cron_job": described})
+
+    def delete(self, request: Request, name: str) -> HttpResponse:
+        job = schedules.delete(name)
+        described = {**schedules.describe(job, timezone.now()), "enabled": False}
+        return answer(request, {"cron": described, "cron_job": described, "deleted": True})
+
+
+class Events(OjsView):
+    """``GET /ojs/v1/events?types=&queues=&limit=``: recent state changes, newest first."""
+
+    rules = {"GET": _read("runs:read")}
+
+    def get(self, request: Request) -> HttpResponse:
+        params = request.query_params
+        types = [t for t in params.get("types", "").split(",") if t]
+        queues = [q for q in params.get("queues", "").split(",") if q]
+        try:
+            limit = min(max(int(params.get("limit", 50)), 1), 500)
+        except ValueError:
+            raise errors.invalid_request("limit", "must be a whole number from 1 to 500") from None
+        return answer(request, {"events": events.recent(types, queues, limit)})
+
+
+class Activate(OjsView):
+    """``POST /ojs/v1/jobs/{id}/activate``: a scheduled job becomes available now."""
+
+    rules = {"POST": _ENQUEUE}
+
+    def post(self, request: Request, job_id: str) -> HttpResponse:
+        raise errors.conflict(f"job {job_id} is not pending: django-strait has no pending jobs yet")

@@ -1,0 +1,353 @@
+"""What each OJS request does: enqueue, read, cancel, fetch, ack, nack, heartbeat, dead letters.
+
+The views parse and answer; this module maps OJS onto Strait's jobs and runs
+and calls the named transitions for every change of a run's status.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from django_strait import transitions
+from django_strait.conf import strait_settings
+from django_strait.decisions import Decision, decide, trim
+from django_strait.models import Execution, Job, JobRun, RunAttempt
+from django_strait.ojs import errors, inputs
+from django_strait.ojs.ids import parse_any, uuid7
+from django_strait.ojs.present import job_body, stamp
+from django_strait.outcome import failure
+from django_strait.retry import PolicyError, resolve
+from django_strait.states import InvalidTransition, RunStatus, Transition
+from django_strait.storage import Claimed
+from django_strait.storage.values import Record
+from django_strait.triggering import TriggerError, trigger_external
+
+#: Heartbeat answers: keep going, stop fetching, or stop.
+RUNNING, QUIET, TERMINATE = "running", "quiet", "terminate"
+_rng = random.Random()
+
+
+# Jobs and runs.
+
+
+def external_job(kind: str) -> Job:
+    """Return the external-worker job of OJS type ``kind``, made on first use."""
+    job = Job.objects.filter(name=kind).first()
+    if job is None:
+        job = Job(name=kind, execution=Execution.EXTERNAL, ojs={"type": kind})
+        try:
+            job.full_clean()
+            with transaction.atomic():
+                job.save(force_insert=True)
+        except ValidationError as exc:
+            raise errors.invalid_request("type", "; ".join(exc.messages)) from None
+        except IntegrityError:  # made meanwhile by another request
+            job = Job.objects.get(name=kind)
+    if job.execution != Execution.EXTERNAL:
+        raise errors.conflict(
+            f"type {kind!r} names a job of this project that is not an external-worker job"
+        )
+    return job
+
+
+def find(ident: Any, what: str = "job") -> JobRun:
+    """Return the OJS run with id ``ident`` (and its job), or raise not_found."""
+    key = parse_any(ident) if isinstance(ident, str) else None
+    run = JobRun.objects.select_related("job").filter(ojs_id=key).first() if key else None
+    if run is None or run.job.execution != Execution.EXTERNAL:
+        raise errors.not_found(what, str(ident))
+    return run
+
+
+def describe(run: JobRun, *, with_errors: bool = True) -> dict[str, Any]:
+    """Return ``run`` as an OJS job object, with its error history."""
+    attempts = (
+        list(RunAttempt.objects.filter(run=run).order_by("number", "id")) if with_errors else None
+    )
+    return job_body(run, run.job, timezone.now(), attempts)
+
+
+def reload(run: JobRun) -> JobRun:
+    """Return ``run`` as it is now in the database."""
+    return JobRun.objects.select_related("job").get(pk=run.pk)
+
+
+# Enqueue.
+
+
+def enqueue(request: inputs.Enqueue) -> JobRun:
+    """Queue one run for an OJS job; a reused id is a duplicate."""
+    job = external_job(request.type)
+    try:
+        run = trigger_external(
+            job.name,
+            {"args": request.args, "meta": request.meta},
+            ojs_id=request.id,
+            envelope=request.envelope,
+            run_at=request.run_at,
+            priority=request.priority,
+            queue=request.queue,
+            retry=request.retry,
+        )
+    except TriggerError as exc:
+        name = f"options.{exc.field}" if exc.field.startswith("retry") else exc.field
+        if exc.field.startswith("retry"):
+            raise errors.validation_error(name, exc.message) from None
+        raise errors.invalid_request(name, exc.message) from None
+    except IntegrityError:  # the id is held by a run of another type
+        raise errors.duplicate(str(request.id)) from None
+    if run.idempotency_hit:
+        raise errors.duplicate(str(request.id))
+    run.job = job
+    return run
+
+
+def enqueue_batch(requests: Sequence[inputs.Enqueue]) -> list[JobRun]:
+    """Queue every job of a batch, or none of them."""
+    with transaction.atomic():
+        return [enqueue(r) for r in requests]
+
+
+# Workers.
+
+
+def fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) -> list[JobRun]:
+    """Claim and start up to ``count`` due runs of ``queues``; expired ones are discarded."""
+    plan = _FetchPlan(visibility_ms)
+    started = transitions.external.fetch(
+        worker, queues=queues, limit=count, deadline=plan.deadline, expired=plan.expired
+    )
+    ids = [run.id for run in started]
+    for run_id in ids:  # runs a cron schedule (or trigger()) made have no OJS id yet
+        if plan.envelopes.get(run_id, {}).get("_no_id"):
+            JobRun.objects.filter(pk=run_id, ojs_id__isnull=True).update(ojs_id=uuid7())
+    runs = {r.pk: r for r in JobRun.objects.select_related("job").filter(pk__in=ids)}
+    return [runs[i] for i in ids if i in runs]
+
+
+class _FetchPlan:
+    """The claimed runs' envelopes, read once: which have expired, and each one's deadline."""
+
+    def __init__(self, visibility_ms: int) -> None:
+        self.visibility_ms = visibility_ms
+        self.envelopes: dict[int, dict[str, Any]] = {}
+
+    def expired(self, runs: Sequence[Claimed], now: dt.datetime) -> set[int]:
+        ids = [r.id for r in runs]
+        rows = JobRun.objects.filter(pk__in=ids).values_list("id", "ojs", "ojs_id")
+        for rid, envelope, ojs_id in rows:
+            self.envelopes[rid] = {**(envelope or {}), "_no_id": ojs_id is None}
+        return {rid for rid in ids if _has_expired(self.envelopes.get(rid, {}), now)}
+
+    def deadline(self, run: Claimed, started: dt.datetime) -> dt.datetime:
+        envelope = self.envelopes.get(run.id, {})
+        return _deadline(envelope, started, started, self.visibility_ms)
+
+
+def _has_expired(envelope: Mapping[str, Any], now: dt.datetime) -> bool:
+    text = envelope.get("expires_at")
+    try:
+        return bool(text) and inputs.when(text, "expires_at", now) <= now
+    except errors.OjsError:
+        return False
+
+
+def _deadline(
+    envelope: Mapping[str, Any], started: dt.datetime, now: dt.datetime, fallback_ms: int
+) -> dt.datetime:
+    """The run's visibility from now, but never past its own ``timeout_ms`` from its start."""
+    visible = envelope.get("visibility_timeout_ms") or fallback_ms
+    until = now + dt.timedelta(milliseconds=visible)
+    if envelope.get("timeout_ms"):
+        until = min(until, started + dt.timedelta(milliseconds=envelope["timeout_ms"]))
+    return until
+
+
+def heartbeat(worker: str, ids: Sequence[Any], visibility_ms: int | None) -> tuple[str, list[str]]:
+    """Extend the named active runs' visibility; return the directive and the runs extended."""
+    now = timezone.now()
+    keys = [key for i in ids if (key := parse_any(i)) is not None]
+    runs = JobRun.objects.filter(
+        ojs_id__in=keys, status=RunStatus.EXECUTING, job__execution=Execution.EXTERNAL
+    )
+    if worker != inputs.ANONYMOUS:  # a named worker keeps only the jobs it fetched
+        runs = runs.filter(claimed_by=worker)
+    # Ids it no longer holds (acked, canceled, another's, unknown) are left out, not refused.
+    found = list(runs)
+    deadlines = {
+        r.pk: _deadline(r.ojs or {}, r.started_at or now, now, visibility_ms or _visibility(r))
+        for r in found
+    }
+    moved = set(transitions.external.extend(deadlines))
+    return _directive(found), [str(r.ojs_id) for r in found if r.pk in moved]
+
+
+def _visibility(run: JobRun) -> int:
+    envelope = run.ojs or {}
+    return envelope.get("visibility_timeout_ms") or inputs.default_visibility_ms()
+
+
+def _directive(runs: Sequence[JobRun]) -> str:
+    """``quiet`` / ``terminate`` from a job's ``meta.test_directive`` when tests ask for it."""
+    if not strait_settings.OJS_TEST_DIRECTIVES:
+        return RUNNING
+    for run in runs:
+        meta = (run.payload or {}).get("meta") if isinstance(run.payload, dict) else None
+        directive = meta.get("test_directive") if isinstance(meta, dict) else None
+        if directive in (QUIET, TERMINATE):
+            return directive
+    return RUNNING
+
+
+def ack(ident: Any, result: Any) -> JobRun:
+    """Complete an active run with the worker's result (stored as JSON)."""
+    run = _active(ident, "ack")
+    size = len(json.dumps(result, allow_nan=False))
+    if size > strait_settings.RESULT_MAX_BYTES:
+        raise errors.invalid_request(
+            "result",
+            f"is {size} bytes as JSON; at most {strait_settings.RESULT_MAX_BYTES} are allowed "
+            "(STRAIT['RESULT_MAX_BYTES'])",
+        )
+    _finish(run, Decision(Transition.COMPLETE), outcome="succeeded", result=result)
+    return reload(run)
+
+
+def nack(ident: Any, error: Mapping[str, Any], requeue: bool) -> tuple[JobRun, Decision]:
+    """End an active run's attempt as failed; its retry policy (or ``requeue``) decides next."""
+    run = _active(ident, "nack")
+    kind = error.get("type") or error.get("code") or "ojs.error"
+    message = error.get("message") or ""
+    retryable = error.get("retryable", True) is not False
+    now = timezone.now()
+    policy = _policy(run)
+    used = run.attempt - run.attempts_before_replay
+    if requeue and used < policy.max_attempts:
+        decision = Decision(Transition.RETRY, now, 0.0)
+    else:
+        outcome = failure(str(kind), str(message), retryable=retryable)
+        decision = decide(outcome, budget_used=used, policy=policy, now=now, rng=_rng)
+    _finish(run, decision, outcome="failed", error=str(message), error_type=str(kind)[:200])
+    if decision.delay is not None:
+        envelope = {**(run.ojs or {}), "retry_delay_ms": int(decision.delay * 1000)}
+        JobRun.objects.filter(pk=run.pk).update(ojs=envelope)
+    return reload(run), decision
+
+
+def _policy(run: JobRun):
+    try:
+        return resolve(
+            run.job, run.max_attempts, run.retry_overrides, defaults=strait_settings.DEFAULT_RETRY
+        )
+    except PolicyError:
+        return strait_settings.DEFAULT_RETRY
+
+
+def _active(ident: Any, what: str) -> JobRun:
+    run = find(ident)
+    if run.status != RunStatus.EXECUTING:
+        state = job_body(run, run.job, timezone.now())["state"]
+        raise errors.conflict(
+            f"cannot {what} job {ident}: it is {state}, not active", job_id=str(ident), state=state
+        )
+    return run
+
+
+def _finish(run: JobRun, decision: Decision, *, outcome: str, **fields: Any) -> None:
+    now = timezone.now()
+    started = run.started_at or now
+    done = Record(
+        run_id=run.pk,
+        attempt=run.attempt,
+        transition=decision.transition,
+        started_at=started,
+        finished_at=now,
+        duration_ms=max(int((now - started).total_seconds() * 1000), 0),
+        outcome=outcome,
+        available_at=decision.available_at,
+        result=fields.get("result"),
+        error=trim(fields.get("error", "")),
+        error_type=fields.get("error_type", ""),
+        job=run.job.name,
+        job_id=run.job_id,
+    )
+    recorded = transitions.external.finish(run.claimed_by, done)
+    if run.pk not in recorded.moved:
+        raise errors.conflict(f"job {run.ojs_id} is no longer active (canceled or requeued)")
+
+
+def ended(run: JobRun, decision: Decision | None = None) -> dict[str, Any]:
+    """The answer to an ack or nack: where the run now stands."""
+    body = job_body(run, run.job, timezone.now())
+    answer: dict[str, Any] = {
+        "acknowledged": True,
+        "id": body["id"],
+        "job_id": body["id"],
+        "state": body["state"],
+        "attempt": body["attempt"],
+        "max_attempts": body["max_attempts"],
+        "job": body,
+    }
+    if run.status == RunStatus.QUEUED:
+        answer["next_attempt_at"] = stamp(run.available_at)
+        delay = decision.delay if decision is not None and decision.delay is not None else 0.0
+        answer["retry_delay_ms"] = int(delay * 1000)
+    for key in ("completed_at", "discarded_at"):
+        if key in body:
+            answer[key] = body[key]
+    return answer
+
+
+# People's changes.
+
+
+def cancel(ident: Any) -> JobRun:
+    """Cancel a job at once, also an active one."""
+    run = find(ident)
+    try:
+        transitions.cancel_now(run.pk)
+    except InvalidTransition:
+        state = job_body(run, run.job, timezone.now())["state"]
+        raise errors.conflict(
+            f"job {ident} is {state}: it cannot be cancelled", state=state
+        ) from None
+    return reload(run)
+
+
+def dead_letters() -> Any:
+    """The dead-letter queue's OJS runs, newest first."""
+    return (
+        JobRun.objects.select_related("job")
+        .filter(status=RunStatus.DEAD_LETTER, job__execution=Execution.EXTERNAL)
+        .order_by("-finished_at", "-id")
+    )
+
+
+def dead_letter(ident: Any) -> JobRun:
+    """Return one dead-lettered OJS run, or raise not_found."""
+    run = find(ident, "dead letter")
+    if run.status != RunStatus.DEAD_LETTER:
+        raise errors.not_found("dead letter", str(ident))
+    return run
+
+
+def retry_dead_letter(ident: Any) -> JobRun:
+    """Queue a dead-lettered job again, its attempts reset."""
+    run = dead_letter(ident)
+    transitions.replay(run.pk, by="ojs")
+    return reload(run)
+
+
+def delete_dead_letter(ident: Any) -> JobRun:
+    """Take a job out of the dead-letter queue (it stays, discarded, in the history)."""
+    run = dead_letter(ident)
+    transitions.discard(run.pk, by="ojs", reason="deleted from the dead-letter queue")
+    return reload(run)

@@ -1,0 +1,82 @@
+"""External workers' transitions (OJS, DESIGN §15): fetch, visibility, and the end of an attempt.
+
+A fetch claims and starts runs of external-worker jobs in one transaction, as
+the worker's ``claim_and_start`` does, and gives each a deadline; a claimed run
+that has expired is dropped instead (discarded, no attempt spent). A heartbeat
+moves deadlines on; an ack or nack is recorded through the same ``record`` as a
+worker's attempt (attempt row, retry policy, webhooks, workflows).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+
+from django.utils import timezone
+
+from django_strait import signals
+from django_strait.models import JobRun
+from django_strait.states import Transition
+from django_strait.storage import Claimed, RecordBatch, Recorded, Storage, backend
+from django_strait.storage.values import Record
+from django_strait.transitions.worker import record
+
+#: A run's deadline from the run and its start (visibility timeout, timeout_ms).
+Deadline = Callable[[Claimed, dt.datetime], dt.datetime]
+#: Which of the claimed runs have expired and must not start (OJS ``expires_at``).
+Expired = Callable[[Sequence[Claimed], dt.datetime], set[int]]
+#: Most claims one fetch makes while it keeps finding expired runs.
+FETCH_TRIES = 5
+
+
+def fetch(
+    worker_id: str,
+    *,
+    queues: Sequence[str],
+    limit: int,
+    deadline: Deadline,
+    expired: Expired = lambda runs, now: set(),
+    storage: Storage | None = None,
+) -> list[Claimed]:
+    """Claim and start up to ``limit`` due external runs, the first queue first; set deadlines."""
+    storage = storage or backend()
+    started: list[Claimed] = []
+    dropped: list[JobRun] = []
+    with storage.claim_transaction():
+        now = timezone.now()
+        for _ in range(FETCH_TRIES):
+            claimed = storage.claim_external(
+                worker_id, queues=queues, limit=limit - len(started), now=now
+            )
+            gone = expired(claimed, now)
+            dropped += _drop(storage, worker_id, gone, now)
+            started += storage.start(worker_id, [r for r in claimed if r.id not in gone], now=now)
+            if not gone or len(started) >= limit:
+                break
+        # From the start as recorded (the database's clock on PostgreSQL).
+        deadlines = {run.id: deadline(run, run.started_at or now) for run in started}
+        storage.set_deadlines(deadlines, now=now)
+    signals.send_started(started, None, using=storage.alias)
+    signals.send_changed(dropped)
+    return started
+
+
+def _drop(storage: Storage, worker_id: str, run_ids: set[int], now: dt.datetime) -> list[JobRun]:
+    """Put expired claimed runs back and drop them: discarded, no attempt spent."""
+    if not run_ids:
+        return []
+    storage.unclaim(worker_id, sorted(run_ids), now=now)
+    return [
+        storage.apply(rid, Transition.DROP, finished_at=now, updated_at=now)
+        for rid in sorted(run_ids)
+    ]
+
+
+def extend(deadlines: Mapping[int, dt.datetime], *, storage: Storage | None = None) -> list[int]:
+    """Move executing external runs' deadlines on (a heartbeat); return the runs that moved."""
+    return (storage or backend()).set_deadlines(deadlines, now=timezone.now())
+
+
+def finish(worker_id: str, done: Record, *, storage: Storage | None = None) -> Recorded:
+    """Record the end of an external worker's attempt (ack or nack) held by ``worker_id``."""
+    return record(RecordBatch(worker_id=worker_id, records=[done]), storage=storage)

@@ -1,0 +1,87 @@
+"""External-worker runs (OJS) on every backend: only an OJS fetch claims them, queue by queue."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from django_strait.models import Execution, JobRun
+from django_strait.transitions import external
+from tests.conformance.conftest import claim, in_threads, needs_postgres, start
+from tests.integration.factories import make_job, make_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def external_job(name: str = "ext.job"):
+    return make_job(name, handler="", execution=Execution.EXTERNAL, ojs={"type": name})
+
+
+def soon(run, now):
+    return now + dt.timedelta(seconds=30)
+
+
+def test_claim__never_takes_an_external_workers_run(storage):
+    theirs = make_run(external_job())
+    ours = make_run(make_job())
+
+    assert [r.id for r in claim(storage, limit=10)] == [ours.pk]
+    assert [r.id for r in start(storage, limit=10)] == []
+    assert JobRun.objects.get(pk=theirs.pk).status == "queued"
+
+
+def test_claim_external__takes_only_external_runs_the_first_queue_first(storage):
+    job = external_job()
+    low = make_run(job, queue="low")
+    high = make_run(job, queue="high")
+    make_run(make_job(), queue="high")
+
+    with storage.claim_transaction():
+        taken = storage.claim_external("ojs:w", queues=["high", "low"], limit=5, now=timezone.now())
+
+    assert [r.id for r in taken] == [high.pk, low.pk]
+
+
+def test_fetch__starts_the_runs_and_sets_their_deadline(storage):
+    run = make_run(external_job(), queue="q")
+
+    [started] = external.fetch("ojs:w", queues=["q"], limit=1, deadline=soon, storage=storage)
+
+    row = JobRun.objects.get(pk=run.pk)
+    assert (started.id, row.status, row.attempt, row.claimed_by) == (
+        run.pk,
+        "executing",
+        1,
+        "ojs:w",
+    )
+    assert row.visible_until == row.started_at + dt.timedelta(seconds=30)
+
+
+def test_fetch__never_gives_one_run_to_two_workers(storage):
+    needs_postgres("four connections fetching at once (SKIP LOCKED)")
+    job = external_job()
+    runs = [make_run(job, queue="q") for _ in range(20)]
+
+    got = in_threads(
+        4,
+        lambda n: external.fetch(
+            f"ojs:w{n}", queues=["q"], limit=10, deadline=soon, storage=storage
+        ),
+    )
+
+    ids = [r.id for batch in got for r in batch]
+    assert sorted(ids) == sorted(r.pk for r in runs)
+
+
+def test_set_deadlines__moves_only_executing_runs(storage):
+    job = external_job()
+    queued = make_run(job)
+    executing = make_run(job, status="executing")
+    later = timezone.now() + dt.timedelta(minutes=5)
+
+    moved = storage.set_deadlines({queued.pk: later, executing.pk: later}, now=timezone.now())
+
+    assert moved == [executing.pk]
+    assert JobRun.objects.get(pk=queued.pk).visible_until is None
