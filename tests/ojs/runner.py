@@ -2,7 +2,7 @@
 
 The suite's own runner is in Go; this one reads the same cases and speaks plain
 HTTP to a live server with ``urllib``: steps with their delays, templates
-(``{{steps.<id>.response.body.<path>}}``), the status forms, JSONPath bodies
+(``{{steps.<id>.response.body.<path>}}``, and names a step's ``capture`` gave), the status forms, JSONPath bodies
 with the suite's matchers, ``body_absent``, headers, and the ``ASSERT`` steps.
 """
 
@@ -59,8 +59,11 @@ class Runner:
     def run(self, case: dict[str, Any]) -> Outcome:
         outcome = Outcome()
         results: dict[str, Reply] = {}
+        captured: dict[str, str] = {}
         for step in case["steps"]:
-            self._step(step, results, outcome)
+            self._step(with_captures(step, captured), results, outcome)
+            for name, path in (step.get("capture") or {}).items():
+                captured[name] = f"steps.{step['id']}.response.body.{path.removeprefix('$.')}"
         return outcome
 
     def _step(self, step: dict[str, Any], results: dict[str, Reply], outcome: Outcome) -> None:
@@ -101,6 +104,22 @@ def _reply(status: int, headers: Any, raw: bytes) -> Reply:
 
 
 # Templates.
+
+
+def with_captures(step: dict[str, Any], captured: dict[str, str]) -> dict[str, Any]:
+    """``step`` with each ``{{name}}`` an earlier step's ``capture`` named spelled out in full.
+
+    Three cases name a value with ``"capture": {"job_id": "$.job.id"}`` and use it
+    as ``{{job_id}}``; the suite's own runner ignores ``capture`` and sends the text
+    as it is, which no server can answer as the cases expect. Ours reads them as
+    written: ``{{job_id}}`` becomes ``{{steps.<id>.response.body.job.id}}``.
+    """
+    if not captured:
+        return step
+    text = json.dumps(step)
+    for name, target in captured.items():
+        text = text.replace("{{" + name + "}}", "{{" + target + "}}")
+    return json.loads(text)
 
 
 def resolve(value: Any, results: dict[str, Reply]) -> Any:

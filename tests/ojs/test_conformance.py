@@ -21,10 +21,6 @@ LEVELS = ("level-0-core", "level-1-reliable", "level-2-scheduled", "ext-dead-let
 SLOW = {"cron-fires-on-schedule", "cron-overlap-prevention"}
 #: Cases that no server can pass as written at the suite's commit (tests/ojs/suite/README.md).
 DEFECTS = {
-    # Their nack and delete use "{{job_id}}", which no step defines: the suite's own runner
-    # sends it as literal text, and an unknown id answers 404.
-    "ext-dead-letter/dead-letter-delete": "{{job_id}} is never defined by an earlier step",
-    "ext-dead-letter/dead-letter-retry": "{{job_id}} is never defined by an earlier step",
     # Expects error types (ConnectionTimeout, ...) that its nacks never send (code only).
     "level-1-reliable/retry/retry-error-history-tracked": "expects error types no nack sends",
 }
