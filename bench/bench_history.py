@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_worker import ROOT, clear, make_jobs, setup_django, stop
+from bench_worker import clear, make_jobs, setup_django, spawn, stop
 
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/strait_bench_history"
 
@@ -41,15 +41,7 @@ def spawn_worker(concurrency: int, claims_log: str) -> subprocess.Popen:
     """The worker as ``run_strait_worker`` would run, its claims timed."""
     cmd = [sys.executable, "-m", "bench.claim_timer", claims_log, "run_strait_worker"]
     cmd += ["--concurrency", str(concurrency)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=open(ROOT / "bench" / "worker.log", "ab"),  # noqa: SIM115
-    )
+    return spawn(cmd)
 
 
 def hold_snapshot(db_url: str):

@@ -165,6 +165,11 @@ def spawn_worker(concurrency: int, batch: int, extra: list[str] | None = None) -
         str(batch),
         *(extra or []),
     ]
+    return spawn(cmd)
+
+
+def spawn(cmd: list[str]) -> subprocess.Popen:
+    """Start ``cmd`` in this tree, in a session of its own (stopped by :func:`stop`), logging to bench/worker.log."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen(
         cmd,
