@@ -23,7 +23,7 @@ Phases (each a median over ``--reps``):
                    timed in this process on one fresh connection, --batches times,
                    with the claim prepared and not (STRAIT["PREPARE_STATEMENTS"]),
                    the order alternating between reps: median ms per call of each
-  --prepare        on (default) | off | both: the drain workers' PREPARE_STATEMENTS;
+  --prepare        on | off (default, as the setting) | both: the drain workers' PREPARE_STATEMENTS;
                    both alternates the drains, on first in odd reps
 
 The database is ``DATABASE_URL`` (default: PostgreSQL database ``strait_bench`` on
@@ -402,7 +402,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=100)
     ap.add_argument("--latency-samples", type=int, default=30)
     ap.add_argument("--batches", type=int, default=200, help="statements: batches per rep")
-    ap.add_argument("--prepare", choices=("on", "off", "both"), default="on")
+    ap.add_argument("--prepare", choices=("on", "off", "both"), default="off")
     ap.add_argument("--only", default="bulk_trigger,drain_noop,drain_http,latency")
     ap.add_argument("--db", default=os.environ.get("DATABASE_URL", DEFAULT_DB))
     ap.add_argument(

@@ -309,7 +309,7 @@ KEYS: dict[str, Key] = {
         Key("LISTEN", True, _boolean, _bool_text),
         Key("LISTEN_DATABASE", None, _alias(optional=True), _alias_text),
         # Prepare the worker's hot statements on connections that reach PostgreSQL directly.
-        Key("PREPARE_STATEMENTS", True, _boolean, _bool_text),
+        Key("PREPARE_STATEMENTS", False, _boolean, _bool_text),
         Key("DATABASE", "default", _alias(optional=False), _alias_text),
         Key("HTTP_USER_AGENT", f"django-strait/{__version__}", _user_agent, _text),
         Key("TRIGGER_MAX_PAYLOAD_BYTES", 1_000_000, _integer(1), _int_text),

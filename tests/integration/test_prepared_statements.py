@@ -44,7 +44,8 @@ def prepared() -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def test_claim__is_prepared_on_a_direct_connection_and_nothing_else_is(fresh_connection):
+def test_claim__is_prepared_on_a_direct_connection_and_nothing_else_is(fresh_connection, settings):
+    settings.STRAIT = {**settings.STRAIT, "PREPARE_STATEMENTS": True}
     claim_start_and_record()
 
     # Start and record stay unprepared (their generic plans were slower), and so do

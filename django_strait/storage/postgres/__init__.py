@@ -4,7 +4,8 @@ Claim, start, hold, record, limits and budgets are single statements from
 ``queries.sql`` (``FOR UPDATE SKIP LOCKED`` for the claim; data-modifying CTEs
 for the hold and the record), sent through server-bound cursors. The claim is
 prepared once per connection where that connection reaches PostgreSQL directly
-and ``STRAIT["PREPARE_STATEMENTS"]`` is on; the others are not, as measured
+and ``STRAIT["PREPARE_STATEMENTS"]`` is on (off by default: under a held snapshot
+its generic plan walked dead entries for minutes); the others are not, as measured
 (docs/operations.md, "Poolers"). Everything else is the ORM's (``OrmStorage``).
 """
 
@@ -97,8 +98,9 @@ class PostgresStorage(OrmStorage):
             after_at=[s.after_at for s in segments],
             after_id=[s.after_id for s in segments],
         )
-        # Prepared: planning it was a quarter of its time; PostgreSQL's generic plan for
-        # it is the same index scans. Start and record are not: their generic plans
+        # Prepared where PREPARE_STATEMENTS is on (off by default): planning it was a
+        # quarter of its time, but beside a held snapshot its generic plan walked dead
+        # entries for minutes at a time (docs/operations.md, "Vacuum and the claim"). Start and record are not: their generic plans
         # went by the status index and halved a drain (docs/operations.md, "Poolers").
         rows = self._execute(queries.claim(variant), params, prepare=True)
         if floors:
