@@ -84,6 +84,12 @@ def test_request_id__is_echoed_in_errors(open_ojs):
         ),
         ({"type": "a.b", "args": [], "options": {"scheduled_at": "tomorrow"}}, "scheduled_at"),
         (
+            {"type": "a.b", "args": [], "options": {"visibility_timeout_ms": 10**40}},
+            "visibility_timeout_ms",
+        ),
+        ({"type": "a.b", "args": [], "options": {"priority": 10**40}}, "priority"),
+        ({"type": "a.b", "args": ["\ud800"]}, "args"),
+        (
             {"type": "a.b", "args": [], "options": {"retry": {"backoff_strategy": "random"}}},
             "retry",
         ),
