@@ -7,6 +7,7 @@ without a database.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -210,3 +211,8 @@ class Rescued:
     error: str
     #: When a retried run is due again (None for the other ends).
     available_at: dt.datetime | None = None
+
+
+def json_column(value: Any) -> Any:
+    """A JSON column read by raw SQL, decoded as the ORM would (both backends answer text)."""
+    return json.loads(value) if isinstance(value, str) else value

@@ -22,7 +22,6 @@ DAGs and batchings, that both ways agree with ``dag.settle``.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +45,7 @@ from django_strait.models import (
 from django_strait.retry import STEP_FIELDS, step_partial
 from django_strait.states import RunStatus
 from django_strait.storage import columns, webhooks
+from django_strait.storage.values import json_column
 
 #: A step run's status for each status of its JobRun.
 STEP_STATUS = {
@@ -602,7 +602,7 @@ def members(
         listed = [*runs, *wanted]
         sql = _PARENT_RESULTS.replace("{wanted}", ", ".join(["%s"] * len(wanted)))
         for wr, step_id, result in _sql(alias, sql, listed, runs):
-            results[(wr, step_id)] = _as_json(result)
+            results[(wr, step_id)] = json_column(result)
     out = {}
     for pk, wr, step_id, workflow_id, _ in rows:
         graph = graphs[workflow_id]
@@ -636,8 +636,3 @@ def _as_datetime(value: dt.datetime | str) -> dt.datetime:
         if settings.USE_TZ and timezone.is_naive(value):
             value = timezone.make_aware(value, dt.UTC)
     return value
-
-
-def _as_json(value: str | None) -> Any:
-    """A JSON column read by raw SQL: both backends answer text (Django loads jsonb as text)."""
-    return None if value is None else json.loads(value)

@@ -10,9 +10,7 @@ simply not updated, and the claim picks again.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Sequence
-from typing import Any
 
 from django.db import connections
 from django.db.models import Count, F, Max, Min, Q, TextField
@@ -20,7 +18,7 @@ from django.db.models.functions import Cast
 
 from django_strait.models import Execution, JobRun, RunHold
 from django_strait.states import IN_FLIGHT, RunStatus, Transition
-from django_strait.storage.values import Claimed, Hold, Waiting
+from django_strait.storage.values import Claimed, Hold, Waiting, json_column
 
 #: Picks before a claim gives up when every row it picked was taken by another worker.
 CLAIM_TRIES = 20
@@ -43,17 +41,13 @@ def claimed(rid, job_id, payload, attempt, before, max_att, overrides, used, ste
     """Build a Claimed from a row whose JSON columns come as text, decoding them guarded."""
     run = Claimed(rid, job_id, None, attempt, before, max_att, None, used, step_run_id=step)
     try:
-        run.payload = _load(payload)
-        run.retry_overrides = _load(overrides)
+        run.payload = json_column(payload)
+        run.retry_overrides = json_column(overrides)
     except (ValueError, RecursionError) as exc:
         run.row_error = (
             f"the stored payload or retry override cannot be read: {type(exc).__name__}: {exc}"
         )
     return run
-
-
-def _load(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def claim(
