@@ -679,7 +679,8 @@ def members(
 #: parsed per workflow costs less than one per step run.
 _MEMBERS = """
 SELECT sr.id, sr.workflow_run_id, sr.step_id, w.id, CAST(w.updated_at AS TEXT)
-FROM {steprun} sr JOIN {step} s ON s.id = sr.step_id JOIN {workflow} w ON w.id = s.workflow_id
+FROM {steprun} sr JOIN {workflowrun} wr ON wr.id = sr.workflow_run_id
+JOIN {workflow} w ON w.id = wr.workflow_id
 WHERE sr.id {in}
 """
 _PARENT_RESULTS = """
