@@ -28,7 +28,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import OuterRef, Subquery
 from django.utils import dateparse, timezone
 
 from django_strait import dag, signals
@@ -513,10 +512,8 @@ def _start(
         )  # fmt: skip
         _insert_runs(alias, job_id, pks, template)
     pks = [pk for pk, _ in starting]
-    mine = JobRun.objects.using(alias).filter(workflow_step_run=OuterRef("pk"))
-    WorkflowStepRun.objects.using(alias).filter(pk__in=pks).update(
-        status=StepRunStatus.STARTED, run=Subquery(mine.values("pk")[:1])
-    )
+    for at in range(0, len(pks), _INSERT_CHUNK):
+        _sql(alias, _STARTED, [StepRunStatus.STARTED, Ids(pks[at : at + _INSERT_CHUNK])])
     if signals.listened(signals.run_enqueued):
         created = JobRun.objects.using(alias).filter(workflow_step_run__in=pks)
         by_job: dict[str, list[JobRun]] = {}
@@ -526,8 +523,20 @@ def _start(
             signals.send_enqueued(job, runs, using=alias)
 
 
-#: Rows per INSERT ... SELECT (SQLite's bound-variable limit is far above it).
+#: Rows per INSERT ... SELECT or UPDATE (SQLite's bound-variable limit is far above it).
 _INSERT_CHUNK = 1000
+#: Started step runs point at their new runs (one index probe each, by
+#: ``strait_run_workflow_step``; the newest, just inserted, should an older run point
+#: there too). Raw: the ORM's version bound one parameter per
+#: step run, which psycopg quoted one by one for a 10,000-wide fan-out.
+_STARTED = """
+UPDATE {steprun} SET status = %s,
+run_id = (
+    SELECT r.id FROM {jobrun} r WHERE r.workflow_step_run_id = {steprun}.id
+    ORDER BY r.id DESC LIMIT 1
+)
+WHERE id {in}
+"""
 
 
 def _insert_runs(alias: str, job_id: int, step_run_ids: list[int], template: JobRun) -> None:
