@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
 
 from django_strait.dispatch.headers import (
     header_problems,
@@ -79,6 +80,10 @@ _ERROR_EXCERPT_CHARS = 200
 # Built once: json.dumps with options builds a new encoder on every call.
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 
+#: The most URLs, header sets and timeouts a dispatcher keeps prepared; it starts over beyond.
+_PREPARED_SIZE = 1024
+_NO_HEADERS: CIMultiDict[str] = CIMultiDict()
+
 
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
@@ -117,8 +122,13 @@ def encode_body(req: HttpRequest) -> bytes:
 
 def build_headers(req: HttpRequest, body: bytes, user_agent: str) -> CIMultiDict[str]:
     """Return the request headers: the job's own, then Strait's, which always win."""
+    return _with_run_headers(_base_headers(req.headers, user_agent), req, body)
+
+
+def _base_headers(job_headers: Mapping[str, Any], user_agent: str) -> CIMultiDict[str]:
+    """Return the headers every run of a job sends: User-Agent, the job's own, the framing."""
     headers: CIMultiDict[str] = CIMultiDict({"User-Agent": user_agent})
-    for name, value in req.headers.items():
+    for name, value in job_headers.items():
         if is_reserved_header(name):
             continue
         headers[name] = str(value)
@@ -126,9 +136,16 @@ def build_headers(req: HttpRequest, body: bytes, user_agent: str) -> CIMultiDict
     # The body is read in bounded pieces; a compressed body would make the byte
     # limit mean nothing, so ask for it plain and never decompress.
     headers["Accept-Encoding"] = "identity"
-    headers["Strait-Run-Id"] = str(req.run_id)
+    return headers
+
+
+def _with_run_headers(base: CIMultiDict[str], req: HttpRequest, body: bytes) -> CIMultiDict[str]:
+    """Return ``base`` (not changed) with this attempt's Strait headers and signature added."""
+    headers = base.copy()
+    run_id = str(req.run_id)
+    headers["Strait-Run-Id"] = run_id
     headers["Strait-Attempt"] = str(req.attempt)
-    headers["Idempotency-Key"] = str(req.run_id)
+    headers["Idempotency-Key"] = run_id
     if req.signing_secret:
         headers[SIGNATURE_HEADER] = sign(req.signing_secret, body, int(time.time()))
     return headers
@@ -178,6 +195,11 @@ class HttpDispatcher:
         self._limit = limit
         self._guard = AddressGuard(allowed_networks)
         self._session: aiohttp.ClientSession | None = None
+        # What every call to one URL, with one job's headers or one timeout, shares:
+        # parsed, checked and built once, not per run.
+        self._urls: dict[str, URL | None] = {}
+        self._headers: dict[tuple[Any, ...], CIMultiDict[str]] = {}
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     async def start(self) -> None:
         """Open the connection pool; call it inside the event loop that dispatches."""
@@ -257,29 +279,30 @@ class HttpDispatcher:
         if self._session is None:
             await self.start()
         assert self._session is not None
-        if not req.url.lower().startswith(("http://", "https://")):
+        url = self._url(req.url)
+        if url is None:
             return _invalid_url(req, _elapsed_ms(started))
         # An IP address in the URL never reaches the resolver: check it here.
         refused = self._guard.check_url(req.url)
         if refused is not None:
             return _blocked(req, refused, _elapsed_ms(started))
         # Job.clean checks the same rules; a row written around it fails here, once.
-        problem = unsendable_header(req.headers)
+        problem, base = self._job_headers(req.headers)
         if problem is not None:
             return _invalid_header(req, problem, _elapsed_ms(started))
         if prepared is None:
             body = encode_body(req)
-            headers = build_headers(req, body, self._user_agent)
+            headers = _with_run_headers(base, req, body)
         else:
             body, headers = prepared
         status: int | None = None
         try:
             async with self._session.request(
                 req.method,
-                req.url,
+                url,
                 data=body,
                 headers=headers,
-                timeout=aiohttp.ClientTimeout(total=req.timeout),
+                timeout=self._timeout(req.timeout),
                 allow_redirects=False,
             ) as resp:
                 status = resp.status
@@ -297,6 +320,43 @@ class HttpDispatcher:
             return _unreachable(req, exc, status, _elapsed_ms(started))
         return answer.outcome(req.url, self._max_result_bytes, _elapsed_ms(started))
 
+    def _url(self, text: str) -> URL | None:
+        """Return ``text`` parsed, or None if it is not an http(s) URL; parsed once per URL."""
+        try:
+            return self._urls[text]
+        except KeyError:
+            pass
+        url: URL | None = None
+        if text.lower().startswith(("http://", "https://")):
+            try:
+                url = URL(text)
+            except (TypeError, ValueError):
+                url = None  # aiohttp would refuse it as an invalid URL too
+        _remember(self._urls, text, url)
+        return url
+
+    def _job_headers(self, job_headers: Mapping[str, Any]) -> tuple[str | None, CIMultiDict[str]]:
+        """Return why a job's headers cannot be sent (or None) and what every run of it sends."""
+        key = _headers_key(job_headers)
+        base = self._headers.get(key) if key is not None else None
+        if base is not None:
+            return None, base
+        problem = unsendable_header(job_headers)
+        if problem is not None:
+            # Not kept: only sendable headers are, whose names and values are all text.
+            return problem, _NO_HEADERS
+        base = _base_headers(job_headers, self._user_agent)
+        if key is not None:
+            _remember(self._headers, key, base)
+        return None, base
+
+    def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
+        timeout = self._timeouts.get(seconds)
+        if timeout is None:
+            timeout = aiohttp.ClientTimeout(total=seconds)
+            _remember(self._timeouts, seconds, timeout)
+        return timeout
+
     def _read_limit(self, status: int) -> int:
         # One byte past the limit tells "exactly the limit" from "longer".
         if 200 <= status < 300:
@@ -313,7 +373,27 @@ async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
             break
         chunks.append(chunk)
         remaining -= len(chunk)
-    return b"".join(chunks)
+        # A small answer usually arrives whole: no second read to learn that it ended.
+        if stream.at_eof():
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _headers_key(job_headers: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """Return a job's headers as a dictionary key, or None if they cannot be one."""
+    try:
+        key = tuple(job_headers.items())
+        hash(key)
+    except (AttributeError, TypeError):
+        return None  # not a mapping, or a value such as a list: never sendable anyway
+    return key
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    # Bounded without an LRU's bookkeeping: endpoints and jobs are few, so a full cache is rare.
+    if len(cache) >= _PREPARED_SIZE:
+        cache.clear()
+    cache[key] = value
 
 
 def _elapsed_ms(started: float) -> int:
