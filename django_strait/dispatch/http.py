@@ -1,7 +1,7 @@
 """Call an HTTP job's endpoint once and describe the answer as an Outcome (DESIGN §4).
 
 The dispatcher persists nothing: it builds the request (JSON body, Strait headers,
-signature), sends it over one pooled aiohttp session, reads a bounded part of the
+signature), sends it over one connection pool (dispatch/wire.py), reads a bounded part of the
 answer and maps status, ``Strait-Action`` and ``Retry-After`` to an
 :class:`~django_strait.outcome.Outcome`. The endpoint author's side of this
 contract is described in docs/http-jobs.md.
@@ -21,8 +21,7 @@ from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any
 
-import aiohttp
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
 from yarl import URL
 
 from django_strait.dispatch.headers import (
@@ -38,13 +37,8 @@ from django_strait.dispatch.results import (
     trim,
 )
 from django_strait.dispatch.signing import SIGNATURE_HEADER, sign
-from django_strait.dispatch.ssrf import (
-    AddressGuard,
-    AddressRefused,
-    GuardedResolver,
-    Network,
-    Refusal,
-)
+from django_strait.dispatch.ssrf import AddressGuard, AddressRefused, Network, Refusal
+from django_strait.dispatch.wire import Client, RequestTimeout, Response
 from django_strait.outcome import Action, Outcome, action, failure, success
 
 __all__ = [
@@ -172,7 +166,7 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
 
 
 class HttpDispatcher:
-    """Send HTTP job attempts over one pooled aiohttp session and describe the answers.
+    """Send HTTP job attempts over one connection pool and describe the answers.
 
     Only public addresses are called, and those in ``allowed_networks`` (the
     worker passes ``STRAIT["ALLOWED_PRIVATE_NETWORKS"]``); see dispatch/ssrf.py.
@@ -194,37 +188,25 @@ class HttpDispatcher:
         self._user_agent = user_agent
         self._limit = limit
         self._guard = AddressGuard(allowed_networks)
-        self._session: aiohttp.ClientSession | None = None
+        self._client: Client | None = None
         # What every call to one URL, with one job's headers or one timeout, shares:
         # parsed, checked and built once, not per run.
         self._urls: dict[str, URL | None] = {}
         self._headers: dict[tuple[Any, ...], CIMultiDict[str]] = {}
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     async def start(self) -> None:
         """Open the connection pool; call it inside the event loop that dispatches."""
-        if self._session is not None:
-            return
-        self._session = aiohttp.ClientSession(
+        if self._client is None:
             # Host names resolve through the guard and every socket is checked before it
             # connects, so a name that later resolves to a private address is refused too.
-            connector=aiohttp.TCPConnector(
-                limit=self._limit,
-                resolver=GuardedResolver(self._guard),
-                socket_factory=self._guard.socket,
-            ),
-            # Runs of different jobs must not share cookies through the pool.
-            cookie_jar=aiohttp.DummyCookieJar(),
-            auto_decompress=False,
-            # Proxies from the environment would bypass the SSRF check on the URL.
-            trust_env=False,
-        )
+            # The client keeps no cookies, reads no proxy settings and decompresses nothing.
+            self._client = Client(self._guard, limit=self._limit)
 
     async def close(self) -> None:
         """Close the pool and every connection in it."""
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
 
     async def __aenter__(self) -> HttpDispatcher:
         await self.start()
@@ -276,9 +258,9 @@ class HttpDispatcher:
     async def _exchange(
         self, req: HttpRequest, started: float, prepared: tuple[bytes, CIMultiDict[str]] | None
     ) -> Outcome:
-        if self._session is None:
+        if self._client is None:
             await self.start()
-        assert self._session is not None
+        assert self._client is not None
         url = self._url(req.url)
         if url is None:
             return _invalid_url(req, _elapsed_ms(started))
@@ -295,30 +277,19 @@ class HttpDispatcher:
             headers = _with_run_headers(base, req, body)
         else:
             body, headers = prepared
-        status: int | None = None
         try:
-            async with self._session.request(
-                req.method,
-                url,
-                data=body,
-                headers=headers,
-                timeout=self._timeout(req.timeout),
-                allow_redirects=False,
-            ) as resp:
-                status = resp.status
-                data = await _read_at_most(resp.content, self._read_limit(status))
-                answer = _Answer(status, resp.headers, resp.charset or "utf-8", data)
-        except TimeoutError:
-            # Before the generic client errors: aiohttp's timeouts subclass both.
-            return _timeout(req, status, _elapsed_ms(started))
-        except aiohttp.InvalidURL:
-            return _invalid_url(req, _elapsed_ms(started))
-        except (aiohttp.ClientError, OSError) as exc:
+            answer = await self._client.send(
+                req.method, url, headers, body, timeout=req.timeout, read_limit=self._read_limit
+            )
+        except RequestTimeout as exc:
+            return _timeout(req, exc.status, _elapsed_ms(started))
+        except OSError as exc:
             refused = _refusal_in(exc)
             if refused is not None:
                 return _blocked(req, refused, _elapsed_ms(started))
+            status = getattr(exc, "status", None)
             return _unreachable(req, exc, status, _elapsed_ms(started))
-        return answer.outcome(req.url, self._max_result_bytes, _elapsed_ms(started))
+        return _Answer(answer).outcome(req.url, self._max_result_bytes, _elapsed_ms(started))
 
     def _url(self, text: str) -> URL | None:
         """Return ``text`` parsed, or None if it is not an http(s) URL; parsed once per URL."""
@@ -329,9 +300,10 @@ class HttpDispatcher:
         url: URL | None = None
         if text.lower().startswith(("http://", "https://")):
             try:
-                url = URL(text)
+                parsed = URL(text)
             except (TypeError, ValueError):
-                url = None  # aiohttp would refuse it as an invalid URL too
+                parsed = None
+            url = parsed if parsed is not None and parsed.raw_host else None
         _remember(self._urls, text, url)
         return url
 
@@ -350,33 +322,11 @@ class HttpDispatcher:
             _remember(self._headers, key, base)
         return None, base
 
-    def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
-        timeout = self._timeouts.get(seconds)
-        if timeout is None:
-            timeout = aiohttp.ClientTimeout(total=seconds)
-            _remember(self._timeouts, seconds, timeout)
-        return timeout
-
     def _read_limit(self, status: int) -> int:
         # One byte past the limit tells "exactly the limit" from "longer".
         if 200 <= status < 300:
             return self._max_result_bytes + 1
         return _FAILURE_READ_BYTES
-
-
-async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    remaining = limit
-    while remaining > 0:
-        chunk = await stream.read(remaining)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        remaining -= len(chunk)
-        # A small answer usually arrives whole: no second read to learn that it ended.
-        if stream.at_eof():
-            break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _headers_key(job_headers: Mapping[str, Any]) -> tuple[Any, ...] | None:
@@ -432,7 +382,7 @@ def _invalid_header(req: HttpRequest, problem: str, duration_ms: int) -> Outcome
 
 
 def _refusal_in(exc: BaseException) -> Refusal | None:
-    """Return the guard's refusal behind a connection error (aiohttp wraps it), if any."""
+    """Return the guard's refusal behind a connection error (the client wraps it), if any."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, AddressRefused):
@@ -468,10 +418,23 @@ def _unreachable(
 class _Answer:
     """What the endpoint answered, read as far as needed."""
 
-    status: int
-    headers: CIMultiDictProxy[str]
-    charset: str
-    body: bytes
+    response: Response
+
+    @property
+    def status(self) -> int:
+        return self.response.status
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self.response.headers
+
+    @property
+    def body(self) -> bytes:
+        return self.response.body
+
+    @property
+    def charset(self) -> str:
+        return self.response.charset or "utf-8"
 
     def outcome(self, url: str, max_result_bytes: int, duration_ms: int) -> Outcome:
         """Map status, Strait-Action and Retry-After to an Outcome."""

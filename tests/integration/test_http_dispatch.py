@@ -564,7 +564,9 @@ def test_dispatch__connection_refused__is_retryable_connect_error():
     assert outcome.error_type == "http.connect"
     assert outcome.attempt_outcome == "failed"
     assert outcome.endpoint == url
-    assert outcome.error.startswith(f"Could not complete the call to {url}: ClientConnectorError")
+    assert outcome.error.startswith(
+        f"Could not complete the call to {url}: ConnectError: Cannot connect to host 127.0.0.1:{port}"
+    )
 
 
 def test_dispatch__server_hangs_up_mid_body__is_connect_error():
