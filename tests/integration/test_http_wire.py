@@ -196,6 +196,27 @@ def test_wire__request_on_the_wire():
     assert outcomes[0].kind is Kind.SUCCEEDED
 
 
+def test_wire__credentials_in_the_url_are_sent_as_basic_auth_unless_the_job_sets_its_own():
+    ok = b"HTTP/1.1 204 No Content\r\n\r\n"
+
+    async def scenario() -> Scripted:
+        async with scripted([ok, ok]) as server:
+            url = server.url.replace("http://", "http://user:s%20cret@")
+            async with HttpDispatcher(allowed_networks=LOOPBACK) as dispatcher:
+                await dispatcher.dispatch(request_to(url, 1))
+                await dispatcher.dispatch(
+                    request_to(url, 2, headers={"Authorization": "Bearer mine"})
+                )
+            return server
+
+    server = asyncio.run(scenario())
+    first, second = (request.split(b"\r\n") for request in server.requests)
+    assert b"Authorization: Basic dXNlcjpzIGNyZXQ=" in first  # user:s cret
+    assert [line for line in second if line.startswith(b"Authorization")] == [
+        b"Authorization: Bearer mine"
+    ]
+
+
 def test_wire__an_idle_connection_the_endpoint_closed_is_not_reused():
     ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
 
