@@ -276,8 +276,8 @@ class Client:
                     if self._slots is not None:
                         self._slots.release()
         except TimeoutError as exc:
-            if isinstance(exc, OSError) and exc.errno is not None:
-                raise  # the operating system's own connect timeout
+            if exc.errno is not None:
+                raise  # the operating system's own timeout (ETIMEDOUT), not the deadline
             raise RequestTimeout(timeout, conn.status if conn else None) from exc
         finally:
             if conn is not None:
