@@ -51,7 +51,7 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
 
 @contextlib.asynccontextmanager
 async def scripted(
-    answers: list[bytes], *, close_after: bool = False, hold: float = 0
+    answers: list[bytes], *, close_after: bool = False, hold: float = 0, host: str = "127.0.0.1"
 ) -> AsyncIterator[Scripted]:
     """Serve ``answers`` in turn, one per request, on whatever connection asks."""
     state = Scripted()
@@ -77,8 +77,9 @@ async def scripted(
             state.open_now -= 1
             writer.close()
 
-    server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
-    state.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    server = await asyncio.start_server(on_connection, host, 0)
+    shown = f"[{host}]" if ":" in host else host
+    state.url = f"http://{shown}:{server.sockets[0].getsockname()[1]}/hook"
     try:
         yield state
     finally:
@@ -215,6 +216,21 @@ def test_wire__credentials_in_the_url_are_sent_as_basic_auth_unless_the_job_sets
     assert [line for line in second if line.startswith(b"Authorization")] == [
         b"Authorization: Bearer mine"
     ]
+
+
+def test_wire__ipv6_literal_is_called_with_a_bracketed_host_header():
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+
+    async def scenario() -> tuple[Outcome, Scripted]:
+        async with scripted([ok], host="::1") as server:
+            allowed = (ipaddress.ip_network("::1/128"),)
+            async with HttpDispatcher(allowed_networks=allowed) as dispatcher:
+                return await dispatcher.dispatch(request_to(server.url)), server
+
+    outcome, server = asyncio.run(scenario())
+    port = server.url.rsplit(":", 1)[1].split("/")[0]
+    assert outcome.kind is Kind.SUCCEEDED
+    assert f"Host: [::1]:{port}".encode() in server.requests[0].split(b"\r\n")
 
 
 def test_wire__an_idle_connection_the_endpoint_closed_is_not_reused():
