@@ -5,13 +5,15 @@
                                 [--concurrency 100] [--batch-size 100]
                                 [--prune-batch 1000] [--no-prune] [--db URL]
 
-Four phases, in this order, printed as one JSON object:
-  drain_empty        --n no-op runs drained by one worker on an empty install (--reps)
-  drain_history      the same, with --history finished runs (completed 60 days ago,
-                     one attempt each) in the runs table, loaded by generate_series
-                     SQL, not the ORM, then VACUUM ANALYZE (as a steady install
-                     would have them); the figure that matters: its runs/s against
-                     drain_empty's
+Four phases, printed as one JSON object:
+  drain_empty        --n no-op runs drained by one worker on an empty install (the
+                     database ``<--db>_empty``), --reps times
+  drain_history      the same on ``--db``, with --history finished runs (completed
+                     60 days ago, one attempt each) in the runs table, loaded by
+                     generate_series SQL, not the ORM, then VACUUM ANALYZE (as a
+                     steady install would have them); its drains alternate with
+                     drain_empty's, the order swapped each rep. The figure that
+                     matters: its runs/s against drain_empty's
   prune              ``manage.py strait_prune --older-than 30d`` (the whole history)
                      in a process of its own, timed: seconds and runs/s (the drain
                      workers' own pruning duty is kept idle: STRAIT_RETENTION_DAYS
@@ -22,8 +24,8 @@ Each drain reports steady runs/s (first completion to last) and the worker's CPU
 ms per run from /proc, which a loaded machine moves less. ``load`` is the
 1-minute load average at the start and the end.
 
-The database is ``--db`` (default: PostgreSQL ``strait_bench_prune`` on 127.0.0.1,
-created if missing, emptied at the end); the server's autovacuum setting is left
+The databases are ``--db`` and ``<--db>_empty`` (default: PostgreSQL
+``strait_bench_prune`` on 127.0.0.1, created if missing, emptied at the end); the server's autovacuum setting is left
 as it is. Traffic stays on 127.0.0.1.
 """
 
@@ -38,6 +40,7 @@ import time
 from bench_worker import (
     clear,
     cpu_seconds,
+    create_pg_database,
     make_jobs,
     setup_django,
     spawn,
@@ -188,11 +191,43 @@ def prune_beside_drains(args) -> tuple[dict, dict]:
     return prune, figures(drains)
 
 
+def use(db_url: str) -> None:
+    """Point this process's connection, and the workers it spawns, at ``db_url``."""
+    from django.db import connections
+
+    connections.close_all()
+    connections["default"].settings_dict["NAME"] = db_url.rsplit("/", 1)[1]
+    os.environ["DATABASE_URL"] = db_url
+
+
+def prepare(db_url: str) -> None:
+    """Create, migrate and empty ``db_url``, with the bench jobs."""
+    from django.core.management import call_command
+
+    create_pg_database(db_url)
+    use(db_url)
+    call_command("migrate", verbosity=0)
+    make_jobs(None)
+    clear()
+
+
+def alternating_drains(args, empty_db: str) -> tuple[dict, dict]:
+    """Drain on the empty database and beside the history in turn, the order swapped each rep."""
+    drains: dict[str, list[dict]] = {args.db: [], empty_db: []}
+    for rep in range(args.reps):
+        order = (empty_db, args.db) if rep % 2 == 0 else (args.db, empty_db)
+        for db_url in order:
+            use(db_url)
+            drains[db_url].append(drain(args.n, args.concurrency, args.batch_size))
+    use(args.db)
+    return figures(drains[empty_db]), figures(drains[args.db])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--history", type=int, default=3_000_000)
     ap.add_argument("--n", type=int, default=10_000)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--concurrency", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=100)
     ap.add_argument("--prune-batch", type=int, default=1000)
@@ -201,28 +236,25 @@ def main() -> None:
     args = ap.parse_args()
     if not args.db.startswith("postgres"):
         ap.error("--db: PostgreSQL only (the history is loaded with generate_series)")
+    empty_db = args.db + "_empty"
     os.environ["STRAIT_PRUNE_BATCH_SIZE"] = str(args.prune_batch)
     # A worker prunes when it starts (its pruning duty): the drain workers must not, or
     # drain_history would be a drain beside 100 batches of pruning. The prune phase says
     # --older-than 30d instead.
     os.environ["STRAIT_RETENTION_DAYS"] = "36500"
     setup_django(args.db)
-    make_jobs(None)
     out: dict = {"history": args.history, "n": args.n, "load": [os.getloadavg()[0]]}
     try:
-        clear()
-        out["drain_empty"] = figures(
-            [drain(args.n, args.concurrency, args.batch_size) for _ in range(args.reps)]
-        )
-        clear()
+        prepare(empty_db)
+        prepare(args.db)
         out["load_history_s"] = load_history(args.history)
-        out["drain_history"] = figures(
-            [drain(args.n, args.concurrency, args.batch_size) for _ in range(args.reps)]
-        )
+        out["drain_empty"], out["drain_history"] = alternating_drains(args, empty_db)
         if not args.no_prune:
             out["prune"], out["drain_beside_prune"] = prune_beside_drains(args)
     finally:
-        clear()
+        for db_url in (empty_db, args.db):
+            use(db_url)
+            clear()
     out["load"].append(os.getloadavg()[0])
     print(json.dumps(out, indent=2))
 
