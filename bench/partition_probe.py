@@ -13,8 +13,11 @@ same indexes), in the bench database, never on the app's own table:
              by id 100 at a time as the worker does (status IS TRUE guard, updated
              columns as queries.sql's record), on the plain table and on one LIST-
              partitioned by status class (live / kept / history), where the record
-             moves each row live -> history (a delete and an insert). Alternating
-             reps; ms per run of the record statements (client wall time)
+             moves each row live -> history (a delete and an insert); again with
+             history in 30 RANGE partitions (29 of them empty: older history), with
+             the guard as today and with the status named (status = 'executing',
+             which lets PostgreSQL prune to the live partition). The variants' order
+             rotates each rep; ms per run of the record statements (client wall time)
   drop       ``--history`` finished runs in five RANGE(id) sub-partitions of history;
              one is dropped (DROP TABLE: an ACCESS EXCLUSIVE lock on the parent) and
              one detached CONCURRENTLY then dropped, while another connection claims
@@ -70,6 +73,8 @@ UPDATE {table} SET status = 'completed', finished_at = now(), result = 'null'::j
     claimed_by = '', heartbeat_at = NULL, updated_at = now()
 WHERE id = ANY(%s) AND (status = 'executing') IS TRUE
 """
+#: The record naming its status, so that PostgreSQL can prune it to the live partition.
+RECORD_NAMED = RECORD.replace("(status = 'executing') IS TRUE", "status = 'executing'")
 FILL = """
 INSERT INTO {table} (
     id, job_id, payload, status, attempt, attempts_before_replay, priority, queue,
@@ -143,7 +148,7 @@ def make_by_status(conn, table: str, history_ranges: list[tuple[int, int]]) -> N
         conn.execute(f"CREATE INDEX {table}_{name} ON {table} ({cols}){clause}")
 
 
-def record_ms_per_run(conn, table: str, job: int, runs: int) -> float:
+def record_ms_per_run(conn, table: str, job: int, runs: int, record: str = RECORD) -> float:
     """Queue ``runs``, claim-start-record them 100 at a time; ms per run of the record."""
     conn.execute(f"TRUNCATE {table}")
     fill(conn, table, job, 1, runs)
@@ -157,7 +162,7 @@ def record_ms_per_run(conn, table: str, job: int, runs: int) -> float:
         )
         conn.execute(START.format(table=table), [ids])
         t = time.perf_counter()
-        conn.execute(RECORD.format(table=table), [ids])
+        conn.execute(record.format(table=table), [ids])
         spent += time.perf_counter() - t
     done = conn.execute(f"SELECT count(*) FROM {table} WHERE status = 'completed'").fetchone()[0]
     if done != runs:
@@ -165,19 +170,35 @@ def record_ms_per_run(conn, table: str, job: int, runs: int) -> float:
     return spent * 1000 / runs
 
 
+#: History partitions that hold no recorded run: the older ones a layout by time keeps.
+OLDER = [(-(i + 1) * 10**9, -i * 10**9) for i in range(29, 0, -1)]
+
+#: Each variant: its table, its history partitions and its record statement.
+VARIANTS = {
+    "plain": ("probe_plain", None, RECORD),
+    "partitioned": ("probe_part", [(1, 10**12)], RECORD),
+    "partitioned_30": ("probe_part30", [*OLDER, (1, 10**12)], RECORD),
+    "partitioned_30_status_named": ("probe_part30", [*OLDER, (1, 10**12)], RECORD_NAMED),
+}
+
+
 def record_phase(conn, job: int, runs: int, reps: int) -> dict:
-    make_plain(conn, "probe_plain")
-    make_by_status(conn, "probe_part", [(1, 10**12)])
-    times: dict[str, list[float]] = {"plain": [], "partitioned": []}
+    """The record's ms per run in each variant, the variants' order rotated each rep."""
+    for table, history, _ in VARIANTS.values():
+        if history is None:
+            make_plain(conn, table)
+        elif not conn.execute("SELECT to_regclass(%s)", [table]).fetchone()[0]:
+            make_by_status(conn, table, history)
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    names = list(VARIANTS)
     for rep in range(reps):
-        order = ("plain", "partitioned") if rep % 2 == 0 else ("partitioned", "plain")
-        for layout in order:
-            table = "probe_plain" if layout == "plain" else "probe_part"
-            times[layout].append(record_ms_per_run(conn, table, job, runs))
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            table, _, record = VARIANTS[name]
+            times[name].append(record_ms_per_run(conn, table, job, runs, record))
     out = {f"record_ms_per_run_{k}": statistics.median(v) for k, v in times.items()}
-    out["record_ratio_partitioned_to_plain"] = (
-        out["record_ms_per_run_partitioned"] / out["record_ms_per_run_plain"]
-    )
+    plain = out["record_ms_per_run_plain"]
+    for name in names[1:]:
+        out[f"record_ratio_{name}_to_plain"] = out[f"record_ms_per_run_{name}"] / plain
     return out
 
 
@@ -348,7 +369,8 @@ def main() -> None:
         if "upgrade" in phases:
             out["upgrade"] = upgrade_phase(conn, job, args.upgrade)
     finally:
-        for table in ("probe_plain", "probe_part", "probe_old", "probe_new", "probe_copy"):
+        tables = ("probe_plain", "probe_part", "probe_part30", "probe_old", "probe_new")
+        for table in (*tables, "probe_copy"):
             conn.execute(f"DROP TABLE IF EXISTS {table} CASCADE")
         conn.close()
     out["load"].append(os.getloadavg()[0])
