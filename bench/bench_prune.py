@@ -1,0 +1,263 @@
+#!/usr/bin/env python
+"""Finished history against the queue: a drain beside it, and pruning it (PostgreSQL).
+
+    python bench/bench_prune.py [--history 3000000] [--n 10000] [--reps 3]
+                                [--concurrency 100] [--batch-size 100]
+                                [--prune-batch 1000] [--no-prune] [--db URL]
+
+Four phases, printed as one JSON object:
+  drain_empty        --n no-op runs drained by one worker on an empty install (the
+                     database ``<--db>_empty``), --reps times
+  drain_history      the same on ``--db``, with --history finished runs (completed
+                     60 days ago, one attempt each) in the runs table, loaded by
+                     generate_series SQL, not the ORM, then VACUUM ANALYZE (as a
+                     steady install would have them); its drains alternate with
+                     drain_empty's, the order swapped each rep. The figure that
+                     matters: its runs/s against drain_empty's
+  prune              ``manage.py strait_prune --older-than 30d`` (the whole history)
+                     in a process of its own, timed: seconds and runs/s (the drain
+                     workers' own pruning duty is kept idle: STRAIT_RETENTION_DAYS
+                     is 100 years for them)
+  drain_beside_prune drains (up to --reps) while that prune runs: runs/s lost
+                     against drain_history
+Each drain reports steady runs/s (first completion to last) and the worker's CPU
+ms per run from /proc, which a loaded machine moves less. ``load`` is the
+1-minute load average at the start and the end.
+
+The databases are ``--db`` and ``<--db>_empty`` (default: PostgreSQL
+``strait_bench_prune`` on 127.0.0.1, created if missing, emptied at the end); the server's autovacuum setting is left
+as it is. Traffic stays on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from bench_worker import (
+    clear,
+    cpu_seconds,
+    create_pg_database,
+    make_jobs,
+    setup_django,
+    spawn,
+    spawn_worker,
+    stop,
+    summarize,
+)
+
+DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/strait_bench_prune"
+
+#: One statement loads the finished runs, one their attempts: no ORM, no Python per row.
+LOAD_RUNS = """
+INSERT INTO django_strait_jobrun (
+    job_id, payload, status, attempt, attempts_before_replay, priority, queue,
+    available_at, claimed_by, dequeued_at, started_at, finished_at, cancel_requested,
+    result, last_error, error_type, endpoint_used, replay_count, replayed_by,
+    created_at, updated_at, preset
+)
+SELECT %(job)s, jsonb_build_object('i', g), 'completed', 1, 0, 0, 'default',
+       t, 'bench-history', t, t, t + interval '5 ms', false,
+       'null'::jsonb, '', '', '', 0, '', t, t, ''
+FROM generate_series(1, %(n)s) AS g,
+     LATERAL (SELECT now() - interval '60 days' - g * interval '1 ms' AS t) AS at
+"""
+LOAD_ATTEMPTS = """
+INSERT INTO django_strait_runattempt (
+    run_id, number, endpoint, started_at, finished_at, duration_ms, outcome,
+    error_type, error, response_excerpt, worker, preset
+)
+SELECT id, 1, '', started_at, finished_at, 5, 'succeeded', '', '', '', 'bench-history', ''
+FROM django_strait_jobrun WHERE claimed_by = 'bench-history'
+"""
+
+
+def load_history(n: int) -> float:
+    """Load ``n`` finished runs and their attempts; return the seconds it took."""
+    from django.db import connection
+
+    from django_strait.models import Job
+
+    job = Job.objects.get(name="bench-noop").pk
+    t0 = time.perf_counter()
+    with connection.cursor() as c:
+        c.execute(LOAD_RUNS, {"job": job, "n": n})
+        c.execute(LOAD_ATTEMPTS)
+        c.execute("VACUUM ANALYZE django_strait_jobrun")
+        c.execute("VACUUM ANALYZE django_strait_runattempt")
+    return time.perf_counter() - t0
+
+
+def max_run_id() -> int:
+    from django.db import connection
+
+    with connection.cursor() as c:
+        c.execute("SELECT coalesce(max(id), 0) FROM django_strait_jobrun")
+        return c.fetchone()[0]
+
+
+def done_since(first_id: int) -> int:
+    """Completed runs with an id above ``first_id``: this drain's, not the history's."""
+    from django.db import connection
+
+    with connection.cursor() as c:
+        c.execute(
+            "SELECT count(*) FROM django_strait_jobrun WHERE id > %s AND status = 'completed'",
+            [first_id],
+        )
+        return c.fetchone()[0]
+
+
+def history_left() -> int:
+    """Loaded history runs the prune has not deleted (0 when it did its job)."""
+    from django.db import connection
+
+    with connection.cursor() as c:
+        c.execute("SELECT count(*) FROM django_strait_jobrun WHERE claimed_by = 'bench-history'")
+        return c.fetchone()[0]
+
+
+def drain(n: int, concurrency: int, batch: int) -> dict:
+    """Queue ``n`` no-op runs beside whatever the table holds and drain them with one worker."""
+    from django.db import connections
+
+    from django_strait import trigger_many
+
+    first_id = max_run_id()
+    trigger_many("bench-noop", [{"i": i} for i in range(n)])
+    connections.close_all()
+    t0 = time.perf_counter()
+    proc = spawn_worker(concurrency, batch)
+    first = cpu_first = None
+    first_done = 0
+    try:
+        while (d := done_since(first_id)) < n:
+            t = time.perf_counter()
+            if d and first is None:
+                first, first_done, cpu_first = t, d, cpu_seconds(proc.pid)
+            if proc.poll() is not None:
+                return {"error": f"worker exited rc={proc.returncode}"}
+            if t - t0 > 600:
+                return {"error": f"timeout: {d}/{n}"}
+            time.sleep(0.02)
+        t = time.perf_counter()
+        cpu = cpu_seconds(proc.pid)
+    finally:
+        stop(proc)
+    if first is None or cpu is None or cpu_first is None or n <= first_done:
+        return {"error": "drained before the first poll: raise --n"}
+    return {
+        "steady_runs_per_s": (n - first_done) / (t - first),
+        "worker_steady_cpu_ms_per_run": (cpu - cpu_first) * 1000 / (n - first_done),
+    }
+
+
+def figures(drains: list[dict]) -> dict:
+    """Median, min and max of each drain figure, and the errors if any."""
+    out = {
+        key: summarize([d.get(key) for d in drains])
+        for key in ("steady_runs_per_s", "worker_steady_cpu_ms_per_run")
+    }
+    errors = [d["error"] for d in drains if "error" in d]
+    return {**out, "drains": len(drains), **({"errors": errors} if errors else {})}
+
+
+def prune_beside_drains(args) -> tuple[dict, dict]:
+    """Run strait_prune in its own process, drain while it runs; return both figures."""
+    from django.db import connections
+
+    connections.close_all()
+    t0 = time.perf_counter()
+    proc = spawn([sys.executable, "-m", "django", "strait_prune", "--older-than", "30d"])
+    drains = []
+    try:
+        time.sleep(1.0)  # the prune's first batches are under way
+        while proc.poll() is None and len(drains) < args.reps:
+            drains.append(drain(args.n, args.concurrency, args.batch_size))
+        rc = proc.wait()
+        seconds = time.perf_counter() - t0
+    finally:
+        stop(proc)
+    prune = {
+        "runs": args.history,
+        "history_left": history_left(),
+        "rc": rc,
+        "seconds": seconds,
+        "runs_per_s": args.history / seconds,
+    }
+    return prune, figures(drains)
+
+
+def use(db_url: str) -> None:
+    """Point this process's connection, and the workers it spawns, at ``db_url``."""
+    from django.db import connections
+
+    connections.close_all()
+    connections["default"].settings_dict["NAME"] = db_url.rsplit("/", 1)[1]
+    os.environ["DATABASE_URL"] = db_url
+
+
+def prepare(db_url: str) -> None:
+    """Create, migrate and empty ``db_url``, with the bench jobs."""
+    from django.core.management import call_command
+
+    create_pg_database(db_url)
+    use(db_url)
+    call_command("migrate", verbosity=0)
+    make_jobs(None)
+    clear()
+
+
+def alternating_drains(args, empty_db: str) -> tuple[dict, dict]:
+    """Drain on the empty database and beside the history in turn, the order swapped each rep."""
+    drains: dict[str, list[dict]] = {args.db: [], empty_db: []}
+    for rep in range(args.reps):
+        order = (empty_db, args.db) if rep % 2 == 0 else (args.db, empty_db)
+        for db_url in order:
+            use(db_url)
+            drains[db_url].append(drain(args.n, args.concurrency, args.batch_size))
+    use(args.db)
+    return figures(drains[empty_db]), figures(drains[args.db])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--history", type=int, default=3_000_000)
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--concurrency", type=int, default=100)
+    ap.add_argument("--batch-size", type=int, default=100)
+    ap.add_argument("--prune-batch", type=int, default=1000)
+    ap.add_argument("--no-prune", action="store_true", help="stop after drain_history")
+    ap.add_argument("--db", default=DEFAULT_DB)
+    args = ap.parse_args()
+    if not args.db.startswith("postgres"):
+        ap.error("--db: PostgreSQL only (the history is loaded with generate_series)")
+    empty_db = args.db + "_empty"
+    os.environ["STRAIT_PRUNE_BATCH_SIZE"] = str(args.prune_batch)
+    # A worker prunes when it starts (its pruning duty): the drain workers must not, or
+    # drain_history would be a drain beside 100 batches of pruning. The prune phase says
+    # --older-than 30d instead.
+    os.environ["STRAIT_RETENTION_DAYS"] = "36500"
+    setup_django(args.db)
+    out: dict = {"history": args.history, "n": args.n, "load": [os.getloadavg()[0]]}
+    try:
+        prepare(empty_db)
+        prepare(args.db)
+        out["load_history_s"] = load_history(args.history)
+        out["drain_empty"], out["drain_history"] = alternating_drains(args, empty_db)
+        if not args.no_prune:
+            out["prune"], out["drain_beside_prune"] = prune_beside_drains(args)
+    finally:
+        for db_url in (empty_db, args.db):
+            use(db_url)
+            clear()
+    out["load"].append(os.getloadavg()[0])
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
