@@ -133,12 +133,13 @@ def fold(old: float, new: float, keep: float) -> float:
     # Every factor below NEGLIGIBLE counts as 0, so no product of two nonzero factors
     # is smaller than NEGLIGIBLE squared: PostgreSQL raises on a product that
     # underflows to 0, and the two definitions must agree on every input.
-    old, new, keep = _clip(old), _clip(new), _clip(keep)
-    moved = old * keep + new * _clip(1.0 - keep)
-    return _clip(moved)
+    old, new, keep = clip(old), clip(new), clip(keep)
+    moved = old * keep + new * clip(1.0 - keep)
+    return clip(moved)
 
 
-def _clip(value: float) -> float:
+def clip(value: float) -> float:
+    """Return 0 for a value below NEGLIGIBLE (PostgreSQL refuses subnormal floats), else the value."""
     return 0.0 if value < NEGLIGIBLE else value
 
 

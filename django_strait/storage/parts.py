@@ -104,7 +104,7 @@ class Health:
             "health_keep": [s.keep for s in samples],
             "health_success": [s.success for s in samples],
             "health_failure": [s.failure for s in samples],
-            "health_p95": [s.p95_ms for s in samples],
+            "health_p95": [health.clip(s.p95_ms) for s in samples],
             "health_timeout": [s.timeout_ms for s in samples],
         }
 
@@ -133,7 +133,7 @@ def _fresh(sample: health.Sample) -> EndpointHealth:
         endpoint_url=sample.endpoint_url,
         success_rate=health.FRESH_SUCCESS_RATE,
         failure_rate=health.FRESH_FAILURE_RATE,
-        latency_p95_ms=sample.p95_ms,
+        latency_p95_ms=health.clip(sample.p95_ms),
         timeout_ms=sample.timeout_ms,
         samples=0,
     )

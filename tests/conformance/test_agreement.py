@@ -85,6 +85,7 @@ def tiny_sample(**values) -> health.Sample:
 @FEW
 @given(sample=samples, old=old_rows)
 @example(sample=tiny_sample(failure=5e-324), old=None)
+@example(sample=tiny_sample(p95_ms=5e-324), old=None)
 @example(sample=tiny_sample(success=1e-310, keep=1e-300), old=(1e-12, 0.0, 1e-12, 3))
 @example(sample=tiny_sample(keep=1 - 1e-16, failure=1e-300), old=(1.0, 1e-300, 0.0, 1))
 def test_health_fold__the_sql_and_the_orm_agree(sample, old):
