@@ -11,10 +11,11 @@ Phases (each a median over ``--reps``):
                    (steady: first to last completion; incl_startup: spawn to last)
   drain_http       N HTTP runs against a fast endpoint in its own process on 127.0.0.1
   latency          idle worker, one run at a time: trigger -> started_at, median and p95
-  recorded         idle worker, one run at a time: trigger() called -> the run seen
-                   completed from another connection, --recorded-samples (1,000), median
-                   and p95, with the hops from the run's own timestamps (trigger to
-                   started_at, started_at to finished_at, finished_at to seen)
+  recorded         idle worker, one run at a time, each after --recorded-gap idle:
+                   trigger() called -> the run seen completed from another connection,
+                   --recorded-samples (1,000), median and p95, with the hops from the
+                   run's own timestamps (trigger to started_at, started_at to
+                   finished_at, finished_at to seen)
   rss              the drain worker's peak RSS (VmHWM) in MB
   --protect        off (default) | limits | all: the same drain with never-binding
                    limits (and a budget and a fallback): the protection layer's cost
@@ -397,7 +398,7 @@ def latency(samples: int, concurrency: int) -> dict:
     }
 
 
-def recorded(samples: int, concurrency: int) -> dict:
+def recorded(samples: int, concurrency: int, gap: tuple[float, float] = (0.01, 0.05)) -> dict:
     """trigger() called -> the run seen completed from another connection, with its hops.
 
     The watcher polls every 0.2 ms on a connection of its own (autocommit), so a
@@ -408,6 +409,9 @@ def recorded(samples: int, concurrency: int) -> dict:
     statement, handing the run on, the handler) and finished -> seen (the record
     statement and its commit). A hop ending at ``started_at`` (the claim
     transaction's ``now()``) leaves the claim's own time in the next hop.
+    ``gap`` (seconds, drawn uniformly) is the idle time before each trigger: the
+    peer harness waits 0.2-1.2 s, long enough for every process on the path to
+    sleep, which on a busy machine costs more than the work itself.
     """
     import random
 
@@ -425,7 +429,7 @@ def recorded(samples: int, concurrency: int) -> dict:
             _wait_completed(watcher, warm.pk, 60)
             rnd = random.Random(7)
             for _ in range(samples):
-                time.sleep(rnd.uniform(0.01, 0.05))
+                time.sleep(rnd.uniform(*gap))
                 t0 = time.time()
                 run = trigger("bench-noop", {})
                 started, finished, seen = _wait_completed(watcher, run.pk, 30)
@@ -505,6 +509,11 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=100)
     ap.add_argument("--latency-samples", type=int, default=30)
     ap.add_argument("--recorded-samples", type=int, default=1000)
+    ap.add_argument(
+        "--recorded-gap",
+        default="0.01,0.05",
+        help="recorded: idle seconds before each trigger, MIN,MAX (the peer harness: 0.2,1.2)",
+    )
     ap.add_argument("--batches", type=int, default=200, help="statements: batches per rep")
     ap.add_argument("--prepare", choices=("on", "off", "both"), default="off")
     ap.add_argument(
@@ -559,7 +568,8 @@ def main() -> None:
             if "latency" in phases:
                 raw["latency"].append(latency(args.latency_samples, args.concurrency))
             if "recorded" in phases:
-                raw["recorded"].append(recorded(args.recorded_samples, args.concurrency))
+                gap = tuple(float(s) for s in args.recorded_gap.split(","))
+                raw["recorded"].append(recorded(args.recorded_samples, args.concurrency, gap))
     finally:
         if endpoint_proc:
             endpoint_proc.terminate()
