@@ -23,6 +23,8 @@ Phases (each a median over ``--reps``):
                    its own process on 127.0.0.1): the drain's cost with the outbox, and
                    deliveries/s (first completion to last delivery) and how long the
                    last delivery trails the last completion
+  which bound      drain_http: the endpoint process's CPU per run, and the machine's
+                   busy cores (/proc/stat, every process) over the steady part
   cpu per run      the drain worker's CPU time (user + system) per run, including its
                    start-up (~0.8 s), and steady (first completion to last): steadier
                    than runs/s when other work shares the machine
@@ -218,6 +220,13 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def machine_ticks() -> tuple[int, int]:
+    """Busy and total CPU ticks of the whole machine so far (from /proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def done_count() -> int:
     from django.db import connection
 
@@ -276,6 +285,7 @@ def drain(
     extra: list[str] | None = None,
     payload: dict | None = None,
     webhooks: bool = False,
+    endpoint_pid: int | None = None,
 ) -> dict:
     """Drain N runs of ``job`` with one worker (``extra``: more worker options)."""
     from django.db import connections
@@ -290,6 +300,7 @@ def drain(
     first = None
     first_done = 0
     cpu_first = None
+    endpoint_first = machine_first = None
     try:
         while True:
             d = done_count()
@@ -297,6 +308,8 @@ def drain(
             if d and first is None:
                 first, first_done = t, d
                 cpu_first = cpu_seconds(proc.pid)
+                endpoint_first = cpu_seconds(endpoint_pid) if endpoint_pid else None
+                machine_first = machine_ticks()
             if d >= n:
                 break
             if proc.poll() is not None:
@@ -306,6 +319,8 @@ def drain(
             time.sleep(0.02)
         rss = peak_rss_mb(proc.pid)
         cpu = cpu_seconds(proc.pid)
+        endpoint_cpu = cpu_seconds(endpoint_pid) if endpoint_pid else None
+        machine_last = machine_ticks()
         hooks = _deliveries(n, first, t, t0) if webhooks else {}
     finally:
         stop(proc)
@@ -319,9 +334,23 @@ def drain(
             else None
         ),
         "steady_runs_per_s": (n - first_done) / (t - first) if t > first else None,
+        # Which bound holds: the endpoint's CPU per run, and how many of the machine's
+        # cores were busy (every process, the other work on the box included).
+        "endpoint_steady_cpu_ms_per_run": (
+            (endpoint_cpu - endpoint_first) * 1000 / (n - first_done)
+            if endpoint_cpu is not None and endpoint_first is not None and n > first_done
+            else None
+        ),
+        "machine_busy_cores_steady": _busy_cores(machine_first, machine_last),
         "incl_startup_runs_per_s": n / (t - t0),
         "peak_rss_mb": rss,
     }
+
+
+def _busy_cores(first: tuple[int, int] | None, last: tuple[int, int]) -> float | None:
+    if first is None or last[1] <= first[1]:
+        return None
+    return (last[0] - first[0]) / (last[1] - first[1]) * (os.cpu_count() or 1)
 
 
 def statements(batches: int, batch: int, prepare: bool) -> dict:
@@ -563,7 +592,13 @@ def main() -> None:
                 raw["trigger_one"].append(trigger_one(args.n))
             if "drain_http" in phases:
                 raw["drain_http"].append(
-                    drain("bench-http", args.n, args.concurrency, args.batch_size)
+                    drain(
+                        "bench-http",
+                        args.n,
+                        args.concurrency,
+                        args.batch_size,
+                        endpoint_pid=endpoint_proc.pid if endpoint_proc else None,
+                    )
                 )
             if "latency" in phases:
                 raw["latency"].append(latency(args.latency_samples, args.concurrency))
@@ -603,6 +638,13 @@ def main() -> None:
             out[f"{key}_worker_steady_cpu_ms_per_run"] = summarize(
                 [r.get("worker_steady_cpu_ms_per_run") for r in raw[key]]
             )
+            out[f"{key}_machine_busy_cores_steady"] = summarize(
+                [r.get("machine_busy_cores_steady") for r in raw[key]]
+            )
+            if key == "drain_http":
+                out["drain_http_endpoint_steady_cpu_ms_per_run"] = summarize(
+                    [r.get("endpoint_steady_cpu_ms_per_run") for r in raw[key]]
+                )
             if args.webhook and key == "drain_noop":
                 out["webhook_deliveries_per_s"] = summarize(
                     [r.get("deliveries_per_s") for r in raw[key]]

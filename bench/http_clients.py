@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,6 +226,90 @@ def dispatcher_client(url: str, concurrency: int) -> Opener:
     return opener
 
 
+class _LeanConnection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection that reads Content-Length answers and nothing else."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0 or self.waiter is None:
+            return
+        head = bytes(self.buffer[:end]).split(b"\r\n")
+        length = 0
+        for line in head[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if len(self.buffer) - end - 4 < length:
+            return
+        body = bytes(self.buffer[end + 4 : end + 4 + length])
+        del self.buffer[: end + 4 + length]
+        self.waiter.set_result((int(head[0].split()[1]), body))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(exc or ConnectionError("closed"))
+
+
+def lean_client(url: str, concurrency: int) -> Opener:
+    """A minimal asyncio.Protocol client: what a plain HTTP/1.1 POST costs without aiohttp.
+
+    Not a usable client (no chunked bodies, no timeouts, no TLS, no limits): the floor
+    a leaner client than aiohttp could reach on this machine, with the dispatcher's
+    body, headers and signature built per request.
+    """
+
+    async def opener() -> Any:
+        from django_strait.dispatch.signing import sign
+
+        loop = asyncio.get_running_loop()
+        target = urllib.parse.urlsplit(url)
+        idle: list[_LeanConnection] = []
+        for _ in range(concurrency):
+            _, proto = await loop.create_connection(_LeanConnection, target.hostname, target.port)
+            idle.append(proto)
+        fixed = (
+            f"POST {target.path} HTTP/1.1\r\nHost: {target.netloc}\r\n"
+            "User-Agent: django-strait\r\nContent-Type: application/json\r\n"
+            "Accept-Encoding: identity\r\n"
+        )
+
+        async def one() -> None:
+            body = BODY
+            head = (
+                f"{fixed}Strait-Run-Id: 1\r\nStrait-Attempt: 1\r\nIdempotency-Key: 1\r\n"
+                f"Strait-Signature: {sign('bench', body, int(time.time()))}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            )
+            conn = idle.pop()
+            try:
+                conn.waiter = loop.create_future()
+                assert conn.transport is not None
+                conn.transport.write(head.encode("latin-1") + body)
+                status, _ = await conn.waiter
+            finally:
+                idle.append(conn)
+            if status != 200:
+                raise RuntimeError(f"lean client got HTTP {status}")
+
+        async def close() -> None:
+            for conn in idle:
+                if conn.transport is not None:
+                    conn.transport.close()
+
+        return one, close
+
+    return opener
+
+
 def urllib3_one_connection(url: str) -> Client:
     import urllib3
 
@@ -247,6 +332,7 @@ def open_clients(loop: asyncio.AbstractEventLoop, url: str, only: list[str]) -> 
         openers[f"aiohttp_c{c}"] = lambda c=c: async_client(loop, aiohttp_client(url, c), c)
     openers["httpx_async_c50"] = lambda: async_client(loop, httpx_client(url, 50), 50)
     openers["urllib3_sync_1conn"] = lambda: urllib3_one_connection(url)
+    openers["lean_protocol_c100"] = lambda: async_client(loop, lean_client(url, 100), 100)
     for c in (50, 100):
         openers[f"dispatcher_c{c}"] = lambda c=c: async_client(loop, dispatcher_client(url, c), c)
     unknown = sorted(set(only) - set(openers))

@@ -1,7 +1,7 @@
 """Call an HTTP job's endpoint once and describe the answer as an Outcome (DESIGN §4).
 
 The dispatcher persists nothing: it builds the request (JSON body, Strait headers,
-signature), sends it over one pooled aiohttp session, reads a bounded part of the
+signature), sends it over one connection pool (dispatch/wire.py), reads a bounded part of the
 answer and maps status, ``Strait-Action`` and ``Retry-After`` to an
 :class:`~django_strait.outcome.Outcome`. The endpoint author's side of this
 contract is described in docs/http-jobs.md.
@@ -21,8 +21,8 @@ from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any
 
-import aiohttp
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
+from yarl import URL
 
 from django_strait.dispatch.headers import (
     header_problems,
@@ -37,13 +37,8 @@ from django_strait.dispatch.results import (
     trim,
 )
 from django_strait.dispatch.signing import SIGNATURE_HEADER, sign
-from django_strait.dispatch.ssrf import (
-    AddressGuard,
-    AddressRefused,
-    GuardedResolver,
-    Network,
-    Refusal,
-)
+from django_strait.dispatch.ssrf import AddressGuard, AddressRefused, Network, Refusal
+from django_strait.dispatch.wire import Client, RequestTimeout, Response
 from django_strait.outcome import Action, Outcome, action, failure, success
 
 __all__ = [
@@ -78,6 +73,10 @@ _ERROR_EXCERPT_CHARS = 200
 
 # Built once: json.dumps with options builds a new encoder on every call.
 _COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
+#: The most URLs, header sets and timeouts a dispatcher keeps prepared; it starts over beyond.
+_PREPARED_SIZE = 1024
+_NO_HEADERS: CIMultiDict[str] = CIMultiDict()
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +116,13 @@ def encode_body(req: HttpRequest) -> bytes:
 
 def build_headers(req: HttpRequest, body: bytes, user_agent: str) -> CIMultiDict[str]:
     """Return the request headers: the job's own, then Strait's, which always win."""
+    return _with_run_headers(_base_headers(req.headers, user_agent), req, body)
+
+
+def _base_headers(job_headers: Mapping[str, Any], user_agent: str) -> CIMultiDict[str]:
+    """Return the headers every run of a job sends: User-Agent, the job's own, the framing."""
     headers: CIMultiDict[str] = CIMultiDict({"User-Agent": user_agent})
-    for name, value in req.headers.items():
+    for name, value in job_headers.items():
         if is_reserved_header(name):
             continue
         headers[name] = str(value)
@@ -126,9 +130,16 @@ def build_headers(req: HttpRequest, body: bytes, user_agent: str) -> CIMultiDict
     # The body is read in bounded pieces; a compressed body would make the byte
     # limit mean nothing, so ask for it plain and never decompress.
     headers["Accept-Encoding"] = "identity"
-    headers["Strait-Run-Id"] = str(req.run_id)
+    return headers
+
+
+def _with_run_headers(base: CIMultiDict[str], req: HttpRequest, body: bytes) -> CIMultiDict[str]:
+    """Return ``base`` (not changed) with this attempt's Strait headers and signature added."""
+    headers = base.copy()
+    run_id = str(req.run_id)
+    headers["Strait-Run-Id"] = run_id
     headers["Strait-Attempt"] = str(req.attempt)
-    headers["Idempotency-Key"] = str(req.run_id)
+    headers["Idempotency-Key"] = run_id
     if req.signing_secret:
         headers[SIGNATURE_HEADER] = sign(req.signing_secret, body, int(time.time()))
     return headers
@@ -155,7 +166,7 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
 
 
 class HttpDispatcher:
-    """Send HTTP job attempts over one pooled aiohttp session and describe the answers.
+    """Send HTTP job attempts over one connection pool and describe the answers.
 
     Only public addresses are called, and those in ``allowed_networks`` (the
     worker passes ``STRAIT["ALLOWED_PRIVATE_NETWORKS"]``); see dispatch/ssrf.py.
@@ -177,32 +188,25 @@ class HttpDispatcher:
         self._user_agent = user_agent
         self._limit = limit
         self._guard = AddressGuard(allowed_networks)
-        self._session: aiohttp.ClientSession | None = None
+        self._client: Client | None = None
+        # What every call to one URL, with one job's headers or one timeout, shares:
+        # parsed, checked and built once, not per run.
+        self._urls: dict[str, URL | None] = {}
+        self._headers: dict[tuple[Any, ...], CIMultiDict[str]] = {}
 
     async def start(self) -> None:
         """Open the connection pool; call it inside the event loop that dispatches."""
-        if self._session is not None:
-            return
-        self._session = aiohttp.ClientSession(
+        if self._client is None:
             # Host names resolve through the guard and every socket is checked before it
             # connects, so a name that later resolves to a private address is refused too.
-            connector=aiohttp.TCPConnector(
-                limit=self._limit,
-                resolver=GuardedResolver(self._guard),
-                socket_factory=self._guard.socket,
-            ),
-            # Runs of different jobs must not share cookies through the pool.
-            cookie_jar=aiohttp.DummyCookieJar(),
-            auto_decompress=False,
-            # Proxies from the environment would bypass the SSRF check on the URL.
-            trust_env=False,
-        )
+            # The client keeps no cookies, reads no proxy settings and decompresses nothing.
+            self._client = Client(self._guard, limit=self._limit)
 
     async def close(self) -> None:
         """Close the pool and every connection in it."""
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
 
     async def __aenter__(self) -> HttpDispatcher:
         await self.start()
@@ -254,48 +258,69 @@ class HttpDispatcher:
     async def _exchange(
         self, req: HttpRequest, started: float, prepared: tuple[bytes, CIMultiDict[str]] | None
     ) -> Outcome:
-        if self._session is None:
+        if self._client is None:
             await self.start()
-        assert self._session is not None
-        if not req.url.lower().startswith(("http://", "https://")):
+        assert self._client is not None
+        url = self._url(req.url)
+        if url is None:
             return _invalid_url(req, _elapsed_ms(started))
         # An IP address in the URL never reaches the resolver: check it here.
         refused = self._guard.check_url(req.url)
         if refused is not None:
             return _blocked(req, refused, _elapsed_ms(started))
         # Job.clean checks the same rules; a row written around it fails here, once.
-        problem = unsendable_header(req.headers)
+        problem, base = self._job_headers(req.headers)
         if problem is not None:
             return _invalid_header(req, problem, _elapsed_ms(started))
         if prepared is None:
             body = encode_body(req)
-            headers = build_headers(req, body, self._user_agent)
+            headers = _with_run_headers(base, req, body)
         else:
             body, headers = prepared
-        status: int | None = None
         try:
-            async with self._session.request(
-                req.method,
-                req.url,
-                data=body,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=req.timeout),
-                allow_redirects=False,
-            ) as resp:
-                status = resp.status
-                data = await _read_at_most(resp.content, self._read_limit(status))
-                answer = _Answer(status, resp.headers, resp.charset or "utf-8", data)
-        except TimeoutError:
-            # Before the generic client errors: aiohttp's timeouts subclass both.
-            return _timeout(req, status, _elapsed_ms(started))
-        except aiohttp.InvalidURL:
-            return _invalid_url(req, _elapsed_ms(started))
-        except (aiohttp.ClientError, OSError) as exc:
+            answer = await self._client.send(
+                req.method, url, headers, body, timeout=req.timeout, read_limit=self._read_limit
+            )
+        except RequestTimeout as exc:
+            return _timeout(req, exc.status, _elapsed_ms(started))
+        except OSError as exc:
             refused = _refusal_in(exc)
             if refused is not None:
                 return _blocked(req, refused, _elapsed_ms(started))
+            status = getattr(exc, "status", None)
             return _unreachable(req, exc, status, _elapsed_ms(started))
-        return answer.outcome(req.url, self._max_result_bytes, _elapsed_ms(started))
+        return _Answer(answer).outcome(req.url, self._max_result_bytes, _elapsed_ms(started))
+
+    def _url(self, text: str) -> URL | None:
+        """Return ``text`` parsed, or None if it is not an http(s) URL; parsed once per URL."""
+        try:
+            return self._urls[text]
+        except KeyError:
+            pass
+        url: URL | None = None
+        if text.lower().startswith(("http://", "https://")):
+            try:
+                parsed = URL(text)
+            except (TypeError, ValueError):
+                parsed = None
+            url = parsed if parsed is not None and parsed.raw_host else None
+        _remember(self._urls, text, url)
+        return url
+
+    def _job_headers(self, job_headers: Mapping[str, Any]) -> tuple[str | None, CIMultiDict[str]]:
+        """Return why a job's headers cannot be sent (or None) and what every run of it sends."""
+        key = _headers_key(job_headers)
+        base = self._headers.get(key) if key is not None else None
+        if base is not None:
+            return None, base
+        problem = unsendable_header(job_headers)
+        if problem is not None:
+            # Not kept: only sendable headers are, whose names and values are all text.
+            return problem, _NO_HEADERS
+        base = _base_headers(job_headers, self._user_agent)
+        if key is not None:
+            _remember(self._headers, key, base)
+        return None, base
 
     def _read_limit(self, status: int) -> int:
         # One byte past the limit tells "exactly the limit" from "longer".
@@ -304,16 +329,21 @@ class HttpDispatcher:
         return _FAILURE_READ_BYTES
 
 
-async def _read_at_most(stream: aiohttp.StreamReader, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    remaining = limit
-    while remaining > 0:
-        chunk = await stream.read(remaining)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+def _headers_key(job_headers: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """Return a job's headers as a dictionary key, or None if they cannot be one."""
+    try:
+        key = tuple(job_headers.items())
+        hash(key)
+    except (AttributeError, TypeError):
+        return None  # not a mapping, or a value such as a list: never sendable anyway
+    return key
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    # Bounded without an LRU's bookkeeping: endpoints and jobs are few, so a full cache is rare.
+    if len(cache) >= _PREPARED_SIZE:
+        cache.clear()
+    cache[key] = value
 
 
 def _elapsed_ms(started: float) -> int:
@@ -352,7 +382,7 @@ def _invalid_header(req: HttpRequest, problem: str, duration_ms: int) -> Outcome
 
 
 def _refusal_in(exc: BaseException) -> Refusal | None:
-    """Return the guard's refusal behind a connection error (aiohttp wraps it), if any."""
+    """Return the guard's refusal behind a connection error (the client wraps it), if any."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, AddressRefused):
@@ -388,10 +418,23 @@ def _unreachable(
 class _Answer:
     """What the endpoint answered, read as far as needed."""
 
-    status: int
-    headers: CIMultiDictProxy[str]
-    charset: str
-    body: bytes
+    response: Response
+
+    @property
+    def status(self) -> int:
+        return self.response.status
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self.response.headers
+
+    @property
+    def body(self) -> bytes:
+        return self.response.body
+
+    @property
+    def charset(self) -> str:
+        return self.response.charset or "utf-8"
 
     def outcome(self, url: str, max_result_bytes: int, duration_ms: int) -> Outcome:
         """Map status, Strait-Action and Retry-After to an Outcome."""

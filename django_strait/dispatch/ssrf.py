@@ -7,11 +7,11 @@ worker's own network (a database admin page, a cloud metadata service at
 - before a request, the URL itself: scheme, host, and a host written as an IP
   address in any spelling (:func:`host_address`, the one reader of such hosts, also
   used when a job is saved, so that both checks agree);
-- :class:`GuardedResolver`, aiohttp's resolver for host names: it drops refused
-  addresses from what it returns, and aiohttp connects only to returned addresses,
-  so a name that resolves to a public address now and a private one later (DNS
-  rebinding) is checked on every resolution;
-- :meth:`AddressGuard.socket`, the connector's socket factory: the last check, on
+- :class:`GuardedResolver`, the resolver for host names (aiohttp's, filtered): it
+  drops refused addresses from what it returns, and the client (dispatch/wire.py)
+  connects only to returned addresses, so a name that resolves to a public address
+  now and a private one later (DNS rebinding) is checked on every resolution;
+- :meth:`AddressGuard.socket`, the client's socket factory: the last check, on
   the exact address a socket is about to connect to.
 
 Verdicts are cached per address, so the hot path is a dictionary lookup.

@@ -28,7 +28,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import OuterRef, Subquery
 from django.utils import dateparse, timezone
 
 from django_strait import dag, signals
@@ -81,7 +80,7 @@ def advance(alias: str, run_ids: Iterable[int], now: dt.datetime) -> list[Change
         # Read before the lock: only the caller moves these runs, so their step
         # runs' rows cannot change under it.
         moved: dict[int, list[_Moved]] = {}
-        for row in _sql(alias, _MOVED, [*run_ids], run_ids):
+        for row in _sql(alias, _MOVED, [Ids(run_ids)]):
             moved.setdefault(row[1], []).append(_Moved(*row))
         if not moved:
             return []  # plain runs: one query
@@ -121,10 +120,32 @@ def advance_workflow_runs(alias: str, wr_ids: Iterable[int], now: dt.datetime) -
     return changes
 
 
-def _lock(alias: str, wr_ids: Any) -> list[WorkflowRun]:
-    """Lock workflow runs in id order (their workflow rows stay free for define_workflow)."""
-    runs = WorkflowRun.objects.using(alias).select_for_update(of=("self",))
-    return list(runs.filter(pk__in=wr_ids).select_related("workflow").order_by("pk"))
+def _lock(alias: str, wr_ids: Sequence[int]) -> list[WorkflowRun]:
+    """Lock workflow runs in id order (their workflow rows stay free for define_workflow).
+
+    Raw SQL: it runs once per record batch of steps, and the ORM's select_related
+    query cost more to build than to run. Each run's workflow carries its name and
+    ``updated_at`` (what the DAG reads); any other field loads when read.
+    """
+    connection = connections[alias]
+    sql, params = _statement(connection, _LOCK, [Ids(wr_ids)])
+    if connection.features.has_select_for_update_of:
+        sql += " FOR UPDATE OF wr"
+    runs = list(WorkflowRun.objects.using(alias).raw(sql, params))
+    for wr in runs:
+        wr.workflow = Workflow.from_db(
+            alias,
+            ["id", "name", "updated_at"],
+            [wr.workflow_id, wr.workflow_name, _as_datetime(wr.workflow_updated_at)],
+        )
+    return runs
+
+
+_LOCK = """
+SELECT wr.*, w.name AS workflow_name, w.updated_at AS workflow_updated_at
+FROM {workflowrun} wr JOIN {workflow} w ON w.id = wr.workflow_id
+WHERE wr.id {in} ORDER BY wr.id
+"""
 
 
 def _announce(alias: str, changes: list[Change], now: dt.datetime) -> None:
@@ -134,36 +155,74 @@ def _announce(alias: str, changes: list[Change], now: dt.datetime) -> None:
         transaction.on_commit(lambda: signals.send_workflow_changes(changes), using=alias)
 
 
-def _sql(alias: str, template: str, params: list, listed: Sequence = ()) -> list[tuple]:
-    """Run ``template`` (tables as ``{steprun}``, ``{jobrun}``, ``{job}``; ``{listed}`` as one
-    mark per item of ``listed``); return its rows.
+@dataclass(frozen=True, slots=True)
+class Ids:
+    """Ids for one ``{in}`` of a statement: one array parameter on PostgreSQL, ``IN (%s, ...)`` elsewhere.
+
+    One parameter keeps a batch's statement the same text whatever its size, so
+    psycopg converts it once (its cache skips statements of over 50 parameters,
+    and a 100-id batch spent more time being split than being run).
+    """
+
+    values: Sequence[int]
+
+
+def _sql(alias: str, template: str, params: Sequence) -> list[tuple]:
+    """Run ``template`` (tables as ``{steprun}``, ``{jobrun}``, ``{job}``, ``{step}``,
+    ``{workflow}``, ``{workflowrun}``; each ``{in}`` filled by the next :class:`Ids` of ``params``);
+    return its rows.
 
     The hot statements of a wide DAG, written once for every backend: the ORM
     would build each anew per record batch, which costs more than the statement.
     """
     connection = connections[alias]
     with connection.cursor() as cursor:
-        cursor.execute(_statement(connection, template, listed), params)
+        cursor.execute(*_statement(connection, template, params))
         return cursor.fetchall() if cursor.description else []
 
 
-def _statement(connection: Any, template: str, listed: Sequence) -> str:
-    return template.format(
-        steprun=connection.ops.quote_name(WorkflowStepRun._meta.db_table),
-        jobrun=connection.ops.quote_name(JobRun._meta.db_table),
-        job=connection.ops.quote_name(Job._meta.db_table),
-        step=connection.ops.quote_name(WorkflowStep._meta.db_table),
-        workflow=connection.ops.quote_name(Workflow._meta.db_table),
-        listed=", ".join(["%s"] * len(listed)),
-    )
-
-
-def _update(alias: str, template: str, params: list, listed: Sequence = ()) -> int:
+def _update(alias: str, template: str, params: Sequence) -> int:
     """Run the UPDATE ``template`` as :func:`_sql` does; return how many rows it changed."""
     connection = connections[alias]
     with connection.cursor() as cursor:
-        cursor.execute(_statement(connection, template, listed), params)
+        cursor.execute(*_statement(connection, template, params))
         return cursor.rowcount
+
+
+_ANY = "= ANY(%s::bigint[])"
+#: (vendor, template) -> the template with its tables named (and, on PostgreSQL, its lists).
+_RENDERED: dict[tuple[str, str], str] = {}
+
+
+def _statement(connection: Any, template: str, params: Sequence) -> tuple[str, list]:
+    arrays = connection.vendor == "postgresql"
+    key = (connection.vendor, template)
+    text = _RENDERED.get(key)
+    if text is None:
+        quote = connection.ops.quote_name
+        text = template.format(
+            steprun=quote(WorkflowStepRun._meta.db_table),
+            jobrun=quote(JobRun._meta.db_table),
+            job=quote(Job._meta.db_table),
+            step=quote(WorkflowStep._meta.db_table),
+            workflow=quote(Workflow._meta.db_table),
+            workflowrun=quote(WorkflowRun._meta.db_table),
+            **{"in": _ANY if arrays else "{in}"},
+        )
+        _RENDERED[key] = text
+    flat: list = []
+    lists: list[int] = []
+    for param in params:
+        if not isinstance(param, Ids):
+            flat.append(param)
+        elif arrays:
+            flat.append("{" + ",".join(map(str, map(int, param.values))) + "}")
+        else:
+            flat += param.values
+            lists.append(len(param.values))
+    if lists:
+        text = text.replace("{in}", "{}").format(*(f"IN ({', '.join(['%s'] * n)})" for n in lists))
+    return text, flat
 
 
 # -- the definition, cached --------------------------------------------------------
@@ -239,17 +298,17 @@ class _Moved:
 
 _MOVED = """
 SELECT s.id, s.workflow_run_id, s.step_id, s.status, r.status
-FROM {steprun} s JOIN {jobrun} r ON r.id = s.run_id WHERE s.run_id IN ({listed})
+FROM {steprun} s JOIN {jobrun} r ON r.id = s.run_id WHERE s.run_id {in}
 """
-_SET_STATUS = "UPDATE {steprun} SET status = %s WHERE status = %s AND id IN ({listed})"
+_SET_STATUS = "UPDATE {steprun} SET status = %s WHERE status = %s AND id {in}"
 _WAITING_CHILDREN = """
 SELECT id, step_id, parents_left FROM {steprun}
-WHERE workflow_run_id = %s AND status = %s AND step_id IN ({listed})
+WHERE workflow_run_id = %s AND status = %s AND step_id {in}
 """
 _WAITING = (
     "SELECT id, step_id, parents_left FROM {steprun} WHERE workflow_run_id = %s AND status = %s"
 )
-_SET_LEFT = "UPDATE {steprun} SET parents_left = %s WHERE id IN ({listed})"
+_SET_LEFT = "UPDATE {steprun} SET parents_left = %s WHERE id {in}"
 #: Beyond this many children, read every waiting step of the run rather than list them.
 _LISTED_CHILDREN = 50
 
@@ -284,7 +343,7 @@ def _step_forward(
     if not ended:
         return _set_status(alias, wr, wr.status, now)
     for status, ids in ended.items():
-        if _update(alias, _SET_STATUS, [status, StepRunStatus.STARTED, *ids], ids) < len(ids):
+        if _update(alias, _SET_STATUS, [status, StepRunStatus.STARTED, Ids(ids)]) < len(ids):
             return _advance_one(alias, wr, now)  # a step run was not started after all
     due, still_waiting = _release(alias, wr, graph, ended_steps)
     if due:
@@ -311,7 +370,7 @@ def _release(
     if len(drop) > _LISTED_CHILDREN:
         waiting = _sql(alias, _WAITING, [wr.pk, StepRunStatus.WAITING])
     else:
-        waiting = _sql(alias, _WAITING_CHILDREN, [wr.pk, StepRunStatus.WAITING, *drop], list(drop))
+        waiting = _sql(alias, _WAITING_CHILDREN, [wr.pk, StepRunStatus.WAITING, Ids(list(drop))])
     due: list[tuple[int, int]] = []
     by_left: dict[int, list[int]] = {}
     for pk, step_id, left in waiting:
@@ -323,7 +382,7 @@ def _release(
         else:
             by_left.setdefault(left, []).append(pk)
     for left, ids in by_left.items():
-        _sql(alias, _SET_LEFT, [left, *ids], ids)
+        _sql(alias, _SET_LEFT, [left, Ids(ids)])
     return due, len(waiting) > len(due)
 
 
@@ -453,10 +512,8 @@ def _start(
         )  # fmt: skip
         _insert_runs(alias, job_id, pks, template)
     pks = [pk for pk, _ in starting]
-    mine = JobRun.objects.using(alias).filter(workflow_step_run=OuterRef("pk"))
-    WorkflowStepRun.objects.using(alias).filter(pk__in=pks).update(
-        status=StepRunStatus.STARTED, run=Subquery(mine.values("pk")[:1])
-    )
+    for at in range(0, len(pks), _INSERT_CHUNK):
+        _sql(alias, _STARTED, [StepRunStatus.STARTED, Ids(pks[at : at + _INSERT_CHUNK])])
     if signals.listened(signals.run_enqueued):
         created = JobRun.objects.using(alias).filter(workflow_step_run__in=pks)
         by_job: dict[str, list[JobRun]] = {}
@@ -466,8 +523,20 @@ def _start(
             signals.send_enqueued(job, runs, using=alias)
 
 
-#: Rows per INSERT ... SELECT (SQLite's bound-variable limit is far above it).
+#: Rows per INSERT ... SELECT or UPDATE (SQLite's bound-variable limit is far above it).
 _INSERT_CHUNK = 1000
+#: Started step runs point at their new runs (one index probe each, by
+#: ``strait_run_workflow_step``; the newest, just inserted, should an older run point
+#: there too). Raw: the ORM's version bound one parameter per
+#: step run, which psycopg quoted one by one for a 10,000-wide fan-out.
+_STARTED = """
+UPDATE {steprun} SET status = %s,
+run_id = (
+    SELECT r.id FROM {jobrun} r WHERE r.workflow_step_run_id = {steprun}.id
+    ORDER BY r.id DESC LIMIT 1
+)
+WHERE id {in}
+"""
 
 
 def _insert_runs(alias: str, job_id: int, step_run_ids: list[int], template: JobRun) -> None:
@@ -477,11 +546,11 @@ def _insert_runs(alias: str, job_id: int, step_run_ids: list[int], template: Job
     insert = (
         f"INSERT INTO {{jobrun}} (job_id, priority, queue, workflow_step_run_id, {quoted}) "
         f"SELECT j.id, j.priority, j.queue, s.id, {', '.join(['%s'] * len(constant))} "
-        "FROM {job} j, {steprun} s WHERE j.id = %s AND s.id IN ({listed})"
+        "FROM {job} j, {steprun} s WHERE j.id = %s AND s.id {in}"
     )
     for at in range(0, len(step_run_ids), _INSERT_CHUNK):
         chunk = step_run_ids[at : at + _INSERT_CHUNK]
-        _sql(alias, insert, [*constant.values(), job_id, *chunk], chunk)
+        _sql(alias, insert, [*constant.values(), job_id, Ids(chunk)])
 
 
 def _set_status(
@@ -585,7 +654,7 @@ def members(
     their workflows' ``updated_at`` (which says whether the cached definition, see
     :func:`_graph`, still holds), then the parents' results.
     """
-    rows = _sql(alias, _MEMBERS, [*step_run_ids], step_run_ids)
+    rows = _sql(alias, _MEMBERS, [Ids(step_run_ids)])
     if not rows:
         return {}
     steps_of: dict[tuple[int, Any], set[int]] = {}
@@ -599,9 +668,7 @@ def members(
     runs = list({wr for _, wr, _, _, _ in rows})
     wanted = list({p for _, _, s, w, _ in rows for p in graphs[w][s].parents})
     if wanted:
-        listed = [*runs, *wanted]
-        sql = _PARENT_RESULTS.replace("{wanted}", ", ".join(["%s"] * len(wanted)))
-        for wr, step_id, result in _sql(alias, sql, listed, runs):
+        for wr, step_id, result in _sql(alias, _PARENT_RESULTS, [Ids(runs), Ids(wanted)]):
             results[(wr, step_id)] = json_column(result)
     out = {}
     for pk, wr, step_id, workflow_id, _ in rows:
@@ -617,22 +684,28 @@ def members(
     return out
 
 
+#: ``updated_at`` as text: it is the same for every row of a batch, and one timestamp
+#: parsed per workflow costs less than one per step run.
 _MEMBERS = """
-SELECT sr.id, sr.workflow_run_id, sr.step_id, w.id, w.updated_at
-FROM {steprun} sr JOIN {step} s ON s.id = sr.step_id JOIN {workflow} w ON w.id = s.workflow_id
-WHERE sr.id IN ({listed})
+SELECT sr.id, sr.workflow_run_id, sr.step_id, w.id, CAST(w.updated_at AS TEXT)
+FROM {steprun} sr JOIN {workflowrun} wr ON wr.id = sr.workflow_run_id
+JOIN {workflow} w ON w.id = wr.workflow_id
+WHERE sr.id {in}
 """
 _PARENT_RESULTS = """
 SELECT sr.workflow_run_id, sr.step_id, r.result
 FROM {steprun} sr JOIN {jobrun} r ON r.id = sr.run_id
-WHERE sr.workflow_run_id IN ({listed}) AND sr.step_id IN ({wanted})
+WHERE sr.workflow_run_id {in} AND sr.step_id {in}
 """
 
 
 def _as_datetime(value: dt.datetime | str) -> dt.datetime:
-    """A timestamp read by raw SQL, as the ORM gives it: SQLite answers naive UTC text."""
+    """A timestamp read by raw SQL as text, as the ORM gives it: aware in UTC with
+    ``USE_TZ`` (SQLite's text is naive UTC), naive in the connection's zone without."""
     if isinstance(value, str):
         value = dateparse.parse_datetime(value)
-        if settings.USE_TZ and timezone.is_naive(value):
+        if not settings.USE_TZ:
+            return value.replace(tzinfo=None)  # PostgreSQL wrote it in the connection's zone
+        if timezone.is_naive(value):
             value = timezone.make_aware(value, dt.UTC)
     return value

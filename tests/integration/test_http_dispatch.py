@@ -217,6 +217,58 @@ def test_dispatch__reuses_the_connection_and_keeps_no_cookies():
     assert "Cookie" not in second.headers
 
 
+def test_dispatch__one_dispatcher_sends_each_attempt_its_own_headers():
+    """Headers built once per job must not carry one run's or one job's values into the next."""
+    job_headers = {"X-Tenant": "acme"}
+
+    async def scenario() -> list[Received]:
+        async with (
+            serve(answer(200)) as server,
+            HttpDispatcher(allowed_networks=LOOPBACK) as dispatcher,
+        ):
+            url = server.url + "/hook"
+            await dispatcher.dispatch(request_to(url, run_id=1, headers=job_headers))
+            await dispatcher.dispatch(request_to(url, run_id=2, attempt=3, signing_secret="s"))
+            job_headers["X-Tenant"] = "globex"  # the job was edited between two runs
+            await dispatcher.dispatch(request_to(url, run_id=3, headers=job_headers))
+            return server.received
+
+    first, second, third = asyncio.run(scenario())
+    assert first.headers.getall("X-Tenant") == ["acme"]
+    assert "Strait-Signature" not in first.headers
+    assert "X-Tenant" not in second.headers
+    assert second.headers.getall("Strait-Run-Id") == ["2"]
+    assert second.headers.getall("Strait-Attempt") == ["3"]
+    assert verify("s", second.body, second.headers["Strait-Signature"])
+    assert third.headers.getall("X-Tenant") == ["globex"]
+    assert third.headers.getall("Idempotency-Key") == ["3"]
+    assert "Strait-Signature" not in third.headers
+
+
+def test_dispatch__unsendable_headers_are_refused_on_every_attempt():
+    async def scenario() -> tuple[list[Outcome], Server]:
+        async with (
+            serve(answer(200)) as server,
+            HttpDispatcher(allowed_networks=LOOPBACK) as dispatcher,
+        ):
+            url = server.url + "/hook"
+            outcomes = [
+                await dispatcher.dispatch(request_to(url, headers={"X-Count": 1})),
+                await dispatcher.dispatch(request_to(url, headers={"X-Count": "1"})),
+                await dispatcher.dispatch(request_to(url, headers={"X-Count": True})),
+                await dispatcher.dispatch(request_to(url, headers={"X-List": ["a"]})),
+            ]
+            return outcomes, server
+
+    (as_number, as_text, as_bool, as_list), server = asyncio.run(scenario())
+    assert as_text.kind is Kind.SUCCEEDED
+    assert [o.error_type for o in (as_number, as_bool, as_list)] == ["http.invalid_header"] * 3
+    assert "the value is a number" in as_number.error
+    assert "the value is true or false" in as_bool.error
+    assert "the value is a list" in as_list.error
+    assert [got.headers["X-Count"] for got in server.received] == ["1"]
+
+
 def test_dispatch__starts_the_session_when_not_started():
     async def scenario() -> Outcome:
         async with serve(answer(200, '{"ok": true}')) as server:
@@ -512,7 +564,9 @@ def test_dispatch__connection_refused__is_retryable_connect_error():
     assert outcome.error_type == "http.connect"
     assert outcome.attempt_outcome == "failed"
     assert outcome.endpoint == url
-    assert outcome.error.startswith(f"Could not complete the call to {url}: ClientConnectorError")
+    assert outcome.error.startswith(
+        f"Could not complete the call to {url}: ConnectError: Cannot connect to host 127.0.0.1:{port}"
+    )
 
 
 def test_dispatch__server_hangs_up_mid_body__is_connect_error():

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from django_strait import cancel_workflow_run, define_workflow, signals, trigger_workflow
 from django_strait.duties.reaper import Reaper
-from django_strait.models import Job, JobRun, RunAttempt, WorkflowRun, WorkflowStep
+from django_strait.models import Job, JobRun, RunAttempt, Workflow, WorkflowRun, WorkflowStep
 from django_strait.transitions import cancel, discard, replay, replay_many
 from django_strait.workflows import WorkflowError
 from tests.conftest import Reply
@@ -367,3 +367,23 @@ def test_migration__counts_parents_left_for_runs_under_way():
 
     left = dict(wr.step_runs.values_list("step__name", "parents_left"))
     assert left == {"a": 0, "b": 0, "c": 0, "d": 2}
+
+
+@pytest.mark.parametrize("use_tz", [True, False])
+def test_members__read_the_definitions_time_as_the_orm_does(settings, use_tz):
+    """The claim reads a workflow's updated_at as text; it must equal the ORM's value,
+    or every batch would miss the cached definition and read all its steps again."""
+    from django.db import connection
+
+    from django_strait.storage import workflows as storage
+
+    settings.USE_TZ, settings.TIME_ZONE = use_tz, "America/New_York"
+    define_workflow("timed", steps=DIAMOND)
+    workflow = Workflow.objects.get(name="timed")
+    (text,) = storage._sql(
+        connection.alias,
+        "SELECT CAST(updated_at AS TEXT) FROM {workflow} WHERE id {in}",
+        [storage.Ids([workflow.pk])],
+    )[0]
+
+    assert storage._as_datetime(text) == workflow.updated_at
