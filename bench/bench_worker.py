@@ -5,10 +5,17 @@
 
 Phases (each a median over ``--reps``):
   bulk_trigger     trigger_many() of N runs (one INSERT per 5,000): runs/s
+  trigger_one      N trigger() calls one at a time, in autocommit and inside one
+                   transaction.atomic(): runs/s, and this process's CPU ms per call
   drain_noop       N no-op Python runs queued, ONE worker process spawned: runs/s
                    (steady: first to last completion; incl_startup: spawn to last)
   drain_http       N HTTP runs against a fast endpoint in its own process on 127.0.0.1
   latency          idle worker, one run at a time: trigger -> started_at, median and p95
+  recorded         idle worker, one run at a time, each after --recorded-gap idle:
+                   trigger() called -> the run seen completed from another connection,
+                   --recorded-samples (1,000), median and p95, with the hops from the
+                   run's own timestamps (trigger to started_at, started_at to
+                   finished_at, finished_at to seen)
   rss              the drain worker's peak RSS (VmHWM) in MB
   --protect        off (default) | limits | all: the same drain with never-binding
                    limits (and a budget and a fallback): the protection layer's cost
@@ -35,6 +42,7 @@ The database is ``DATABASE_URL`` (default: PostgreSQL database ``strait_bench`` 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -236,6 +244,31 @@ def bulk_trigger(n: int) -> float:
     return n / (time.perf_counter() - t)
 
 
+def trigger_one(n: int) -> dict:
+    """N trigger() calls one by one, each committed alone, then N inside one transaction."""
+    from django.db import transaction
+
+    from django_strait import trigger
+
+    out = {}
+    for mode in ("autocommit", "atomic"):
+        clear()
+        trigger("bench-noop", {})  # the job row synced, the connection open
+        cpu, t = time.process_time(), time.perf_counter()
+        with transaction.atomic() if mode == "atomic" else _nothing():
+            for i in range(n):
+                trigger("bench-noop", {"i": i})
+        wall = time.perf_counter() - t
+        out[f"{mode}_runs_per_s"] = n / wall
+        out[f"{mode}_cpu_ms_per_call"] = (time.process_time() - cpu) * 1000 / n
+    return out
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield
+
+
 def delivered_count() -> int:
     from django.db import connection
 
@@ -394,6 +427,80 @@ def latency(samples: int, concurrency: int) -> dict:
     }
 
 
+def recorded(samples: int, concurrency: int, gap: tuple[float, float] = (0.01, 0.05)) -> dict:
+    """trigger() called -> the run seen completed from another connection, with its hops.
+
+    The watcher polls every 0.2 ms on a connection of its own (autocommit), so a
+    sample is what a client that asks sees, commit and all. Wall-clock times
+    (``time.time()``) beside the row's ``started_at`` and ``finished_at`` split
+    each sample: trigger -> started (the trigger's commit, NOTIFY, the claim
+    loop's wake-up, the claim's transaction), started -> finished (the start
+    statement, handing the run on, the handler) and finished -> seen (the record
+    statement and its commit). A hop ending at ``started_at`` (the claim
+    transaction's ``now()``) leaves the claim's own time in the next hop.
+    ``gap`` (seconds, drawn uniformly) is the idle time before each trigger: the
+    peer harness waits 0.2-1.2 s, long enough for every process on the path to
+    sleep, which on a busy machine costs more than the work itself.
+    """
+    import random
+
+    import psycopg
+
+    from django_strait import trigger
+
+    clear()
+    proc = spawn_worker(concurrency, 100)
+    rows: list[tuple[float, float, float, float]] = []
+    params = _psycopg_params()
+    try:
+        with psycopg.connect(**params, autocommit=True) as watcher:
+            warm = trigger("bench-noop", {})
+            _wait_completed(watcher, warm.pk, 60)
+            rnd = random.Random(7)
+            for _ in range(samples):
+                time.sleep(rnd.uniform(*gap))
+                t0 = time.time()
+                run = trigger("bench-noop", {})
+                started, finished, seen = _wait_completed(watcher, run.pk, 30)
+                rows.append((t0, started, finished, seen))
+    finally:
+        stop(proc)
+    total = sorted((seen - t0) * 1000 for t0, _, _, seen in rows)
+    hops = {
+        "trigger_to_started_ms": [(s - t0) * 1000 for t0, s, _, _ in rows],
+        "started_to_finished_ms": [(f - s) * 1000 for _, s, f, _ in rows],
+        "finished_to_seen_ms": [(seen - f) * 1000 for _, _, f, seen in rows],
+    }
+    return {
+        "median_ms": statistics.median(total),
+        "p95_ms": total[int(len(total) * 0.95) - 1],
+        "samples": len(total),
+        **{name: statistics.median(values) for name, values in hops.items()},
+    }
+
+
+def _psycopg_params() -> dict:
+    from django.db import connection
+
+    return connection.get_connection_params()
+
+
+def _wait_completed(watcher, pk: int, timeout: float) -> tuple[float, float, float]:
+    """Poll until run ``pk`` is completed; its started_at, finished_at and when it was seen."""
+    deadline = time.perf_counter() + timeout
+    sql = (
+        "SELECT extract(epoch FROM started_at), extract(epoch FROM finished_at) "
+        "FROM django_strait_jobrun WHERE id = %s AND status = 'completed'"
+    )
+    while True:
+        row = watcher.execute(sql, [pk], prepare=True).fetchone()
+        if row is not None:
+            return float(row[0]), float(row[1]), time.time()
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"run {pk} not completed within {timeout}s")
+        time.sleep(0.0002)
+
+
 def _wait_started(pk: int, timeout: float) -> None:
     from django_strait.models import JobRun
 
@@ -430,9 +537,17 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=100)
     ap.add_argument("--batch-size", type=int, default=100)
     ap.add_argument("--latency-samples", type=int, default=30)
+    ap.add_argument("--recorded-samples", type=int, default=1000)
+    ap.add_argument(
+        "--recorded-gap",
+        default="0.01,0.05",
+        help="recorded: idle seconds before each trigger, MIN,MAX (the peer harness: 0.2,1.2)",
+    )
     ap.add_argument("--batches", type=int, default=200, help="statements: batches per rep")
     ap.add_argument("--prepare", choices=("on", "off", "both"), default="off")
-    ap.add_argument("--only", default="bulk_trigger,drain_noop,drain_http,latency")
+    ap.add_argument(
+        "--only", default="bulk_trigger,trigger_one,drain_noop,drain_http,latency,recorded"
+    )
     ap.add_argument("--db", default=os.environ.get("DATABASE_URL", DEFAULT_DB))
     ap.add_argument(
         "--protect",
@@ -473,6 +588,8 @@ def main() -> None:
                 )
                 drains[mode].append(result)
                 raw["drain_noop"].append(result)
+            if "trigger_one" in phases:
+                raw["trigger_one"].append(trigger_one(args.n))
             if "drain_http" in phases:
                 raw["drain_http"].append(
                     drain(
@@ -485,6 +602,9 @@ def main() -> None:
                 )
             if "latency" in phases:
                 raw["latency"].append(latency(args.latency_samples, args.concurrency))
+            if "recorded" in phases:
+                gap = tuple(float(s) for s in args.recorded_gap.split(","))
+                raw["recorded"].append(recorded(args.recorded_samples, args.concurrency, gap))
     finally:
         if endpoint_proc:
             endpoint_proc.terminate()
@@ -550,6 +670,13 @@ def main() -> None:
     if raw.get("latency"):
         out["latency_median_ms"] = summarize([r["median_ms"] for r in raw["latency"]])
         out["latency_p95_ms"] = summarize([r["p95_ms"] for r in raw["latency"]])
+    if raw.get("trigger_one"):
+        for key in raw["trigger_one"][0]:
+            out[f"trigger_one_{key}"] = summarize([r[key] for r in raw["trigger_one"]])
+    if raw.get("recorded"):
+        for key in ("median_ms", "p95_ms", "trigger_to_started_ms", "started_to_finished_ms",
+                    "finished_to_seen_ms"):  # fmt: skip
+            out[f"recorded_{key}"] = summarize([r[key] for r in raw["recorded"]])
     print(json.dumps(out, indent=2))
 
 

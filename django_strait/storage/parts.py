@@ -49,6 +49,10 @@ class RecordPart(Protocol):
     #: Its CTE in queries.sql is ``record.<name>``.
     name: str
 
+    def wanted(self, batch: RecordBatch) -> bool:
+        """Whether ``batch`` gives it anything to write (else PostgreSQL leaves its CTE out)."""
+        ...
+
     def params(self, batch: RecordBatch) -> dict[str, Any]:
         """Return the named parameters of its CTE for ``batch`` (PostgreSQL)."""
         ...
@@ -62,6 +66,9 @@ class Rollup:
     """Per-minute counts of finished attempts by job and the status they left the run in."""
 
     name = "rollup"
+
+    def wanted(self, batch: RecordBatch) -> bool:
+        return True
 
     def params(self, batch: RecordBatch) -> dict[str, Any]:
         return {}  # it reads the record's own v and u
@@ -95,6 +102,9 @@ class Health:
     """Each endpoint's EWMAs moved by the batch's sample (``resilience.health.fold``)."""
 
     name = "health"
+
+    def wanted(self, batch: RecordBatch) -> bool:
+        return bool(batch.health)
 
     def params(self, batch: RecordBatch) -> dict[str, Any]:
         samples = batch.health
@@ -144,6 +154,9 @@ class Ledger:
 
     name = "ledger"
 
+    def wanted(self, batch: RecordBatch) -> bool:
+        return bool(batch.spends)
+
     def params(self, batch: RecordBatch) -> dict[str, Any]:
         totals = budgets.by_ledger(batch.spends)
         return {
@@ -190,6 +203,10 @@ class Webhooks:
     """
 
     name = "webhooks"
+
+    def wanted(self, batch: RecordBatch) -> bool:
+        # Whether a job wants webhooks is read in the statement, from the job rows.
+        return True
 
     def params(self, batch: RecordBatch) -> dict[str, Any]:
         return {"webhook_status": list(EVENT_FOR_STATUS), "webhook_event": EVENTS}

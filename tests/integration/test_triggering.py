@@ -31,6 +31,24 @@ def test_trigger__queues_a_run_with_the_jobs_defaults():
     assert run.available_at <= timezone.now()
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"queue": "emails", "priority": -3, "delay": "1m", "idempotency_key": "k-1"}],
+    ids=["job defaults", "options"],
+)
+def test_trigger__returns_the_run_as_it_was_stored(options):
+    # On PostgreSQL the run is built from the INSERT's constants and what it returned
+    # (once the @job's row is synced: the first trigger in a process takes the ORM's way).
+    trigger("test-noop", {})
+    run = trigger("test-noop", {"a": [1, "x"]}, **options)
+
+    stored = JobRun.objects.get(pk=run.pk)
+    for field in JobRun._meta.concrete_fields:
+        assert getattr(run, field.attname) == getattr(stored, field.attname), field.name
+    assert run.idempotency_hit is False
+    assert run._state.adding is False and run._state.db == "default"
+
+
 def test_trigger__options_land_on_the_run():
     run = trigger(
         "test-noop",

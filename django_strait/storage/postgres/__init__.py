@@ -129,9 +129,12 @@ class PostgresStorage(OrmStorage):
         if not batch.records:
             return Recorded()
         params = _record_columns(batch)
-        for part in self.parts:
+        # A part with nothing to write is left out: planning the statement is much of
+        # its time, for a batch of one run more than half (docs/benchmarks.md).
+        parts = [part for part in self.parts if part.wanted(batch)]
+        for part in parts:
             params.update(part.params(batch))
-        sql = queries.record(tuple(part.name for part in self.parts))
+        sql = queries.record(tuple(part.name for part in parts))
         following = [part for part in FOLLOWING_PARTS if part.wanted(batch)]
         ended = 0
         if not following:

@@ -6,8 +6,8 @@ queries.sql: their constant columns come from :func:`columns.prepared`.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +20,8 @@ from django_strait.storage import columns
 
 #: Columns trigger() sets itself (or reads from the job row) in insert_by_name.
 _BY_NAME = ("payload", "idempotency_key", "job", "queue", "priority", "available_at")
+#: What insert_by_name's INSERT returns: what the job row decided, and the id.
+_RETURNED = ("id", "job", "queue", "priority")
 
 
 def insert_by_name(
@@ -38,23 +40,89 @@ def insert_by_name(
     Returns None when nothing was inserted (no such job, or the key is taken): the
     caller then takes the ORM's way, which says which.
     """
-    template = JobRun(available_at=available_at, created_at=timezone.now())
-    constant = columns.prepared(template, alias, _BY_NAME)
-    params = [text, key, queue, priority, available_at, *constant.values(), name]
+    born = _born(alias)
+    columns, fresh = born.columns(alias, timezone.now())
+    params = [text, key, queue, priority, available_at, *columns, name]
     with server_bound_cursor(connections[alias]) as cursor:
-        cursor.execute(_by_name_sql(tuple(constant), bool(key)), params)
+        cursor.execute(_by_name_sql(tuple(born.constant), tuple(born.fresh), bool(key)), params)
         row = cursor.fetchone()
     if row is None:
         return None
-    run = JobRun.from_db(alias, None, _decoded(row))
-    run.payload = payload
-    run.idempotency_hit = False
-    return run
+    return born.run(alias, row, fresh, payload=payload, idempotency_key=key,
+                    available_at=available_at)  # fmt: skip
+
+
+class _Born:
+    """A run's columns at birth, prepared once per database: trigger() one by one is hot.
+
+    ``constant`` holds the prepared value of each column that is the same for every
+    run (its field's default); ``fresh`` names the columns given a new value per run
+    (a callable default such as ``timezone.now``, or ``auto_now``), prepared per call.
+    """
+
+    def __init__(self, alias: str) -> None:
+        connection = connections[alias]
+        fields = [
+            f for f in JobRun._meta.concrete_fields if f.name not in _BY_NAME and not f.primary_key
+        ]
+        self._fresh = [f for f in fields if _fresh(f)]
+        self.constant = {
+            f.column: f.get_db_prep_save(f.get_default(), connection)
+            for f in fields
+            if f not in self._fresh
+        }
+        self.fresh = [f.column for f in self._fresh]
+        concrete = JobRun._meta.concrete_fields
+        # A new run's Python values in field order (Model.from_db's positional form).
+        self._values = [None if f.primary_key else f.get_default() for f in concrete]
+        self._at = {f.attname: i for i, f in enumerate(concrete)}
+        self._returned = [self._at[JobRun._meta.get_field(name).attname] for name in _RETURNED]
+
+    def columns(self, alias: str, now: dt.datetime) -> tuple[list[Any], list[Any]]:
+        """The prepared values of the constant columns then the fresh ones; the fresh values."""
+        fresh = [now if _is_clock(f) else f.get_default() for f in self._fresh]
+        connection = connections[alias]
+        prepared = [
+            f.get_db_prep_save(v, connection) for f, v in zip(self._fresh, fresh, strict=True)
+        ]
+        return [*self.constant.values(), *prepared], fresh
+
+    def run(self, alias: str, returned: tuple, fresh: list[Any], **values: Any) -> JobRun:
+        """The run as the INSERT made it: defaults, ``values``, the fresh values and what it returned."""
+        row = list(self._values)
+        for f, value in zip(self._fresh, fresh, strict=True):
+            row[self._at[f.attname]] = value
+        for at, value in zip(self._returned, returned, strict=True):
+            row[at] = value
+        for name, value in values.items():
+            row[self._at[name]] = value
+        run = JobRun.from_db(alias, None, row)
+        run.idempotency_hit = False
+        return run
+
+
+def _fresh(field: Any) -> bool:
+    """Whether each run takes a value of its own for ``field`` (else its default is a constant)."""
+    return _is_clock(field) or (field.has_default() and callable(field.default))
+
+
+def _is_clock(field: Any) -> bool:
+    return (
+        getattr(field, "auto_now", False)
+        or getattr(field, "auto_now_add", False)
+        or field.default is timezone.now
+    )
 
 
 @functools.cache
-def _by_name_sql(columns: tuple[str, ...], keyed: bool) -> str:
-    returning = ", ".join(f"r.{f.column}" for f in JobRun._meta.concrete_fields)
+def _born(alias: str) -> _Born:
+    return _Born(alias)
+
+
+@functools.cache
+def _by_name_sql(constant: tuple[str, ...], fresh: tuple[str, ...], keyed: bool) -> str:
+    columns = (*constant, *fresh)
+    returning = ", ".join(f"r.{JobRun._meta.get_field(name).column}" for name in _RETURNED)
     return (
         f"INSERT INTO {JobRun._meta.db_table} AS r "
         f"(payload, idempotency_key, job_id, queue, priority, available_at, {', '.join(columns)}) "
@@ -62,16 +130,6 @@ def _by_name_sql(columns: tuple[str, ...], keyed: bool) -> str:
         f"{', '.join(['%s'] * len(columns))} FROM {Job._meta.db_table} j WHERE j.name = %s "
         f"{'ON CONFLICT DO NOTHING ' if keyed else ''}RETURNING {returning}"
     )
-
-
-def _decoded(row: tuple) -> list:
-    # Server-side binding returns jsonb already decoded; from_db expects JSONField text.
-    values = list(row)
-    for i, f in enumerate(JobRun._meta.concrete_fields):
-        if f.get_internal_type() == "JSONField" and values[i] is not None:
-            if not isinstance(values[i], str):
-                values[i] = json.dumps(values[i])
-    return values
 
 
 def insert_many(
