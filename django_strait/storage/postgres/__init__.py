@@ -100,8 +100,9 @@ class PostgresStorage(OrmStorage):
         )
         # Prepared where PREPARE_STATEMENTS is on (off by default): planning it was a
         # quarter of its time, but beside a held snapshot its generic plan walked dead
-        # entries for minutes at a time (docs/operations.md, "Vacuum and the claim"). Start and record are not: their generic plans
-        # went by the status index and halved a drain (docs/operations.md, "Poolers").
+        # entries for minutes at a time (docs/operations.md, "Vacuum and the claim").
+        # Start and record are not: their generic plans went by the status index and
+        # halved a drain (docs/operations.md, "Poolers").
         rows = self._execute(queries.claim(variant), params, prepare=True)
         if floors:
             floors.learn([(row[-2], (row[-1], row[0])) for row in rows], limit, now)

@@ -41,8 +41,8 @@ def insert_by_name(
     caller then takes the ORM's way, which says which.
     """
     born = _born(alias)
-    columns, fresh = born.columns(alias, timezone.now())
-    params = [text, key, queue, priority, available_at, *columns, name]
+    values, fresh = born.columns(alias, timezone.now())
+    params = [text, key, queue, priority, available_at, *values, name]
     with server_bound_cursor(connections[alias]) as cursor:
         cursor.execute(_by_name_sql(tuple(born.constant), tuple(born.fresh), bool(key)), params)
         row = cursor.fetchone()
@@ -61,16 +61,12 @@ class _Born:
     """
 
     def __init__(self, alias: str) -> None:
-        connection = connections[alias]
         fields = [
             f for f in JobRun._meta.concrete_fields if f.name not in _BY_NAME and not f.primary_key
         ]
         self._fresh = [f for f in fields if _fresh(f)]
-        self.constant = {
-            f.column: f.get_db_prep_save(f.get_default(), connection)
-            for f in fields
-            if f not in self._fresh
-        }
+        leave_out = (*_BY_NAME, *(f.name for f in self._fresh))
+        self.constant = columns.prepared(JobRun(), alias, leave_out)
         self.fresh = [f.column for f in self._fresh]
         concrete = JobRun._meta.concrete_fields
         # A new run's Python values in field order (Model.from_db's positional form).
