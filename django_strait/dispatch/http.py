@@ -289,7 +289,7 @@ class HttpDispatcher:
                 return _blocked(req, refused, _elapsed_ms(started))
             status = getattr(exc, "status", None)
             return _unreachable(req, exc, status, _elapsed_ms(started))
-        return _Answer(answer).outcome(req.url, self._max_result_bytes, _elapsed_ms(started))
+        return _Answer.of(answer).outcome(req.url, self._max_result_bytes, _elapsed_ms(started))
 
     def _url(self, text: str) -> URL | None:
         """Return ``text`` parsed, or None if it is not an http(s) URL; parsed once per URL."""
@@ -418,23 +418,15 @@ def _unreachable(
 class _Answer:
     """What the endpoint answered, read as far as needed."""
 
-    response: Response
+    status: int
+    headers: Mapping[str, str]
+    charset: str
+    body: bytes
 
-    @property
-    def status(self) -> int:
-        return self.response.status
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        return self.response.headers
-
-    @property
-    def body(self) -> bytes:
-        return self.response.body
-
-    @property
-    def charset(self) -> str:
-        return self.response.charset or "utf-8"
+    @classmethod
+    def of(cls, response: Response) -> _Answer:
+        # The charset read from Content-Type once, not at each excerpt of the body.
+        return cls(response.status, response.headers, response.charset or "utf-8", response.body)
 
     def outcome(self, url: str, max_result_bytes: int, duration_ms: int) -> Outcome:
         """Map status, Strait-Action and Retry-After to an Outcome."""
