@@ -157,10 +157,28 @@ def _alias(*, optional: bool) -> Callable[[Any, str], str | None]:
     return check
 
 
-def _boolean(value: Any, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise PolicyError(field, value, "True or False")
-    return value
+#: The worker's statements that PREPARE_STATEMENTS may name.
+PREPARABLE = ("claim", "start", "record")
+
+
+def _statements(value: Any, field: str) -> tuple[str, ...]:
+    """True (all of PREPARABLE), False (none), or a list of their names."""
+    if isinstance(value, bool):
+        return PREPARABLE if value else ()
+    allowed = f"True, False or a list of statement names out of {', '.join(PREPARABLE)}"
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+        raise PolicyError(field, value, allowed)
+    for i, name in enumerate(value):
+        if name not in PREPARABLE:
+            raise PolicyError(f"{field}[{i}]", name, " or ".join(repr(n) for n in PREPARABLE))
+    return tuple(n for n in PREPARABLE if n in value)
+
+
+def _statements_text(text: str, field: str) -> Any:
+    """``true``/``false`` as for a boolean, else names: ``start,record`` or ``["start"]``."""
+    if text.strip().lower() in _TRUE_TEXT + _FALSE_TEXT:
+        return _bool_text(text, field)
+    return _list_text(text, field)
 
 
 def _user_agent(value: Any, field: str) -> str:
@@ -186,13 +204,6 @@ def _ojs_content_type(value: Any, field: str) -> str:
 
 
 # Environment text -> a Python value for the key's check.
-
-
-def _bool_text(text: str, field: str) -> bool:
-    words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-    if text.strip().lower() not in words:
-        raise PolicyError(field, text, "true or false (also 1/0, yes/no)")
-    return words[text.strip().lower()]
 
 
 def _text(text: str, field: str) -> str:
@@ -308,8 +319,9 @@ KEYS: dict[str, Key] = {
         # Wake-ups by LISTEN/NOTIFY (False: poll only), and on which connection.
         Key("LISTEN", True, _boolean, _bool_text),
         Key("LISTEN_DATABASE", None, _alias(optional=True), _alias_text),
-        # Prepare the worker's hot statements on connections that reach PostgreSQL directly.
-        Key("PREPARE_STATEMENTS", False, _boolean, _bool_text),
+        # Which of the worker's hot statements it prepares, on connections that reach
+        # PostgreSQL directly (docs/settings.md, "Prepared statements").
+        Key("PREPARE_STATEMENTS", ("start", "record"), _statements, _statements_text),
         Key("DATABASE", "default", _alias(optional=False), _alias_text),
         Key("HTTP_USER_AGENT", f"django-strait/{__version__}", _user_agent, _text),
         Key("TRIGGER_MAX_PAYLOAD_BYTES", 1_000_000, _integer(1), _int_text),
@@ -477,7 +489,7 @@ class StraitSettings:
     HEALTH_EWMA_ALPHA: float
     LISTEN: bool
     LISTEN_DATABASE: str | None
-    PREPARE_STATEMENTS: bool
+    PREPARE_STATEMENTS: tuple[str, ...]
     DATABASE: str
     HTTP_USER_AGENT: str
     TRIGGER_MAX_PAYLOAD_BYTES: int

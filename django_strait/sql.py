@@ -14,6 +14,16 @@ EXPLICIT_ONLY = 2**31 - 1
 #: Per psycopg connection: whether it reaches PostgreSQL directly (asked once per session).
 _direct: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
+#: Seconds a worker's connection keeps its prepared statements' plans: then they are
+#: dropped and planned anew. A generic plan made while the runs table was nearly empty
+#: (a sequential scan) is otherwise kept until something invalidates it, however many
+#: runs come; with autovacuum off that can be long.
+PLAN_LIFETIME = 10.0
+
+#: The psycopg connections of a worker's claim and record threads that reach PostgreSQL
+#: directly, and when their prepared plans were last dropped (``time.monotonic()``).
+_worker_plans: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
 
 @contextlib.contextmanager
 def server_bound_cursor(connection: Any) -> Iterator[Any]:
@@ -30,6 +40,31 @@ def server_bound_cursor(connection: Any) -> Iterator[Any]:
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         yield cursor
+
+
+def keep_plans(connection: Any, now: float) -> None:
+    """Let a worker's database thread prepare its hot statements on ``connection`` (Django's).
+
+    Called by the worker before each of its claim and record calls. Only a direct
+    connection (:func:`may_prepare`) is let, and every :data:`PLAN_LIFETIME` seconds
+    its prepared statements are deallocated (psycopg forgets them too), so that
+    their plans follow the runs table as it grows and shrinks.
+    """
+    if not may_prepare(connection):
+        return
+    pg = connection.connection
+    since = _worker_plans.get(pg)
+    if since is not None and now - since >= PLAN_LIFETIME:
+        with connection.wrap_database_errors:
+            pg.execute("DEALLOCATE ALL")
+        since = None
+    if since is None:
+        _worker_plans[pg] = now
+
+
+def prepares(connection: Any) -> bool:
+    """Whether ``connection`` (Django's) is a worker's, let prepare by :func:`keep_plans`."""
+    return connection.connection is not None and connection.connection in _worker_plans
 
 
 def may_prepare(connection: Any) -> bool:

@@ -26,6 +26,7 @@ import asyncio
 import logging
 import os
 import random
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -43,6 +44,7 @@ from django_strait.models import AttemptOutcome, Execution, Job
 from django_strait.outcome import Outcome
 from django_strait.resilience import health as endpoint_health
 from django_strait.resilience.breaker import Attempted, CircuitBreaker
+from django_strait.sql import keep_plans
 from django_strait.states import TERMINAL, RunStatus
 from django_strait.storage import Claimed, Record, RecordBatch, Recorded, backend
 from django_strait.storage.floors import ClaimFloors
@@ -269,16 +271,22 @@ class Worker:
     ) -> T:
         return await self._loop.run_in_executor(pool, _guarded, self.alias, fn, args, kw)
 
+    async def _hot(
+        self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any, **kw: Any
+    ) -> T:
+        """Call on the claim or record thread, whose connection prepares the hot statements."""
+        return await self._loop.run_in_executor(pool, _hot, self.alias, fn, args, kw)
+
     async def _duty(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         return await self._call(self._duty_db, fn, *args, **kw)
 
     async def _record(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        return await self._call(self._record_db, fn, *args, **kw)
+        return await self._hot(self._record_db, fn, *args, **kw)
 
     # -- claiming -----------------------------------------------------------------------
 
     async def _claim(self, limit: int, isolate: bool) -> list[Claimed]:
-        runs = await self._call(self._claim_db, self._claim_and_start, limit, isolate)
+        runs = await self._hot(self._claim_db, self._claim_and_start, limit, isolate)
         self.stats.claimed += len(runs)
         logger.debug("claimed and started %s runs (asked for %s%s)", len(runs), limit,
                      ", job by job" if isolate else "")  # fmt: skip
@@ -531,6 +539,17 @@ def _has_process_jobs(using: str, queues: tuple[str, ...]) -> bool:
     starts with the worker)."""
     jobs = Job.objects.using(using).filter(execution=Execution.PROCESS, enabled=True)
     return (jobs.filter(queue__in=queues) if queues else jobs).exists()
+
+
+def _hot(using: str, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
+    """:func:`_guarded`, on a connection let prepare the worker's hot statements."""
+    if strait_settings.PREPARE_STATEMENTS and connections[using].vendor == "postgresql":
+        try:
+            keep_plans(connections[using], time.monotonic())
+        except Exception:
+            connections[using].close_if_unusable_or_obsolete()
+            raise
+    return _guarded(using, fn, args, kwargs)
 
 
 def _guarded(using: str, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:

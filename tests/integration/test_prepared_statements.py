@@ -1,11 +1,14 @@
-"""The worker's claim is prepared on a direct PostgreSQL connection, and only there."""
+"""The worker's hot statements are prepared on its direct PostgreSQL connections, and only there."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
+from django_strait import sql
 from django_strait.models import JobRun
 from django_strait.states import Transition
 from django_strait.storage import PostgresStorage, Record, RecordBatch
@@ -44,19 +47,59 @@ def prepared() -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def test_claim__is_prepared_on_a_direct_connection_and_nothing_else_is(fresh_connection, settings):
-    settings.STRAIT = {**settings.STRAIT, "PREPARE_STATEMENTS": True}
+def as_a_worker(now: float | None = None) -> None:
+    """What the worker does on its claim and record threads before each call."""
+    sql.keep_plans(connection, time.monotonic() if now is None else now)
+
+
+def test_start_and_record__are_prepared_on_a_workers_direct_connection_by_default(
+    fresh_connection,
+):
+    as_a_worker()
     claim_start_and_record()
 
-    # Start and record stay unprepared (their generic plans were slower), and so do
-    # Django's own queries, as Django wants them.
+    # The claim stays unprepared by default (its generic plan walked dead entries
+    # beside a held snapshot), and so do Django's own queries, as Django wants them.
+    statements = prepared()
+    assert len(statements) == 2
+    assert any("'executing'" in s and "RETURNING id, attempt, started_at" in s for s in statements)
+    assert any("django_strait_runattempt" in s for s in statements)
+
+
+def test_the_named_statements__are_the_ones_prepared(fresh_connection, settings):
+    settings.STRAIT = {**settings.STRAIT, "PREPARE_STATEMENTS": ["claim"]}
+    as_a_worker()
+    claim_start_and_record()
+
     [statement] = prepared()
     assert "FOR UPDATE SKIP LOCKED" in statement
 
 
-def test_claim__is_not_prepared_when_the_setting_is_off(fresh_connection, settings):
+def test_nothing__is_prepared_when_the_setting_is_off(fresh_connection, settings):
     settings.STRAIT = {**settings.STRAIT, "PREPARE_STATEMENTS": False}
+    as_a_worker()
 
     claim_start_and_record()
 
     assert prepared() == []
+
+
+def test_nothing__is_prepared_on_a_connection_that_is_not_a_workers(fresh_connection):
+    # A web process records too (the OJS binding): its connections keep no plans.
+    claim_start_and_record()
+
+    assert prepared() == []
+
+
+def test_a_workers_plans__are_dropped_after_their_lifetime_and_made_again(fresh_connection):
+    as_a_worker(now=1000.0)
+    claim_start_and_record()
+    assert len(prepared()) == 2
+
+    as_a_worker(now=1000.0 + sql.PLAN_LIFETIME - 1)
+    assert len(prepared()) == 2
+    as_a_worker(now=1000.0 + sql.PLAN_LIFETIME)
+    assert prepared() == []
+
+    claim_start_and_record()  # psycopg forgot them too: prepared again, not refused
+    assert len(prepared()) == 2

@@ -2,11 +2,12 @@
 
 Claim, start, hold, record, limits and budgets are single statements from
 ``queries.sql`` (``FOR UPDATE SKIP LOCKED`` for the claim; data-modifying CTEs
-for the hold and the record), sent through server-bound cursors. The claim is
-prepared once per connection where that connection reaches PostgreSQL directly
-and ``STRAIT["PREPARE_STATEMENTS"]`` is on (off by default: under a held snapshot
-its generic plan walked dead entries for minutes); the others are not, as measured
-(docs/operations.md, "Poolers"). Everything else is the ORM's (``OrmStorage``).
+for the hold and the record), sent through server-bound cursors. On a worker's
+connections that reach PostgreSQL directly, the statements named in
+``STRAIT["PREPARE_STATEMENTS"]`` are prepared (start and record by default; the
+claim's generic plan walked dead entries for minutes under a held snapshot), their
+plans dropped every ``sql.PLAN_LIFETIME`` (docs/settings.md, "Prepared statements").
+Everything else is the ORM's (``OrmStorage``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from django_strait.conf import strait_settings
 from django_strait.models import JobRun
 from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import concurrency_share
-from django_strait.sql import may_prepare, server_bound_cursor
+from django_strait.sql import prepares, server_bound_cursor
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.orm import OrmStorage
 from django_strait.storage.orm.claims import claimed
@@ -50,10 +51,12 @@ class PostgresStorage(OrmStorage):
     pages_by_primary_key = True
     row_estimates = True
 
-    def _execute(self, sql: str, params: dict[str, Any], *, prepare: bool = False) -> list[tuple]:
-        """Run one statement; ``prepare``: prepared once per connection, where that is allowed."""
+    def _execute(self, sql: str, params: dict[str, Any], *, name: str = "") -> list[tuple]:
+        """Run one statement; prepared once per connection where ``name`` is one of
+        ``PREPARE_STATEMENTS`` and the connection is a worker's that reaches PostgreSQL
+        directly (``sql.keep_plans``)."""
         connection = connections[self.alias]
-        prepare = prepare and strait_settings.PREPARE_STATEMENTS and may_prepare(connection)
+        prepare = name in strait_settings.PREPARE_STATEMENTS and prepares(connection)
         with server_bound_cursor(connection) as cursor:
             # None, not False: psycopg's own prepare_threshold, if a project set one, still applies.
             cursor.execute(sql, params, prepare=prepare or None)
@@ -98,18 +101,15 @@ class PostgresStorage(OrmStorage):
             after_at=[s.after_at for s in segments],
             after_id=[s.after_id for s in segments],
         )
-        # Prepared where PREPARE_STATEMENTS is on (off by default): planning it was a
-        # quarter of its time, but beside a held snapshot its generic plan walked dead
+        # Not prepared by default: beside a held snapshot its generic plan walked dead
         # entries for minutes at a time (docs/operations.md, "Vacuum and the claim").
-        # Start and record are not: their generic plans went by the status index and
-        # halved a drain (docs/operations.md, "Poolers").
-        rows = self._execute(queries.claim(variant), params, prepare=True)
+        rows = self._execute(queries.claim(variant), params, name="claim")
         if floors:
             floors.learn([(row[-2], (row[-1], row[0])) for row in rows], limit, now)
         return [claimed(*row[:-2]) for row in rows]
 
     def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:
-        return self._execute(queries.get("start"), {"ids": ids, "worker": worker_id})
+        return self._execute(queries.get("start"), {"ids": ids, "worker": worker_id}, name="start")
 
     def hold(self, worker_id: str, holds: Sequence[Hold], *, now: dt.datetime) -> None:
         if not holds:
@@ -139,10 +139,10 @@ class PostgresStorage(OrmStorage):
         following = [part for part in FOLLOWING_PARTS if part.wanted(batch)]
         ended = 0
         if not following:
-            moved = dict(self._execute(sql, params))  # the hot path: one statement
+            moved = dict(self._execute(sql, params, name="record"))  # the hot path
         else:
             with transaction.atomic(using=self.alias):
-                moved = dict(self._execute(sql, params))
+                moved = dict(self._execute(sql, params, name="record"))
                 for part in following:
                     ended += part.apply(batch, moved, self.alias) or 0
         done = recorded(self.alias, batch, moved)
