@@ -29,11 +29,13 @@ Phases (each a median over ``--reps``):
                    start-up (~0.8 s), and steady (first completion to last): steadier
                    than runs/s when other work shares the machine
   statements       the worker's claim (claim + start) and record of --batch-size runs,
-                   timed in this process on one fresh connection, --batches times,
-                   with the claim prepared and not (STRAIT["PREPARE_STATEMENTS"]),
-                   the order alternating between reps: median ms per call of each
-  --prepare        on | off (default, as the setting) | both: the drain workers' PREPARE_STATEMENTS;
-                   both alternates the drains, on first in odd reps
+                   timed in this process on one fresh connection let prepare as a
+                   worker's is, --batches times, with claim, start and record prepared
+                   and with nothing prepared (STRAIT["PREPARE_STATEMENTS"] True and
+                   False), the order alternating between reps: median ms per call of each
+  --prepare        setting (default: STRAIT["PREPARE_STATEMENTS"] as configured) | on (True:
+                   claim, start and record) | off (False: nothing) | both (on and off,
+                   alternating, on first in odd reps): the drain workers' PREPARE_STATEMENTS
 
 The database is ``DATABASE_URL`` (default: PostgreSQL database ``strait_bench`` on
 127.0.0.1, created if missing). Traffic goes to 127.0.0.1 only.
@@ -361,6 +363,7 @@ def statements(batches: int, batch: int, prepare: bool) -> dict:
     from django.utils import timezone
 
     from django_strait import trigger_many
+    from django_strait.sql import keep_plans
     from django_strait.states import Transition
     from django_strait.storage import Record, RecordBatch, backend
     from django_strait.transitions import claim_and_start
@@ -371,6 +374,7 @@ def statements(batches: int, batch: int, prepare: bool) -> dict:
     storage = backend()
     claims, records = [], []
     with override_settings(STRAIT={**settings.STRAIT, "PREPARE_STATEMENTS": prepare}):
+        keep_plans(connection, time.monotonic())  # as the worker's claim and record threads do
         for _ in range(batches):
             t = time.perf_counter()
             runs = claim_and_start("bench", limit=batch, storage=storage)
@@ -544,7 +548,7 @@ def main() -> None:
         help="recorded: idle seconds before each trigger, MIN,MAX (the peer harness: 0.2,1.2)",
     )
     ap.add_argument("--batches", type=int, default=200, help="statements: batches per rep")
-    ap.add_argument("--prepare", choices=("on", "off", "both"), default="off")
+    ap.add_argument("--prepare", choices=("setting", "on", "off", "both"), default="setting")
     ap.add_argument(
         "--only", default="bulk_trigger,trigger_one,drain_noop,drain_http,latency,recorded"
     )
@@ -569,7 +573,7 @@ def main() -> None:
     make_jobs(url, args.protect, webhook=url if args.webhook else "")
     raw: dict[str, list] = {p: [] for p in phases}
     prepared: dict[str, list] = {"on": [], "off": []}
-    drains: dict[str, list] = {"on": [], "off": []}
+    drains: dict[str, list] = {"on": [], "off": [], "setting": []}
     try:
         for rep in range(args.reps):
             # Alternate which goes first, so neither always runs on a warmer machine.
@@ -582,7 +586,8 @@ def main() -> None:
             for mode in order if args.prepare == "both" else (args.prepare,):
                 if "drain_noop" not in phases:
                     break
-                os.environ["STRAIT_PREPARE_STATEMENTS"] = "true" if mode == "on" else "false"
+                if mode != "setting":
+                    os.environ["STRAIT_PREPARE_STATEMENTS"] = "true" if mode == "on" else "false"
                 result = drain(
                     "bench-noop", args.n, args.concurrency, args.batch_size, webhooks=args.webhook
                 )
