@@ -195,12 +195,18 @@ def _p95(values: list[float]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--system", choices=SYSTEMS, default="strait")
+    ap.add_argument(
+        "--system", choices=SYSTEMS, default="strait", help="procrastinate: in the peer venv"
+    )
     ap.add_argument("--rate", type=float, default=300)
     ap.add_argument("--minutes", type=int, default=12)
     ap.add_argument("--hold", default="2-10", help="minutes a-b: the snapshot held from a to b")
     ap.add_argument("--concurrency", type=int, default=10)
-    ap.add_argument("--db", help="default: strait_bench_history(_procrastinate) on 127.0.0.1")
+    ap.add_argument(
+        "--db",
+        help="default: DATABASE_URL or strait_bench_history on 127.0.0.1; "
+        "procrastinate: strait_bench_history_procrastinate",
+    )
     args = ap.parse_args()
     system = SYSTEMS[args.system]
     db = args.db or system.db
