@@ -59,9 +59,9 @@ DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/strait_bench"
 SETTINGS = "bench.settings"
 
 
-def setup_django(db_url: str) -> None:
+def setup_django(db_url: str, settings: str = SETTINGS) -> None:
     os.environ["DATABASE_URL"] = db_url
-    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
+    os.environ["DJANGO_SETTINGS_MODULE"] = settings
     sys.path.insert(0, str(ROOT))
     if db_url.startswith("postgres"):
         create_pg_database(db_url)
