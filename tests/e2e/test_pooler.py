@@ -194,7 +194,7 @@ def test_listen_through_the_pooler__logs_one_error_and_polls(
 
 
 def test_through_pooler__tells_a_pooled_session_from_a_direct_one(pgbouncer):
-    # How the worker knows not to prepare its claim, and that a LISTEN will not hold.
+    # How the worker knows not to prepare its statements, and that a LISTEN will not hold.
     import psycopg
 
     from django_strait.sql import through_pooler

@@ -4,7 +4,7 @@ procrastinate's habit: SQL lives in one file a reviewer reads whole, each
 statement under ``-- name: <name>``. The record is composed here from its core
 and its parts (``record.<part>``), and the claim comes in three variants of its
 queue filter; both are done once, at load, so every statement's text is constant
-(which lets the worker prepare its claim once per connection: see ``sql.may_prepare``).
+(which lets the worker prepare its statements once per connection: see ``sql.keep_plans``).
 """
 
 from __future__ import annotations
