@@ -2,12 +2,14 @@
 """The plans of the claim, start and record under a held horizon, with their buffers.
 
     python bench/explain_claim.py [--queued 30000] [--done 20000] [--priorities 0]
-                                  [--no-hold] [--db URL]
+                                  [--no-hold] [--analyze] [--db URL]
 
 Queues ``--queued`` no-op runs (spread over ``--priorities``, e.g. ``0,5``), opens
 another connection holding a REPEATABLE READ snapshot (unless ``--no-hold``), then
 claims, starts and records ``--done`` of them ten at a time through the storage
-backend as a worker does (with its claim floors where this version has them). Then,
+backend as a worker does (with its claim floors where this version has them); with
+``--analyze``, then runs ``VACUUM (ANALYZE)`` on the runs table from a third connection,
+as the leader's vacuum duty does, while the snapshot is still held. Then,
 in a transaction rolled back at the end, it runs the claim, the start and the
 record once more under ``EXPLAIN (ANALYZE, BUFFERS)`` and prints each plan, and a
 JSON line of each statement's time and shared buffers. Runs the same against an
@@ -40,7 +42,7 @@ def explaining_backend(alias: str, plans: dict[str, str], name: str):
     from django_strait.storage import PostgresStorage
 
     class Explaining(PostgresStorage):
-        def _execute(self, sql, params):
+        def _execute(self, sql, params, **options):
             with server_bound_cursor(connections[self.alias]) as cursor:
                 cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params)
                 plans[name] = "\n".join(row[0] for row in cursor.fetchall())
@@ -117,6 +119,14 @@ def explain_all(storage, floors) -> dict[str, str]:
     return plans
 
 
+def vacuum_analyze(db_url: str) -> None:
+    """``VACUUM (ANALYZE)`` the runs table on a connection of its own, as the leader does."""
+    import psycopg
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(os.environ.get("EXPLAIN_VACUUM", "VACUUM (ANALYZE)") + " django_strait_jobrun")
+
+
 def figures(plan: str) -> dict:
     """Execution time and the top node's shared buffers (hit + read) of a plan."""
     ms = re.search(r"Execution Time: ([\d.]+) ms", plan)
@@ -133,6 +143,7 @@ def main() -> None:
     ap.add_argument("--done", type=int, default=20_000)
     ap.add_argument("--priorities", default="0")
     ap.add_argument("--no-hold", action="store_true")
+    ap.add_argument("--analyze", action="store_true", help="VACUUM (ANALYZE) before explaining")
     ap.add_argument("--db", default=os.environ.get("DATABASE_URL", DEFAULT_DB))
     args = ap.parse_args()
     setup_django(args.db)
@@ -157,6 +168,8 @@ def main() -> None:
         t = time.perf_counter()
         work(storage, args.done, floors)
         worked = time.perf_counter() - t
+        if args.analyze:
+            vacuum_analyze(args.db)
         plans = explain_all(storage, floors)
     finally:
         if held is not None:
@@ -167,6 +180,7 @@ def main() -> None:
         json.dumps(
             {
                 "held": held is not None,
+                "analyzed": args.analyze,
                 "runs_done_per_s": args.done / worked,
                 **{name: figures(plan) for name, plan in plans.items()},
             }

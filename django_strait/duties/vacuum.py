@@ -1,4 +1,4 @@
-"""The vacuum duty: VACUUM (ANALYZE) the runs table when its dead rows pass a threshold.
+"""The vacuum duty: VACUUM the runs table when its dead rows pass a threshold.
 
 Every claim, start and record leaves a dead version of a run behind. Autovacuum
 removes them where it is on and keeps up; where it is off or behind (a server
@@ -10,8 +10,10 @@ vacuum that could not remove them is not repeated for them; and while
 vacuums remove less than half of what they find (a snapshot held open), each
 waits for twice as many new dead rows as the one before, up to
 ``MAX_BACKOFF`` times ``dead_rows``: such a vacuum reads every page changed
-since the snapshot and frees nothing. On databases that need no vacuum (the
-storage backend says so) the duty does nothing.
+since the snapshot and frees nothing. It does not ANALYZE: fresh statistics
+that saw few queued runs turned the claim to a plan that walks dead entries
+(docs/operations.md, "Vacuum and the claim"). On databases that need no vacuum
+(the storage backend says so) the duty does nothing.
 """
 
 from __future__ import annotations
