@@ -543,13 +543,13 @@ def _has_process_jobs(using: str, queues: tuple[str, ...]) -> bool:
 
 def _hot(using: str, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
     """:func:`_guarded`, on a connection let prepare the worker's hot statements."""
-    if strait_settings.PREPARE_STATEMENTS and connections[using].vendor == "postgresql":
-        try:
+
+    def call(*args: Any, **kwargs: Any) -> T:
+        if strait_settings.PREPARE_STATEMENTS and connections[using].vendor == "postgresql":
             keep_plans(connections[using], time.monotonic())
-        except Exception:
-            connections[using].close_if_unusable_or_obsolete()
-            raise
-    return _guarded(using, fn, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return _guarded(using, call, args, kwargs)
 
 
 def _guarded(using: str, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
