@@ -74,11 +74,14 @@ class Storage(Protocol):
         limit: int,
         now: dt.datetime,
         floors: ClaimFloors | None = None,
+        start: bool = False,
     ) -> list[Claimed]:
         """Move up to ``limit`` due queued runs to dequeued for ``worker_id``, in claim order.
 
         ``floors`` (the worker's) let a backend start its index scans where its last
         claims left off, and learn from this one; a backend may ignore them.
+        ``start``: a backend may begin the runs' attempts in the claim itself (runs
+        come back ``begun``: executing in the database); one that cannot ignores it.
         """
 
     # External workers' runs (OJS, DESIGN §15).
@@ -91,10 +94,18 @@ class Storage(Protocol):
         """Set executing external runs' deadlines (the reaper's); return the runs that moved."""
 
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
-        """Move claimed runs to executing, spending an attempt; return those that moved."""
+        """Move claimed runs to executing, spending an attempt; return those that moved.
 
-    def hold(self, worker_id: str, holds: Sequence[Hold], *, now: dt.datetime) -> None:
-        """Put claimed runs back to queued until their ``available_at``, spending no attempt."""
+        Runs the claim began (``begun``) are only counted: no statement.
+        """
+
+    def hold(
+        self, worker_id: str, holds: Sequence[Hold], *, now: dt.datetime, begun: bool = False
+    ) -> None:
+        """Put claimed runs back to queued until their ``available_at``, spending no attempt.
+
+        ``begun``: the claim began their attempts; they get them back.
+        """
 
     def waiting(self, *, queues: Sequence[str], now: dt.datetime) -> list[Waiting]:
         """Group the queued runs of ``queues`` that a claim at ``now`` cannot take, by why."""

@@ -52,6 +52,10 @@ class Claimed:
     step: tuple[int, int] | None = None
     #: A process run's memory preset for this attempt (set after the claim; "" for threads).
     preset: str = ""
+    #: The claim began this attempt in the database (``claim(start=True)``): executing,
+    #: its attempt spent, ``started_at`` set. ``attempt`` stays the count before it
+    #: until ``start`` counts it; a hold gives it back (``hold(begun=True)``).
+    begun: bool = False
 
     @property
     def budget_used(self) -> int:

@@ -46,7 +46,9 @@ def claim_and_start(
     checks limits, circuits and budgets there, so its decisions see the same
     transaction) and returns the runs that may not start yet: they go back to
     queued with their ``available_at``, spending no attempt. If anything fails,
-    all of it rolls back: no run is left claimed but unstarted.
+    all of it rolls back: no run is left claimed but unstarted. Where the backend can,
+    the claim begins the attempts itself (a statement fewer, a row version fewer per
+    run); the runs the gate holds then get their attempts back.
 
     ``isolate`` (after a claim failed) gates and starts each job's runs in a
     savepoint of its own, so that one bad job's runs are held and the rest start.
@@ -58,7 +60,11 @@ def claim_and_start(
     try:
         with storage.claim_transaction():
             now = timezone.now()
-            claimed = storage.claim(worker_id, queues=queues, limit=limit, now=now, floors=floors)
+            # Job by job (a claim failed), starting apart: a row that makes the start
+            # raise (an attempt count at its bound) then fails only its job's savepoint.
+            claimed = storage.claim(
+                worker_id, queues=queues, limit=limit, now=now, floors=floors, start=not isolate
+            )
             if not claimed:
                 return []
             start = _gate_and_start_by_job if isolate else _gate_and_start
@@ -78,7 +84,7 @@ def _gate_and_start(
 ) -> list[Claimed]:
     holds = gate(claimed, now) if gate is not None else ()
     if holds:
-        storage.hold(worker_id, holds, now=now)
+        storage.hold(worker_id, holds, now=now, begun=claimed[0].begun)
         held = {h.run_id for h in holds}
         claimed = [run for run in claimed if run.id not in held]
     return storage.start(worker_id, claimed, now=now)
@@ -98,6 +104,7 @@ def _gate_and_start_by_job(
         by_job.setdefault(run.job_id, []).append(run)
     started: list[Claimed] = []
     for job_id, runs in by_job.items():
+        begun = runs[0].begun  # read first: a start rolled back has counted them already
         try:
             with storage.atomic():
                 started += _gate_and_start(storage, worker_id, runs, gate, now)
@@ -111,7 +118,7 @@ def _gate_and_start_by_job(
             reason = f"claiming this run failed inside the worker: {type(exc).__name__}: {exc}"
             until = now + CLAIM_FAILED_WAIT
             held = [Hold(r.id, until, CLAIM_FAILED_ERROR, reason[:4000]) for r in runs]
-            storage.hold(worker_id, held, now=now)
+            storage.hold(worker_id, held, now=now, begun=begun)
     return started
 
 

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def fail_and_requeue(storage, run_id: int, attempt: int, worker: str = "w1") -> None:
     now = timezone.now()
-    job_id = JobRun.objects.values_list("job_id", flat=True).get(pk=run_id)
-    rec = Record(run_id, attempt, Transition.RETRY, now, now, 2, "failed", available_at=now,
+    job_id, began = JobRun.objects.values_list("job_id", "started_at").get(pk=run_id)
+    # The attempt began when the run says, as the worker's records say (outcomes.to_record).
+    rec = Record(run_id, attempt, Transition.RETRY, began or now, now, 2, "failed", available_at=now,
                  error_type="http.503", error="down", job_id=job_id)  # fmt: skip
     assert storage.record(RecordBatch(worker, [rec])).moved == {run_id: "queued"}
 
@@ -141,3 +142,40 @@ def test_rescue__counts_the_lost_attempt(storage, status, lost):
     assert (row.status, row.attempt, row.error_type) == ("queued", lost, "worker.lost")
     attempt = RunAttempt.objects.get(run=run)
     assert (attempt.number, attempt.outcome) == (lost, "system_failed")
+
+
+def hold_every_run(claimed, now):
+    return [Hold(c.id, now, "test.held", "held by the gate") for c in claimed]
+
+
+def test_claim_and_start__a_run_the_gate_holds_keeps_its_attempt_and_last_start(storage):
+    run, fresh = make_run(), make_run()
+    start(storage, limit=1)
+    fail_and_requeue(storage, run.pk, 1)
+    [last] = RunAttempt.objects.filter(run=run)
+
+    assert start(storage, gate=hold_every_run) == []
+
+    rows = {r.pk: r for r in JobRun.objects.filter(pk__in=[run.pk, fresh.pk])}
+    assert (rows[run.pk].status, rows[run.pk].attempt) == ("queued", 1)
+    assert rows[run.pk].started_at == last.started_at
+    assert (rows[fresh.pk].status, rows[fresh.pk].attempt, rows[fresh.pk].started_at) == (
+        "queued", 0, None,
+    )  # fmt: skip
+    periods = dict(RunHold.objects.values_list("run_id", "after_attempt"))
+    assert periods == {run.pk: 1, fresh.pk: 0}
+
+
+def test_claim_and_start__the_runs_the_gate_lets_through_start_with_one_attempt_each(storage):
+    job = make_job()
+    held, kept = make_run(job), make_run(job)
+
+    def gate(claimed, now):
+        return hold_every_run([c for c in claimed if c.id == held.pk], now)
+
+    [started] = start(storage, gate=gate)
+
+    row = JobRun.objects.get(pk=kept.pk)
+    assert (started.id, started.attempt, started.started_at) == (kept.pk, 1, row.started_at)
+    assert (row.status, row.attempt) == ("executing", 1)
+    assert JobRun.objects.get(pk=held.pk).attempt == 0

@@ -256,3 +256,29 @@ def test_claim_with_floors__a_claim_that_rolled_back_leaves_its_runs_to_the_next
     again = claim_and_start("w1", limit=10, storage=storage, floors=floors)
 
     assert [r.id for r in again] == [r.pk for r in runs]
+
+
+def test_claim_that_starts__writes_one_row_version_per_run_and_commits_without_a_flush(storage):
+    needs_postgres("pg_stat_xact_user_tables and synchronous_commit")
+    if not isinstance(storage, PostgresStorage):
+        pytest.skip("the ORM backend's claim never starts runs")
+    job = make_job()
+    for _ in range(5):
+        make_run(job)
+
+    with storage.claim_transaction():
+        runs = storage.claim("w1", queues=(), limit=10, now=timezone.now(), start=True)
+        started = storage.start("w1", runs, now=timezone.now())
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = %s",
+                [JobRun._meta.db_table],
+            )
+            [(updates,)] = cursor.fetchall()
+            cursor.execute("SHOW synchronous_commit")
+            [(commit_mode,)] = cursor.fetchall()
+
+    # Claimed and started in one UPDATE (two before: dequeued, then executing).
+    assert (len(started), updates, commit_mode) == (5, 5, "off")
+    assert set(JobRun.objects.values_list("status", "attempt")) == {("executing", 1)}
+    assert [r.attempt for r in started] == [1] * 5

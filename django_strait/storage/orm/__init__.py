@@ -77,10 +77,12 @@ class OrmStorage:
         limit: int,
         now: dt.datetime,
         floors: ClaimFloors | None = None,
+        start: bool = False,
     ) -> list[Claimed]:
         """Move up to ``limit`` due queued runs to dequeued, in claim order; call in a transaction.
 
-        ``floors`` are not used: see docs/operations.md, "Vacuum and the claim".
+        ``floors`` are not used: see docs/operations.md, "Vacuum and the claim". Nor is
+        ``start``: the ORM's claim takes two statements already, its start a third.
         """
         return claims.claim(self.alias, worker_id, queues, limit, now) if limit > 0 else []
 
@@ -98,13 +100,18 @@ class OrmStorage:
         """Move claimed runs to executing, spending an attempt; return those that moved."""
         if not runs:
             return []
-        moved = {
-            rid: (attempt, at)
-            for rid, attempt, at in self._start(worker_id, [r.id for r in runs], now)
-        }
+        unbegun = [r.id for r in runs if not r.begun]
+        moved = (
+            {rid: (attempt, at) for rid, attempt, at in self._start(worker_id, unbegun, now)}
+            if unbegun
+            else {}
+        )
         started = []
         for run in runs:  # in claim order, whatever order the database answered in
-            if run.id in moved:
+            if run.begun:
+                run.attempt += 1
+                started.append(run)
+            elif run.id in moved:
                 run.attempt, run.started_at = moved[run.id]
                 started.append(run)
         steps = {run.step_run_id: run for run in started if run.step_run_id}
@@ -116,8 +123,12 @@ class OrmStorage:
     def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:
         return claims.start(self.alias, worker_id, ids, now)
 
-    def hold(self, worker_id: str, holds: Sequence[Hold], *, now: dt.datetime) -> None:
+    def hold(
+        self, worker_id: str, holds: Sequence[Hold], *, now: dt.datetime, begun: bool = False
+    ) -> None:
         """Put claimed runs back to queued until their ``available_at``, spending no attempt."""
+        if begun:  # this backend's claim never begins an attempt
+            raise ValueError("hold(begun=True): runs claimed here are never begun")
         if holds:
             claims.hold(self.alias, worker_id, holds, now)
 

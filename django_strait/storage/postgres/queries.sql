@@ -16,6 +16,14 @@
 -- ranges stops, and locks no more rows, once %(limit)s are found. One range from the
 -- bottom of every priority is the whole index: the claim without floors.
 -- External-worker jobs' runs (OJS, DESIGN §15) are left out like a paused job's.
+-- With %(begin)s, the runs' attempts begin here (executing, attempt + 1, started_at):
+-- the start statement's work without its round trip, and one row version per run
+-- fewer. The gate runs after it in the same transaction; a run it holds gets its
+-- attempt back (hold, with expected = 'executing'). attempt comes back as it was
+-- before the claim, which is what the gate counts. The transaction's commit does not
+-- wait for its WAL flush (set_config here rather than a SET LOCAL round trip before):
+-- a claim lost in a server crash only means its runs are queued again, which a crash
+-- implies anyway (runs are delivered at least once).
 WITH due AS (
     SELECT d.id
     FROM unnest(%(low)s::smallint[], %(high)s::smallint[], %(after_at)s::timestamptz[],
@@ -35,12 +43,15 @@ WITH due AS (
 ),
 claimed AS (
     UPDATE django_strait_jobrun AS r
-    SET status = 'dequeued', claimed_by = %(worker)s, dequeued_at = now(), heartbeat_at = now(),
-        updated_at = now()
+    SET status = CASE WHEN %(begin)s THEN 'executing' ELSE 'dequeued' END,
+        attempt = r.attempt + CASE WHEN %(begin)s THEN 1 ELSE 0 END,
+        started_at = CASE WHEN %(begin)s THEN now() ELSE r.started_at END,
+        claimed_by = %(worker)s, dequeued_at = now(), heartbeat_at = now(), updated_at = now()
     FROM due WHERE r.id = due.id
-    RETURNING r.id, r.job_id, r.payload::text, r.attempt, r.attempts_before_replay,
-              r.max_attempts, r.retry_overrides::text, r.endpoint_used, r.priority,
-              r.available_at, r.workflow_step_run_id
+    RETURNING r.id, r.job_id, r.payload::text,
+              r.attempt - CASE WHEN %(begin)s THEN 1 ELSE 0 END AS attempt,
+              r.attempts_before_replay, r.max_attempts, r.retry_overrides::text,
+              r.endpoint_used, r.priority, r.available_at, r.workflow_step_run_id, r.started_at
 ),
 -- Claims of a job with a concurrency or rate limit are serialized on its row, locked
 -- here (in id order) and held to the commit: the limit statement that follows sees
@@ -53,8 +64,10 @@ limited AS (
     FOR NO KEY UPDATE
 )
 SELECT id, job_id, payload, attempt, attempts_before_replay, max_attempts, retry_overrides,
-       endpoint_used, workflow_step_run_id, priority, available_at
-FROM claimed WHERE (SELECT count(*) FROM limited) >= 0
+       endpoint_used, workflow_step_run_id, started_at, priority, available_at
+FROM claimed
+WHERE (SELECT count(*) FROM limited) >= 0
+  AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
 ORDER BY priority DESC, available_at, id;
 
 
@@ -81,8 +94,10 @@ RETURNING id, attempt, started_at;
 -- Claimed runs go back to queued until their available_at, with the reason on the run;
 -- each run's hold period is extended when its latest one has the same reason and
 -- follows the same attempt, else a new period begins (one row per period, not per hold).
+-- Runs whose attempt the claim began (expected = 'executing') get it back: attempt - 1,
+-- and started_at as their last real attempt's row has it (NULL for a run never started).
 WITH v AS (
-    SELECT *, 'dequeued'::varchar AS expected, %(worker)s::varchar AS worker
+    SELECT *, %(expected)s::varchar AS expected, %(worker)s::varchar AS worker
     FROM unnest(%(ids)s::bigint[], %(available_at)s::timestamptz[],
                 %(error_type)s::varchar[], %(error)s::text[], %(endpoint)s::varchar[])
         AS v(id, available_at, error_type, error, endpoint)
@@ -91,7 +106,13 @@ u AS (
     UPDATE django_strait_jobrun AS r
     SET status = 'queued', available_at = v.available_at, claimed_by = '',
         dequeued_at = NULL, heartbeat_at = NULL, error_type = v.error_type,
-        last_error = v.error, updated_at = now()
+        last_error = v.error, updated_at = now(),
+        attempt = CASE WHEN v.expected = 'executing' THEN r.attempt - 1 ELSE r.attempt END,
+        started_at = CASE WHEN v.expected = 'executing'
+            THEN (SELECT a.started_at FROM django_strait_runattempt AS a
+                  WHERE a.run_id = r.id AND a.number = r.attempt - 1
+                    AND a.outcome <> 'short_circuited')
+            ELSE r.started_at END
     FROM v
     WHERE r.id = v.id AND r.id = ANY(%(ids)s::bigint[])
       AND (r.status = v.expected) IS TRUE AND r.claimed_by = v.worker
