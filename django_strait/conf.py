@@ -321,7 +321,7 @@ KEYS: dict[str, Key] = {
         Key("LISTEN_DATABASE", None, _alias(optional=True), _alias_text),
         # Which of the worker's hot statements it prepares, on connections that reach
         # PostgreSQL directly (docs/settings.md, "Prepared statements").
-        Key("PREPARE_STATEMENTS", ("start", "record"), _statements, _statements_text),
+        Key("PREPARE_STATEMENTS", PREPARABLE, _statements, _statements_text),
         Key("DATABASE", "default", _alias(optional=False), _alias_text),
         Key("HTTP_USER_AGENT", f"django-strait/{__version__}", _user_agent, _text),
         Key("TRIGGER_MAX_PAYLOAD_BYTES", 1_000_000, _integer(1), _int_text),

@@ -12,7 +12,7 @@ from django_strait import sql
 from django_strait.models import JobRun
 from django_strait.states import Transition
 from django_strait.storage import PostgresStorage, Record, RecordBatch
-from tests.conformance.conftest import start
+from django_strait.transitions.worker import claim_and_start
 from tests.integration.factories import make_job
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
@@ -28,11 +28,11 @@ def fresh_connection():
     connection.close()
 
 
-def claim_start_and_record() -> None:
+def claim_start_and_record(*, job_by_job: bool = False) -> None:
     storage = PostgresStorage(connection.alias)
     job = make_job()
     JobRun.objects.bulk_create([JobRun(job=job, available_at=timezone.now()) for _ in range(3)])
-    runs = start(storage, limit=3)
+    runs = claim_and_start("w1", limit=3, storage=storage, isolate=job_by_job)
     now = timezone.now()
     records = [Record(r.id, 1, Transition.COMPLETE, now, now, 1, "succeeded", job_id=job.pk)
                for r in runs]  # fmt: skip
@@ -52,27 +52,36 @@ def as_a_worker(now: float | None = None) -> None:
     sql.keep_plans(connection, time.monotonic() if now is None else now)
 
 
-def test_start_and_record__are_prepared_on_a_workers_direct_connection_by_default(
+def test_claim_and_record__are_prepared_on_a_workers_direct_connection_by_default(
     fresh_connection,
 ):
     as_a_worker()
     claim_start_and_record()
 
-    # The claim stays unprepared by default (its generic plan walked dead entries
-    # beside a held snapshot), and so do Django's own queries, as Django wants them.
+    # The claim starts its runs itself, so no start statement runs; Django's own
+    # queries stay unprepared, as Django wants them.
     statements = prepared()
     assert len(statements) == 2
-    assert any("'executing'" in s and "RETURNING id, attempt, started_at" in s for s in statements)
+    assert any("FOR UPDATE SKIP LOCKED" in s for s in statements)
     assert any("django_strait_runattempt" in s for s in statements)
 
 
+def test_start__is_prepared_too_when_the_worker_claims_job_by_job(fresh_connection):
+    as_a_worker()
+    claim_start_and_record(job_by_job=True)  # after a failed claim: claim, then start apart
+
+    statements = prepared()
+    assert len(statements) == 3
+    assert any("RETURNING id, attempt, started_at" in s for s in statements)
+
+
 def test_the_named_statements__are_the_ones_prepared(fresh_connection, settings):
-    settings.STRAIT = {**settings.STRAIT, "PREPARE_STATEMENTS": ["claim"]}
+    settings.STRAIT = {**settings.STRAIT, "PREPARE_STATEMENTS": ["record"]}
     as_a_worker()
     claim_start_and_record()
 
     [statement] = prepared()
-    assert "FOR UPDATE SKIP LOCKED" in statement
+    assert "django_strait_runattempt" in statement
 
 
 def test_nothing__is_prepared_when_the_setting_is_off(fresh_connection, settings):

@@ -41,7 +41,7 @@ DEFAULTS = {
     "HEALTH_EWMA_ALPHA": 0.1,
     "LISTEN": True,
     "LISTEN_DATABASE": None,
-    "PREPARE_STATEMENTS": ("start", "record"),
+    "PREPARE_STATEMENTS": ("claim", "start", "record"),
     "DATABASE": "default",
     "HTTP_USER_AGENT": f"django-strait/{__version__}",
     "TRIGGER_MAX_PAYLOAD_BYTES": 1_000_000,

@@ -1,11 +1,10 @@
 """The PostgreSQL storage backend: the portable one, with its hot steps in one round trip each.
 
 Claim, start, hold, record, limits and budgets are single statements from
-``queries.sql`` (``FOR UPDATE SKIP LOCKED`` for the claim; data-modifying CTEs
-for the hold and the record), sent through server-bound cursors. On a worker's
-connections that reach PostgreSQL directly, the statements named in
-``STRAIT["PREPARE_STATEMENTS"]`` are prepared (start and record by default; the
-claim's generic plan walked dead entries for minutes under a held snapshot), their
+``queries.sql`` (``FOR UPDATE SKIP LOCKED`` for the claim, which starts its runs
+too; data-modifying CTEs for the hold and the record), sent through server-bound
+cursors. On a worker's connections that reach PostgreSQL directly, the statements
+named in ``STRAIT["PREPARE_STATEMENTS"]`` (all three by default) are prepared, their
 plans dropped every ``sql.PLAN_LIFETIME`` (docs/settings.md, "Prepared statements").
 Everything else is the ORM's (``OrmStorage``).
 """
@@ -95,8 +94,6 @@ class PostgresStorage(OrmStorage):
             after_at=[s.after_at for s in segments],
             after_id=[s.after_id for s in segments],
         )
-        # Not prepared by default: beside a held snapshot its generic plan walked dead
-        # entries for minutes at a time (docs/operations.md, "Vacuum and the claim").
         rows = self._execute(queries.claim(variant), params, name="claim")
         if floors:
             floors.learn([(row[-2], (row[-1], row[0])) for row in rows], limit, now)

@@ -1,14 +1,16 @@
 -- django-strait's hand-written PostgreSQL statements, each under "-- name: <name>".
 --
--- Loaded once by storage.postgres.queries; run through server-bound cursors (the claim
--- prepared once per direct connection, the rest not). Parameters are named (%(name)s), so a
+-- Loaded once by storage.postgres.queries; run through server-bound cursors (on a worker's
+-- direct connections the claim, start and record are prepared: STRAIT["PREPARE_STATEMENTS"]).
+-- Parameters are named (%(name)s), so a
 -- statement composed of parts (the record) cannot mix them up. Arrays go in whole:
 -- one array per column, a constant query text however many rows.
 
 
 -- name: claim
--- Move up to %(limit)s due queued runs of the queues asked for to dequeued, in claim
--- order (priority, then due time, then id). The queue filter is filled in per variant
+-- Move up to %(limit)s due queued runs of the queues asked for to dequeued (with
+-- %(begin)s, to executing: below), in claim order (priority, then due time, then id).
+-- The queue filter is filled in per variant
 -- (any queue / one / several) so that each variant plans on its own partial index.
 -- The index is read in ranges (storage.floors.Segment: priorities low..high from
 -- (after_at, after_id)), in claim order, each range's scan starting at its floor and
