@@ -104,7 +104,6 @@ def _gate_and_start_by_job(
         by_job.setdefault(run.job_id, []).append(run)
     started: list[Claimed] = []
     for job_id, runs in by_job.items():
-        begun = runs[0].begun  # read first: a start rolled back has counted them already
         try:
             with storage.atomic():
                 started += _gate_and_start(storage, worker_id, runs, gate, now)
@@ -118,7 +117,7 @@ def _gate_and_start_by_job(
             reason = f"claiming this run failed inside the worker: {type(exc).__name__}: {exc}"
             until = now + CLAIM_FAILED_WAIT
             held = [Hold(r.id, until, CLAIM_FAILED_ERROR, reason[:4000]) for r in runs]
-            storage.hold(worker_id, held, now=now, begun=begun)
+            storage.hold(worker_id, held, now=now, begun=runs[0].begun)
     return started
 
 
