@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_strait import signals
-from django_strait.storage import Claimed, Hold, RecordBatch, Recorded, Storage, backend
+from django_strait.storage import Claimed, Hold, RecordBatch, Recorded, Storage, backend, moves
 from django_strait.storage.floors import ClaimFloors
 
 logger = logging.getLogger(__name__)
@@ -57,24 +57,28 @@ def claim_and_start(
     ``floors`` are the worker's claim floors (``storage.floors``).
     """
     storage = storage or backend()
-    try:
-        with storage.claim_transaction():
-            now = timezone.now()
-            # Job by job (a claim failed), starting apart: a row that makes the start
-            # raise (an attempt count at its bound) then fails only its job's savepoint.
-            claimed = storage.claim(
-                worker_id, queues=queues, limit=limit, now=now, floors=floors, start=not isolate
-            )
-            if not claimed:
-                return []
-            start = _gate_and_start_by_job if isolate else _gate_and_start
-            started = start(storage, worker_id, claimed, gate, now)
-    except Exception:
-        if floors is not None:
-            # The floors moved past runs that the rollback left queued: the next
-            # claim (isolating a bad job's runs) must see them again.
-            floors.forget()
-        raise
+    for tried in range(1, moves.TRIES + 1):
+        try:
+            with storage.claim_transaction():
+                now = timezone.now()
+                # Job by job (a claim failed), starting apart: a row that makes the start
+                # raise (an attempt count at its bound) then fails only its job's savepoint.
+                claimed = storage.claim(
+                    worker_id, queues=queues, limit=limit, now=now, floors=floors, start=not isolate
+                )
+                if not claimed:
+                    return []
+                start = _gate_and_start_by_job if isolate else _gate_and_start
+                started = start(storage, worker_id, claimed, gate, now)
+            break
+        except Exception as exc:
+            if floors is not None:
+                # The floors moved past runs that the rollback left queued: the next
+                # claim (isolating a bad job's runs) must see them again.
+                floors.forget()
+            # A queued run canceled (moved to history) between the claim's read and its lock.
+            if tried == moves.TRIES or not moves.is_moved_row(exc):
+                raise
     signals.send_started(started, _names(started, job_names), using=storage.alias)
     return started
 

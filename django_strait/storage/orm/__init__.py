@@ -24,6 +24,7 @@ from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import Transition
 from django_strait.storage import workflows
 from django_strait.storage.floors import ClaimFloors
+from django_strait.storage.moves import retry_moved
 from django_strait.storage.orm import (
     claims,
     enqueue,
@@ -138,11 +139,18 @@ class OrmStorage:
 
     def unclaim(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
         """Put claimed-but-unstarted runs back to queued; no attempt is spent."""
-        return claims.unclaim(self.alias, worker_id, run_ids, now) if run_ids else 0
+        if not run_ids:
+            return 0
+        return retry_moved(self.alias, lambda: claims.unclaim(self.alias, worker_id, run_ids, now))
 
     def heartbeat(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
         """Mark the runs this worker holds as alive."""
-        return claims.heartbeat(self.alias, worker_id, run_ids, now) if run_ids else 0
+        if not run_ids:
+            return 0
+        # Beside records moving the same runs to history on a partitioned table.
+        return retry_moved(
+            self.alias, lambda: claims.heartbeat(self.alias, worker_id, run_ids, now)
+        )
 
     def presets_of(
         self, run_ids: Sequence[int], job_ids: Sequence[int], *, now: dt.datetime
@@ -225,7 +233,9 @@ class OrmStorage:
 
     def apply(self, run_id: int, transition: Transition, **updates: Any) -> JobRun:
         """Move one run through ``transition`` if its status allows; raise InvalidTransition else."""
-        return people.apply(self.alias, run_id, transition, updates)
+        return retry_moved(
+            self.alias, lambda: people.apply(self.alias, run_id, transition, updates)
+        )
 
     def replay_updates(self, by: str, now: dt.datetime) -> dict[str, Any]:
         """What a replay writes beside the status."""
@@ -233,11 +243,13 @@ class OrmStorage:
 
     def replay_many(self, run_ids: Sequence[int], *, by: str, now: dt.datetime) -> int:
         """Replay the replayable runs among ``run_ids`` in one statement; return how many moved."""
-        return people.replay_many(self.alias, run_ids, by, now) if run_ids else 0
+        if not run_ids:
+            return 0
+        return retry_moved(self.alias, lambda: people.replay_many(self.alias, run_ids, by, now))
 
     def request_cancel(self, run_id: int, *, now: dt.datetime) -> bool:
         """Flag an executing run to be canceled when its attempt returns."""
-        return people.request_cancel(self.alias, run_id, now)
+        return retry_moved(self.alias, lambda: people.request_cancel(self.alias, run_id, now))
 
     # -- the reaper ---------------------------------------------------------------------
 
@@ -252,10 +264,10 @@ class OrmStorage:
         isolate: bool = False,
     ) -> tuple[int, list[Rescued]]:
         """Rescue up to ``limit`` stale runs in one transaction; return how many were found, and the rescued."""
-        return rescue.rescue_batch(
+        return retry_moved(self.alias, lambda: rescue.rescue_batch(
             self.alias, now, stale_after=stale_after, waiting_stale_after=waiting_stale_after,
             limit=limit, rng=rng, isolate=isolate,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     # -- making runs --------------------------------------------------------------------
 

@@ -19,21 +19,31 @@ def insert_one(alias: str, run: JobRun) -> JobRun:
         run.save(force_insert=True, using=alias)
         run.idempotency_hit = False
         return run
-    try:
-        with transaction.atomic(using=alias):
-            run.save(force_insert=True, using=alias)
-        run.idempotency_hit = False
-        return run
-    except IntegrityError:
-        existing = (
-            JobRun.objects.using(alias)
-            .filter(job=run.job, idempotency_key=run.idempotency_key)
-            .first()
-        )
-        if existing is None:  # the conflict was something else
-            raise
-        existing.idempotency_hit = True
-        return existing
+    # Looked up first: on a runs table partitioned by status class the unique indexes
+    # are per leaf (storage.postgres.layout), so the key's run may be in another leaf.
+    existing = _holder(alias, run)
+    if existing is None:
+        try:
+            with transaction.atomic(using=alias):
+                run.save(force_insert=True, using=alias)
+            run.idempotency_hit = False
+            return run
+        except IntegrityError:  # made meanwhile by another caller
+            existing = _holder(alias, run)
+            if existing is None:  # the conflict was something else
+                raise
+    existing.idempotency_hit = True
+    return existing
+
+
+def _holder(alias: str, run: JobRun) -> JobRun | None:
+    """The run that holds ``run``'s idempotency key; IntegrityError if another job's holds its OJS id."""
+    runs = JobRun.objects.using(alias)
+    existing = runs.filter(job=run.job, idempotency_key=run.idempotency_key).first()
+    if existing is None and run.ojs_id is not None:
+        if runs.filter(ojs_id=run.ojs_id).exists():
+            raise IntegrityError(f"ojs_id {run.ojs_id} is held by a run of another job")
+    return existing
 
 
 def insert_many(

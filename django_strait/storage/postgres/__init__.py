@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
 from django.db.models import QuerySet
 
 from django_strait import bounds
@@ -29,6 +29,7 @@ from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import concurrency_share
 from django_strait.sql import prepares, server_bound_cursor
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
+from django_strait.storage.moves import is_moved_row, retry_moved
 from django_strait.storage.orm import OrmStorage
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
@@ -145,12 +146,22 @@ class PostgresStorage(OrmStorage):
         following = [part for part in FOLLOWING_PARTS if part.wanted(batch)]
         ended = 0
         if not following:
-            moved = dict(self._execute(sql, params, name="record"))  # the hot path
+            try:
+                moved = dict(self._execute(sql, params, name="record"))  # the hot path
+            except OperationalError as exc:
+                if not is_moved_row(exc):
+                    raise
+                # A run of the batch was canceled or rescued meanwhile, and moved.
+                moved = dict(retry_moved(self.alias, lambda: self._execute(sql, params)))
         else:
-            with transaction.atomic(using=self.alias):
+
+            def record_and_follow() -> dict[int, Any]:
                 moved = dict(self._execute(sql, params, name="record"))
-                for part in following:
-                    ended += part.apply(batch, moved, self.alias) or 0
+                nonlocal ended
+                ended = sum(part.apply(batch, moved, self.alias) or 0 for part in following)
+                return moved
+
+            moved = retry_moved(self.alias, record_and_follow)
         done = recorded(self.alias, batch, moved)
         done.workflows_ended = ended
         return done
@@ -241,16 +252,23 @@ class PostgresStorage(OrmStorage):
         return int(row[0]) if row and row[0] >= 0 else None
 
     def dead_run_rows(self) -> int | None:
+        return sum(dead for _, dead in self._dead_rows())
+
+    def _dead_rows(self) -> list[tuple[str, int]]:
+        """Each leaf of the runs table (the table itself when plain) and its dead rows."""
         with connections[self.alias].cursor() as cursor:
             cursor.execute(queries.get("dead_rows"), {"table": JobRun._meta.db_table})
-            row = cursor.fetchone()
-        return int(row[0]) if row else 0
+            return [(leaf, int(dead or 0)) for leaf, dead in cursor.fetchall()]
 
     def vacuum_runs(self) -> None:
         connection = connections[self.alias]
         if connection.in_atomic_block:
             raise RuntimeError("vacuum_runs: VACUUM cannot run inside a transaction")
-        table = connection.ops.quote_name(JobRun._meta.db_table)
+        # Partitioned by status class, the live leaf is where runs die (each claim, start
+        # and record leaves a version behind) and what the claim reads: only the leaves
+        # with dead rows are vacuumed, never a whole history that has none.
+        leaves = [leaf for leaf, dead in self._dead_rows() if dead]
+        table = ", ".join(leaves) or connection.ops.quote_name(JobRun._meta.db_table)
         with connection.cursor() as cursor:
             # SKIP_LOCKED: a second leader's VACUUM (rounds that overlapped) skips, not waits.
             # No ANALYZE: statistics that see few queued runs turn the claim from its own

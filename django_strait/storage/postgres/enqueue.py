@@ -22,6 +22,13 @@ from django_strait.storage import columns
 _BY_NAME = ("payload", "idempotency_key", "job", "queue", "priority", "available_at")
 #: What insert_by_name's INSERT returns: what the job row decided, and the id.
 _RETURNED = ("id", "job", "queue", "priority")
+#: A key's run may be in any leaf of a partitioned runs table, whose unique indexes are
+#: per leaf (storage.postgres.layout): the INSERT looks first. On a plain table this is
+#: the unique index's own probe; ON CONFLICT still settles two inserts of one key at once.
+_KEY_FREE = (
+    "NOT EXISTS (SELECT FROM " + JobRun._meta.db_table + " e "
+    "WHERE e.job_id = {job} AND e.idempotency_key = {key})"
+)
 
 
 def insert_by_name(
@@ -43,6 +50,8 @@ def insert_by_name(
     born = _born(alias)
     values, fresh = born.columns(alias, timezone.now())
     params = [text, key, queue, priority, available_at, *values, name]
+    if key:
+        params.append(key)
     with server_bound_cursor(connections[alias]) as cursor:
         cursor.execute(_by_name_sql(tuple(born.constant), tuple(born.fresh), bool(key)), params)
         row = cursor.fetchone()
@@ -124,6 +133,7 @@ def _by_name_sql(constant: tuple[str, ...], fresh: tuple[str, ...], keyed: bool)
         f"(payload, idempotency_key, job_id, queue, priority, available_at, {', '.join(columns)}) "
         f"SELECT %s::jsonb, %s, j.id, COALESCE(%s, j.queue), COALESCE(%s, j.priority), %s, "
         f"{', '.join(['%s'] * len(columns))} FROM {Job._meta.db_table} j WHERE j.name = %s "
+        f"{'AND ' + _KEY_FREE.format(job='j.id', key='%s') + ' ' if keyed else ''}"
         f"{'ON CONFLICT DO NOTHING ' if keyed else ''}RETURNING {returning}"
     )
 
@@ -150,7 +160,8 @@ def insert_many(
         for start in range(0, len(texts), batch_size):
             chunk = list(texts[start : start + batch_size])
             chunk_keys = list(keys[start : start + batch_size]) if keys else [None] * len(chunk)
-            cursor.execute(sql, [*constant.values(), chunk, chunk_keys])
+            job = [template.job_id] if keys else []
+            cursor.execute(sql, [*constant.values(), chunk, chunk_keys, *job])
             ids = [row[0] for row in cursor.fetchall()]
             if keys:
                 created.update(ids)
@@ -165,6 +176,7 @@ def _many_sql(columns: tuple[str, ...], keyed: bool) -> str:
         f"INSERT INTO {JobRun._meta.db_table} (payload, idempotency_key, {', '.join(columns)}) "
         f"SELECT v.payload::jsonb, v.key, {', '.join(['%s'] * len(columns))} "
         f"FROM unnest(%s::text[], %s::varchar[]) AS v(payload, key) "
+        f"{'WHERE (v.key IS NULL OR ' + _KEY_FREE.format(job='%s', key='v.key') + ') ' if keyed else ''}"
         f"{'ON CONFLICT DO NOTHING ' if keyed else ''}RETURNING id"
     )
 

@@ -1,0 +1,154 @@
+"""What must hold whether or not the runs table is partitioned by status class.
+
+CI runs these, with the conformance suite, once on a plain runs table and once
+on one partitioned by ``storage.postgres.layout`` (``STRAIT_TEST_LAYOUT=partitioned``).
+There a run that finishes moves from the live leaf to the history leaf: a key
+must still find it, and a statement that waited for it must not fail.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from django_strait import trigger, trigger_many
+from django_strait.models import JobRun
+from django_strait.states import RunStatus, Transition
+from django_strait.storage import backend
+from tests.integration.factories import make_job
+
+pytestmark = pytest.mark.django_db
+
+ON_POSTGRES = connection.vendor == "postgresql"
+postgres_only = pytest.mark.skipif(not ON_POSTGRES, reason="row locks between connections")
+
+
+def finish(run: JobRun, status: str = RunStatus.COMPLETED) -> None:
+    JobRun.objects.filter(pk=run.pk).update(status=status, finished_at=timezone.now())
+
+
+@pytest.mark.parametrize("status", [RunStatus.COMPLETED, RunStatus.DEAD_LETTER])
+def test_trigger__a_key_whose_run_has_finished_returns_that_run(status):
+    first = trigger("test-noop", {"v": 1}, idempotency_key="order-7")
+    finish(first, status)
+
+    again = trigger("test-noop", {"v": 2}, idempotency_key="order-7")
+    # Options that the one-statement INSERT does not take go the ORM's way.
+    once_more = trigger("test-noop", {"v": 3}, idempotency_key="order-7", max_attempts=2)
+
+    assert (again.pk, again.idempotency_hit) == (first.pk, True)
+    assert (once_more.pk, once_more.idempotency_hit) == (first.pk, True)
+    assert JobRun.objects.filter(idempotency_key="order-7").count() == 1
+
+
+def test_trigger_many__keys_whose_runs_have_finished_return_those_runs():
+    done = trigger("test-noop", {}, idempotency_key="a")
+    finish(done)
+
+    runs = trigger_many("test-noop", [{}, {}], idempotency_keys=["a", "b"])
+
+    assert [(r.idempotency_key, r.idempotency_hit) for r in runs] == [("a", True), ("b", False)]
+    assert runs[0].pk == done.pk
+    assert JobRun.objects.filter(idempotency_key="a").count() == 1
+
+
+def lock_and_finish(run_id: int) -> psycopg.Connection:
+    """Another connection that moves the run to completed and holds it, uncommitted."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    other = psycopg.connect(**params, autocommit=False)
+    other.execute(
+        f"UPDATE {JobRun._meta.db_table} SET status = 'completed', finished_at = now() "
+        "WHERE id = %s",
+        [run_id],
+    )
+    return other
+
+
+def beside_a_finishing_record(run: JobRun, step) -> object:
+    """Run ``step`` while another connection finishes ``run``; commit that once it waits."""
+    other = lock_and_finish(run.pk)
+    out: dict[str, object] = {}
+
+    def call() -> None:
+        try:
+            out["result"] = step()
+        except Exception as exc:  # reported to the test below
+            out["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=call)
+    try:
+        thread.start()
+        time.sleep(0.3)  # the step is now waiting for the run's lock
+        other.commit()
+    finally:
+        other.close()
+        thread.join(timeout=10)
+    assert "error" not in out, out.get("error")
+    return out["result"]
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_heartbeat__beside_a_record_that_finishes_the_run__counts_it_gone():
+    run = trigger("test-noop", {})
+    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.EXECUTING, claimed_by="w1")
+
+    beat = beside_a_finishing_record(
+        run, lambda: backend().heartbeat("w1", [run.pk], now=timezone.now())
+    )
+
+    assert beat == 0
+    assert JobRun.objects.get(pk=run.pk).status == RunStatus.COMPLETED
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_cancel__beside_a_record_that_finishes_the_run__finds_it_finished():
+    run = trigger("test-noop", {})
+    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.EXECUTING, claimed_by="w1")
+
+    asked = beside_a_finishing_record(
+        run, lambda: backend().request_cancel(run.pk, now=timezone.now())
+    )
+
+    assert asked is False
+    assert JobRun.objects.get(pk=run.pk).cancel_requested is False
+
+
+@postgres_only
+def test_partitioned_layout__runs_live_in_the_leaf_of_their_status_class():
+    with connection.cursor() as cursor:
+        from django_strait.storage.postgres.layout import is_partitioned
+
+        if not is_partitioned(cursor):
+            pytest.skip("the runs table is plain in this run (STRAIT_TEST_LAYOUT)")
+    job = make_job()
+    queued, done, dead = (JobRun.objects.create(job=job) for _ in range(3))
+    backend().apply(done.pk, Transition.CANCEL)
+    JobRun.objects.filter(pk=dead.pk).update(status=RunStatus.DEAD_LETTER)
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, tableoid::regclass::text FROM {JobRun._meta.db_table} WHERE job_id = %s",
+            [job.pk],
+        )
+        leaves = dict(cursor.fetchall())
+        cursor.execute(
+            f"EXPLAIN SELECT id FROM {JobRun._meta.db_table} WHERE status = 'queued' "
+            "ORDER BY priority DESC, available_at, id LIMIT 10"
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    table = JobRun._meta.db_table
+    assert leaves == {queued.pk: f"{table}_live", done.pk: f"{table}_history",
+                      dead.pk: f"{table}_kept"}  # fmt: skip
+    assert f"{table}_live" in plan and "_history" not in plan and "_kept" not in plan
