@@ -273,10 +273,10 @@ def test_claim_that_starts__writes_one_row_version_per_run_and_commits_without_a
         started = storage.start("w1", runs, now=timezone.now())
         with connection.cursor() as cursor:
             cursor.execute(
-                # Over the table's leaves when it is partitioned (it is its own one else).
-                "SELECT sum(n_tup_upd) FROM pg_stat_xact_user_tables WHERE relid IN "
-                "(SELECT relid FROM pg_partition_tree(%s::regclass) WHERE isleaf)",
-                [JobRun._meta.db_table],
+                # Over the table's leaves when it is partitioned, else the table itself.
+                "SELECT sum(n_tup_upd) FROM pg_stat_xact_user_tables WHERE relid = %s::regclass "
+                "OR relid IN (SELECT relid FROM pg_partition_tree(%s::regclass) WHERE isleaf)",
+                [JobRun._meta.db_table] * 2,
             )
             [(updates,)] = cursor.fetchall()
             cursor.execute("SHOW synchronous_commit")

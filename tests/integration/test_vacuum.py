@@ -46,8 +46,9 @@ def vacuums() -> int:
     with connection.cursor() as c:
         # Over the table's leaves when it is partitioned by status class.
         c.execute(
-            "SELECT sum(vacuum_count) FROM pg_stat_user_tables WHERE relid IN "
-            "(SELECT relid FROM pg_partition_tree('django_strait_jobrun') WHERE isleaf)"
+            "SELECT sum(vacuum_count) FROM pg_stat_user_tables "
+            "WHERE relid = 'django_strait_jobrun'::regclass "
+            "OR relid IN (SELECT relid FROM pg_partition_tree('django_strait_jobrun') WHERE isleaf)"
         )
         return c.fetchone()[0]
 

@@ -372,17 +372,19 @@ SELECT pg_try_advisory_xact_lock(%(namespace)s, %(key)s);
 
 -- name: estimate
 -- The planner's row count of a table: what a list shows instead of an exact COUNT(*).
--- Summed over the leaves of a partitioned table (a plain table is its own one leaf);
--- -1 while none of them has been vacuumed or analyzed.
+-- Summed over the leaves of a partitioned table (pg_partition_tree lists none for a
+-- plain table, which is read itself); -1 while none has been vacuumed or analyzed.
 SELECT coalesce(sum(c.reltuples) FILTER (WHERE c.reltuples >= 0), -1)::bigint
-FROM pg_partition_tree(%(table)s::regclass) t JOIN pg_class c ON c.oid = t.relid
-WHERE t.isleaf;
+FROM pg_class c
+WHERE (c.oid = %(table)s::regclass AND c.relkind = 'r')
+   OR c.oid IN (SELECT relid FROM pg_partition_tree(%(table)s::regclass) WHERE isleaf);
 
 
 -- name: dead_rows
 -- The dead rows of a table as the statistics count them (the vacuum duty's measure),
 -- per leaf of a partitioned table: the leaves that have any, most first.
 SELECT s.relid::regclass::text, s.n_dead_tup
-FROM pg_partition_tree(%(table)s::regclass) t JOIN pg_stat_user_tables s ON s.relid = t.relid
-WHERE t.isleaf
+FROM pg_stat_user_tables s
+WHERE s.relid = %(table)s::regclass
+   OR s.relid IN (SELECT relid FROM pg_partition_tree(%(table)s::regclass) WHERE isleaf)
 ORDER BY s.n_dead_tup DESC;
