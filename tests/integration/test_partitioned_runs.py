@@ -96,11 +96,16 @@ def beside_a_finishing_record(run: JobRun, step) -> object:
     return out["result"]
 
 
+def executing_run() -> JobRun:
+    run = trigger("test-noop", {})
+    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.EXECUTING, claimed_by="w1")
+    return run
+
+
 @postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_heartbeat__beside_a_record_that_finishes_the_run__counts_it_gone():
-    run = trigger("test-noop", {})
-    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.EXECUTING, claimed_by="w1")
+    run = executing_run()
 
     beat = beside_a_finishing_record(
         run, lambda: backend().heartbeat("w1", [run.pk], now=timezone.now())
@@ -113,8 +118,7 @@ def test_heartbeat__beside_a_record_that_finishes_the_run__counts_it_gone():
 @postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_cancel__beside_a_record_that_finishes_the_run__finds_it_finished():
-    run = trigger("test-noop", {})
-    JobRun.objects.filter(pk=run.pk).update(status=RunStatus.EXECUTING, claimed_by="w1")
+    run = executing_run()
 
     asked = beside_a_finishing_record(
         run, lambda: backend().request_cancel(run.pk, now=timezone.now())
