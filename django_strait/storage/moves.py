@@ -31,10 +31,19 @@ def is_moved_row(exc: BaseException) -> bool:
 
 def retry_moved(alias: str, step: Callable[[], T]) -> T:
     """Run ``step`` in a transaction (a savepoint inside one); again if it met a moved run."""
+
+    def in_transaction() -> T:
+        with transaction.atomic(using=alias):
+            return step()
+
+    return rerun_moved(in_transaction)
+
+
+def rerun_moved(step: Callable[[], T]) -> T:
+    """Call ``step`` (which opens its own transaction) again while it meets a moved run."""
     for tried in range(1, TRIES + 1):
         try:
-            with transaction.atomic(using=alias):
-                return step()
+            return step()
         except OperationalError as exc:
             if tried == TRIES or not is_moved_row(exc):
                 raise

@@ -57,7 +57,8 @@ def claim_and_start(
     ``floors`` are the worker's claim floors (``storage.floors``).
     """
     storage = storage or backend()
-    for tried in range(1, moves.TRIES + 1):
+
+    def claim_once() -> list[Claimed]:
         try:
             with storage.claim_transaction():
                 now = timezone.now()
@@ -69,17 +70,18 @@ def claim_and_start(
                 if not claimed:
                     return []
                 start = _gate_and_start_by_job if isolate else _gate_and_start
-                started = start(storage, worker_id, claimed, gate, now)
-            break
-        except Exception as exc:
+                return start(storage, worker_id, claimed, gate, now)
+        except Exception:
             if floors is not None:
                 # The floors moved past runs that the rollback left queued: the next
                 # claim (isolating a bad job's runs) must see them again.
                 floors.forget()
-            # A queued run canceled (moved to history) between the claim's read and its lock.
-            if tried == moves.TRIES or not moves.is_moved_row(exc):
-                raise
-    signals.send_started(started, _names(started, job_names), using=storage.alias)
+            raise
+
+    # Again if a queued run was canceled (moved to history) between the claim's read and its lock.
+    started = moves.rerun_moved(claim_once)
+    if started:
+        signals.send_started(started, _names(started, job_names), using=storage.alias)
     return started
 
 

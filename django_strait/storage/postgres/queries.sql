@@ -381,8 +381,8 @@ WHERE (c.oid = %(table)s::regclass AND c.relkind = 'r')
 
 
 -- name: dead_rows
--- The dead rows of a table as the statistics count them (the vacuum duty's measure),
--- per leaf of a partitioned table: the leaves that have any, most first.
+-- The dead rows of a table as the statistics count them (the vacuum duty's measure):
+-- per leaf of a partitioned table, most first; one row for a plain table.
 SELECT s.relid::regclass::text, s.n_dead_tup
 FROM pg_stat_user_tables s
 WHERE s.relid = %(table)s::regclass
