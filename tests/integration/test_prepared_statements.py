@@ -72,7 +72,7 @@ def test_start__is_prepared_too_when_the_worker_claims_job_by_job(fresh_connecti
 
     statements = prepared()
     assert len(statements) == 3
-    assert any("RETURNING id, attempt, started_at" in s for s in statements)
+    assert any("RETURNING r.id, r.attempt, r.started_at" in s for s in statements)
 
 
 def test_the_named_statements__are_the_ones_prepared(fresh_connection, settings):

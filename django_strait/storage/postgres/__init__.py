@@ -35,6 +35,7 @@ from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
 from django_strait.storage.parts import FOLLOWING_PARTS
 from django_strait.storage.postgres import enqueue, queries
+from django_strait.storage.postgres.layout import runs_partitioned
 from django_strait.storage.values import Claimed, Hold, RecordBatch, Recorded
 
 #: The claim without floors: every priority, from the front of the index.
@@ -61,6 +62,10 @@ class PostgresStorage(OrmStorage):
             # None, not False: psycopg's own prepare_threshold, if a project set one, still applies.
             cursor.execute(sql, params, prepare=prepare or None)
             return cursor.fetchall() if cursor.description else []
+
+    def _partitioned(self) -> bool:
+        """Whether this database's runs table is partitioned by status class (``layout``)."""
+        return runs_partitioned(self.alias)
 
     def claim(
         self,
@@ -113,7 +118,7 @@ class PostgresStorage(OrmStorage):
         return super().claim_external(worker_id, queues=queues, limit=limit, now=now)
 
     def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:
-        return self._execute(queries.get("start"), {"ids": ids, "worker": worker_id}, name="start")
+        return self._execute(queries.by_id("start", self._partitioned()), {"ids": ids, "worker": worker_id}, name="start")
 
     def hold(
         self, worker_id: str, holds: Sequence[Hold], *, now: dt.datetime, begun: bool = False
@@ -121,7 +126,7 @@ class PostgresStorage(OrmStorage):
         if not holds:
             return
         self._execute(
-            queries.get("hold"),
+            queries.by_id("hold", self._partitioned()),
             {
                 "expected": "executing" if begun else "dequeued",
                 "ids": [h.run_id for h in holds],
@@ -142,7 +147,7 @@ class PostgresStorage(OrmStorage):
         parts = [part for part in self.parts if part.wanted(batch)]
         for part in parts:
             params.update(part.params(batch))
-        sql = queries.record(tuple(part.name for part in parts))
+        sql = queries.record(tuple(part.name for part in parts), self._partitioned())
         following = [part for part in FOLLOWING_PARTS if part.wanted(batch)]
         ended = 0
         if not following:

@@ -31,11 +31,18 @@ correct on both before the migration moves installs to it.
 
 from __future__ import annotations
 
+import datetime as dt
+from dataclasses import dataclass
 from typing import Any
+
+from django.db import connections
 
 from django_strait.states import RunStatus as S
 
 RUNS = "django_strait_jobrun"
+ATTEMPTS = "django_strait_runattempt"
+#: The history leaf: itself partitioned, by day of finished_at.
+HISTORY = f"{RUNS}_history"
 
 #: The leaves and the statuses each holds (every status in exactly one).
 LEAVES: dict[str, tuple[str, ...]] = {
@@ -52,64 +59,279 @@ def is_partitioned(cursor: Any, table: str = RUNS) -> bool:
     return bool(row and row[0])
 
 
-def partition_runs(cursor: Any) -> None:
-    """Rebuild the runs table as the three leaves, rows, indexes and triggers included.
+#: Whether each database's runs table is partitioned, by alias and database name.
+_KNOWN: dict[tuple[str, str], bool] = {}
+
+
+def runs_partitioned(alias: str) -> bool:
+    """Whether the runs table of ``alias`` is partitioned, read once per process.
+
+    Asked by the worker's statements that find runs by id (``queries.by_id``). A table
+    partitioned after this process read it plain gets the plain statements, which
+    are correct on both layouts, until the process restarts.
+    """
+    connection = connections[alias]
+    key = (alias, str(connection.settings_dict["NAME"]))
+    if key not in _KNOWN:
+        with connection.cursor() as cursor:
+            _KNOWN[key] = is_partitioned(cursor)
+    return _KNOWN[key]
+
+
+def partition_runs(cursor: Any, today: dt.date | None = None) -> None:
+    """Rebuild the runs and attempts tables partitioned, rows, indexes and triggers included.
 
     Runs in the caller's transaction and copies every row under its lock: meant
-    for an empty or small table (the test database, a new install).
+    for an empty or small table (the test database, a new install). History and
+    attempts get their day ranges from yesterday to ``RANGES_AHEAD`` days after
+    ``today`` (UTC) before the rows go in; older rows land in the default partitions.
     """
     if is_partitioned(cursor):
         return
-    plain = f"{RUNS}_plain"
+    for table in (RUNS, ATTEMPTS):
+        _drop_foreign_keys_into(cursor, table)
+
+    runs = _rename_and_recreate(cursor, RUNS, "LIST (status)")
+    for leaf, statuses in LEAVES.items():
+        values = ", ".join(f"'{status}'" for status in statuses)
+        if leaf == "history":
+            cursor.execute(
+                f"CREATE TABLE {HISTORY} PARTITION OF {RUNS} FOR VALUES IN ({values}) "
+                "PARTITION BY RANGE (finished_at)"
+            )
+        else:
+            cursor.execute(
+                f"CREATE TABLE {RUNS}_{leaf} PARTITION OF {RUNS} (PRIMARY KEY (id)) "
+                f"FOR VALUES IN ({values})"
+            )
+    cursor.execute(
+        f"CREATE TABLE {HISTORY}_default PARTITION OF {HISTORY} (PRIMARY KEY (id)) DEFAULT"
+    )
+    attempts = _rename_and_recreate(cursor, ATTEMPTS, "RANGE (finished_at)")
+    cursor.execute(
+        f"CREATE TABLE {ATTEMPTS}_default PARTITION OF {ATTEMPTS} (PRIMARY KEY (id)) DEFAULT"
+    )
+    make_ranges(cursor, days_around(today or dt.datetime.now(dt.UTC).date()))
+    for old in (runs, attempts):
+        old.refill(cursor)
+    # Indexes once the rows are in (and the old table's, of the same names, gone).
+    _index_runs(cursor, runs.indexes)
+    for name, definition in attempts.indexes:
+        if definition.startswith("CREATE UNIQUE INDEX"):
+            for leaf in _leaves(cursor, ATTEMPTS):
+                _unique_on(cursor, definition, name, ATTEMPTS, leaf)
+        else:
+            cursor.execute(definition)
+    for old in (runs, attempts):
+        for trigger in old.triggers:
+            cursor.execute(trigger)
+
+
+def _leaves(cursor: Any, table: str) -> list[str]:
+    cursor.execute(
+        "SELECT relid::regclass::text FROM pg_partition_tree(%s::regclass) WHERE isleaf",
+        [table],
+    )
+    return [row[0] for row in cursor.fetchall()]
+
+
+@dataclass
+class _Old:
+    """A table renamed aside, what it had, and how to pour its rows back."""
+
+    table: str
+    indexes: list[tuple[str, str]]
+    triggers: list[str]
+
+    def refill(self, cursor: Any) -> None:
+        plain = f"{self.table}_plain"
+        cursor.execute(f"INSERT INTO {self.table} SELECT * FROM {plain}")
+        cursor.execute(
+            f"SELECT setval(pg_get_serial_sequence('{self.table}', 'id'), "
+            f"coalesce((SELECT max(id) FROM {self.table}), 0) + 1, false)"
+        )
+        cursor.execute(f"DROP TABLE {plain}")
+
+
+def _drop_foreign_keys_into(cursor: Any, table: str) -> None:
+    cursor.execute(
+        "SELECT conrelid::regclass::text, conname FROM pg_constraint "
+        "WHERE confrelid = %s::regclass AND contype = 'f'",
+        [table],
+    )
+    for referring, name in cursor.fetchall():
+        cursor.execute(f'ALTER TABLE {referring} DROP CONSTRAINT "{name}"')
+
+
+def _rename_and_recreate(cursor: Any, table: str, by: str) -> _Old:
+    """Move ``table`` aside as ``<table>_plain`` and make an empty partitioned one."""
     cursor.execute(
         "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-        "AND tablename = %s",
-        [RUNS],
+        "AND tablename = %s AND indexname NOT LIKE '%%_pkey'",
+        [table],
     )
     indexes = cursor.fetchall()
     cursor.execute(
         "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = %s::regclass "
         "AND NOT tgisinternal",
-        [RUNS],
+        [table],
     )
     triggers = [row[0] for row in cursor.fetchall()]
+    cursor.execute(f"ALTER TABLE {table} RENAME TO {table}_plain")
     cursor.execute(
-        "SELECT conrelid::regclass::text, conname FROM pg_constraint "
-        "WHERE confrelid = %s::regclass AND contype = 'f'",
-        [RUNS],
+        f"CREATE TABLE {table} (LIKE {table}_plain INCLUDING DEFAULTS INCLUDING IDENTITY "
+        f"INCLUDING CONSTRAINTS) PARTITION BY {by}"
     )
-    for table, name in cursor.fetchall():
-        cursor.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
-
-    cursor.execute(f"ALTER TABLE {RUNS} RENAME TO {plain}")
-    cursor.execute(
-        f"CREATE TABLE {RUNS} (LIKE {plain} INCLUDING DEFAULTS INCLUDING IDENTITY "
-        "INCLUDING CONSTRAINTS) PARTITION BY LIST (status)"
-    )
-    for leaf, statuses in LEAVES.items():
-        values = ", ".join(f"'{status}'" for status in statuses)
-        cursor.execute(
-            f"CREATE TABLE {RUNS}_{leaf} PARTITION OF {RUNS} (PRIMARY KEY (id)) "
-            f"FOR VALUES IN ({values})"
-        )
-    cursor.execute(f"INSERT INTO {RUNS} SELECT * FROM {plain}")
-    cursor.execute(
-        f"SELECT setval(pg_get_serial_sequence('{RUNS}', 'id'), "
-        f"coalesce((SELECT max(id) FROM {RUNS}), 0) + 1, false)"
-    )
-    cursor.execute(f"DROP TABLE {plain}")
-
     # Read before the rename, the definitions name the new table already.
+    return _Old(table, indexes, triggers)
+
+
+def _index_runs(cursor: Any, indexes: list[tuple[str, str]]) -> None:
+    """The runs table's indexes on the partitioned table, where each belongs.
+
+    Unique indexes are per leaf (the enqueue looks across leaves: module docstring).
+    An index that leads with the status (the partition key) is made on kept and
+    history only: on the live leaf it would offer the planner a path by status
+    past the primary key for start, hold and record, which name the live statuses
+    to open that leaf alone, and that path walks every dead entry (docs/operations.md).
+    The live leaf gets it without the queued runs, for the reaper's in-flight runs.
+    """
+    in_flight = ", ".join(f"'{s}'" for s in LEAVES["live"] if s != S.QUEUED)
     for name, definition in indexes:
-        if name.endswith("_pkey"):
-            continue
         if definition.startswith("CREATE UNIQUE INDEX"):
-            # Unique per leaf; the enqueue looks across leaves (module docstring).
-            _, on = definition.split(" ON ", 1)
-            for leaf in LEAVES:
-                leaf_on = on.replace(f"{RUNS} ", f"{RUNS}_{leaf} ", 1)
-                cursor.execute(f"CREATE UNIQUE INDEX {name}_{leaf} ON {leaf_on}")
+            for leaf in _leaves(cursor, RUNS):
+                _unique_on(cursor, definition, name, RUNS, leaf)
+        elif " (status" in definition and " WHERE " not in definition:
+            _, columns = definition.split(" USING ", 1)
+            for leaf in ("kept", "history"):
+                cursor.execute(f"CREATE INDEX {name}_{leaf} ON {RUNS}_{leaf} USING {columns}")
+            cursor.execute(
+                f"CREATE INDEX {name}_live ON {RUNS}_live USING {columns} "
+                f"WHERE status IN ({in_flight})"
+            )
         else:
             cursor.execute(definition)
-    for trigger in triggers:
-        cursor.execute(trigger)
+
+
+def _unique_on(cursor: Any, definition: str, name: str, table: str, leaf: str) -> None:
+    """Make the unique index ``name`` of ``table`` (its ``definition``) on ``leaf`` only,
+    named for it: ``<name>_live``, ``<name>_p20261125``."""
+    _, on = definition.split(" ON ", 1)
+    on = on.replace(f"{table} ", f"{leaf} ", 1)
+    cursor.execute(f"CREATE UNIQUE INDEX {name}_{_suffix(leaf)} ON {on}")
+
+
+def _suffix(leaf: str) -> str:
+    """``live`` of ``django_strait_jobrun_live``, ``p20261125`` of a day range."""
+    for table in (RUNS, ATTEMPTS):
+        if leaf.startswith(f"{table}_"):
+            return leaf[len(table) + 1 :]
+    raise ValueError(f"{leaf}: not a leaf of {RUNS} or {ATTEMPTS}")
+
+
+# -- History and attempts in day ranges ------------------------------------------------
+
+#: Days of ranges made ahead of today (UTC): the leader makes them each pruning round,
+#: so a leader down for this long still finds its days ready; past that, finished runs
+#: and attempts land in the default partitions, and the next round moves them out.
+RANGES_AHEAD = 7
+#: How long DDL on a range waits for a lock before giving up until the next round:
+#: records that move runs into history queue behind it meanwhile.
+DDL_LOCK_TIMEOUT = "500ms"
+
+
+@dataclass(frozen=True, slots=True)
+class DayRange:
+    """One day of history (or of attempts): [start, end) in UTC."""
+
+    table: str
+    day: dt.date
+
+    @property
+    def name(self) -> str:
+        return f"{self.table}_p{self.day:%Y%m%d}"
+
+    @property
+    def start(self) -> dt.datetime:
+        return dt.datetime.combine(self.day, dt.time(), dt.UTC)
+
+    @property
+    def end(self) -> dt.datetime:
+        return self.start + dt.timedelta(days=1)
+
+
+def days_around(today: dt.date) -> list[dt.date]:
+    """Yesterday, today and ``RANGES_AHEAD`` days after."""
+    return [today + dt.timedelta(days=n) for n in range(-1, RANGES_AHEAD + 1)]
+
+
+def make_ranges(cursor: Any, days: list[dt.date]) -> list[str]:
+    """Make the day ranges of history and attempts that ``days`` lack; return their names.
+
+    A day whose rows already sit in the default partition (the leader was down past
+    the days made ahead) gets them moved into its new range, in this transaction.
+    """
+    made = []
+    for table, parent in ((RUNS, HISTORY), (ATTEMPTS, ATTEMPTS)):
+        have = set(ranges_of(cursor, parent))
+        for day in days:
+            if day in have:
+                continue
+            _make_range(cursor, parent, DayRange(table, day))
+            made.append(DayRange(table, day).name)
+    return made
+
+
+def ranges_of(cursor: Any, parent: str) -> dict[dt.date, str]:
+    """The day ranges attached to ``parent`` (history or attempts), by day."""
+    cursor.execute(
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = %s::regclass",
+        [parent],
+    )
+    found = {}
+    for (name,) in cursor.fetchall():
+        day = _day_of(name)
+        if day is not None:
+            found[day] = name
+    return dict(sorted(found.items()))
+
+
+def _day_of(name: str) -> dt.date | None:
+    stem, _, tail = name.rpartition("_p")
+    if stem not in (RUNS, ATTEMPTS) or len(tail) != 8 or not tail.isdigit():
+        return None
+    return dt.datetime.strptime(tail, "%Y%m%d").date()
+
+
+def _make_range(cursor: Any, parent: str, day: DayRange) -> None:
+    default = f"{parent}_default"
+    bounds = f"FOR VALUES FROM ('{day.start.isoformat()}') TO ('{day.end.isoformat()}')"
+    cursor.execute(
+        f"SELECT EXISTS (SELECT FROM {default} WHERE finished_at >= %s AND finished_at < %s)",
+        [day.start, day.end],
+    )
+    (stranded,) = cursor.fetchone()
+    if not stranded:
+        cursor.execute(f"CREATE TABLE {day.name} PARTITION OF {parent} (PRIMARY KEY (id)) {bounds}")
+    else:
+        # Made apart, filled from the default partition, then attached.
+        cursor.execute(
+            f"CREATE TABLE {day.name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS, "
+            "PRIMARY KEY (id))"
+        )
+        cursor.execute(
+            f"WITH moved AS (DELETE FROM {default} WHERE finished_at >= %s AND finished_at < %s "
+            f"RETURNING *) INSERT INTO {day.name} SELECT * FROM moved",
+            [day.start, day.end],
+        )
+        cursor.execute(f"ALTER TABLE {parent} ATTACH PARTITION {day.name} {bounds}")
+    cursor.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+        "AND tablename = %s AND indexdef LIKE 'CREATE UNIQUE INDEX%%' "
+        "AND indexname NOT LIKE '%%_pkey'",
+        [default],
+    )
+    for name, definition in cursor.fetchall():
+        base = name.removesuffix(f"_{_suffix(default)}")
+        _unique_on(cursor, definition, base, default, day.name)

@@ -5,6 +5,8 @@ statement under ``-- name: <name>``. The record is composed here from its core
 and its parts (``record.<part>``), and the claim comes in three variants of its
 queue filter; both are done once, at load, so every statement's text is constant
 (which lets the worker prepare its statements once per connection: see ``sql.keep_plans``).
+Start, hold and record come in two texts, for a plain runs table and for one
+partitioned by status class (``layout``), which they name the live leaf of.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import functools
 import re
 from importlib import resources
+
+from django_strait.storage.postgres.layout import LEAVES
 
 _NAME = re.compile(r"^-- name: (?P<name>[\w.]+)\s*$", re.MULTILINE)
 
@@ -46,13 +50,28 @@ def get(name: str) -> str:
 
 
 @functools.cache
+def by_id(name: str, partitioned: bool) -> str:
+    """Return ``name`` (start, hold) for a runs table ``partitioned`` by status class or not."""
+    return _live(get(name), partitioned)
+
+
+def _live(sql: str, partitioned: bool) -> str:
+    """Fill the ``/*live*/`` mark: on a partitioned table, the live leaf's statuses named."""
+    if not partitioned:
+        return sql
+    statuses = ", ".join(f"'{status}'" for status in LEAVES["live"])
+    return sql.replace("/*live*/", f"AND r.status IN ({statuses})")
+
+
+@functools.cache
 def claim(variant: str) -> str:
     """Return the claim with the queue filter of ``variant`` (any, one, many)."""
     return get("claim").replace("/*queue_filter*/", QUEUE_FILTERS[variant])
 
 
 @functools.cache
-def record(parts: tuple[str, ...]) -> str:
-    """Return the record statement with the CTEs of ``parts`` (record.<part>) joined in."""
+def record(parts: tuple[str, ...], partitioned: bool = False) -> str:
+    """Return the record statement with the CTEs of ``parts`` (record.<part>) joined in,
+    for a runs table ``partitioned`` by status class or not."""
     ctes = "".join(f",\n{get(f'record.{part}')}" for part in parts)
-    return get("record").replace("/*parts*/", ctes)
+    return _live(get("record"), partitioned).replace("/*parts*/", ctes)
