@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -23,8 +24,11 @@ from django_strait.conf import strait_settings
 from django_strait.database import alias
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
-from django_strait.models import DeliveryStatus, Job, JobRun, WebhookDelivery
+from django_strait.models import Job, JobRun, WebhookDelivery
+from django_strait.models.webhook import UNDELIVERED
 from django_strait.states import RunStatus
+from django_strait.storage import backend
+from django_strait.storage.values import HistoryDay
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +58,6 @@ class PruneCount:
     job: str
     status: str
     runs: int
-
-
-#: Deliveries that keep their run: not delivered yet, or given up on and not redelivered.
-UNDELIVERED = (DeliveryStatus.PENDING, DeliveryStatus.FAILED)
 
 
 def prunable(selection: PruneSelection, now: dt.datetime, *, using: str | None = None) -> QuerySet:
@@ -106,17 +106,49 @@ def _cutoffs(own_days, selection: PruneSelection, now: dt.datetime) -> Q:
 
 
 def preview(
-    selection: PruneSelection, now: dt.datetime, *, using: str | None = None
+    selection: PruneSelection,
+    now: dt.datetime,
+    *,
+    using: str | None = None,
+    besides: Sequence[HistoryDay] = (),
 ) -> list[PruneCount]:
-    """Return how many runs per job and status a prune at ``now`` would delete."""
+    """Return how many runs per job and status a prune at ``now`` would delete row by
+    row, ``besides`` the days it drops whole."""
+    runs = prunable(selection, now, using=using)
+    for day in besides:
+        runs = runs.exclude(finished_at__gte=day.start, finished_at__lt=day.end)
     rows = (
-        prunable(selection, now, using=using)
-        .order_by()
+        runs.order_by()
         .values("job__name", "status")
         .annotate(runs=Count("id"))
         .order_by("job__name", "status")
     )
     return [PruneCount(r["job__name"], r["status"], r["runs"]) for r in rows]
+
+
+def whole_days(
+    selection: PruneSelection, now: dt.datetime, *, using: str | None = None
+) -> list[HistoryDay]:
+    """The days of history that go whole: every run in them past its job's retention.
+
+    None with ``selection.job`` (one job's runs go row by row). A day with runs of
+    a job that keeps them longer waits for that job; its other runs go row by row.
+    """
+    if selection.job is not None:
+        return []
+    storage = backend(using)
+    if selection.older_than is not None:
+        return storage.history_days(now - dt.timedelta(seconds=selection.older_than))
+    own = dict(Job.objects.using(using).filter(retention_days__isnull=False).values_list(
+        "pk", "retention_days"
+    ))  # fmt: skip
+    shortest = min([selection.default_days, *own.values()])
+    due = []
+    for day in storage.history_days(now - dt.timedelta(days=shortest)):
+        longest = max(own.get(job, selection.default_days) for job in day.runs_by_job or [0])
+        if day.end <= now - dt.timedelta(days=longest):
+            due.append(day)
+    return due
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,28 +190,48 @@ class Pruner:
         return PruneSelection(job=job, older_than=older_than, default_days=self.retention_days)
 
     def run_once(self, now: dt.datetime, selection: PruneSelection | None = None) -> DutyResult:
-        """Delete old finished runs batch by batch, each batch in its own led transaction."""
+        """Drop whole days of history past retention (PostgreSQL, partitioned), then delete
+        what is left batch by batch, each step in its own led transaction."""
         selection = selection or self.selection()
-        led = False
+        storage = backend(self.using)
+        with lead(self.name, using=self.using) as leading:
+            if leading:
+                storage.prepare_history(now)
+                days = whole_days(selection, now, using=self.using)
+        if not leading:
+            return DutyResult(self.name, led=False)
+        dropped = kept_back = days_dropped = 0
+        for day in days:
+            with lead(self.name, using=self.using) as leading:
+                detached = leading and storage.detach_history_day(day)
+            if not leading:
+                break
+            if not detached:
+                logger.warning("day %s of history is busy: dropped next round", day.day)
+                continue
+            gone, kept = storage.finish_history_day(day)
+            dropped, kept_back, days_dropped = dropped + gone, kept_back + kept, days_dropped + 1
+        if days_dropped:
+            logger.info("dropped %s day(s) of history: %s run(s)", days_dropped, dropped)
         deleted = batches = 0
         while self.max_batches is None or batches < self.max_batches:
             with lead(self.name, using=self.using) as leading:
                 gone = self._delete_batch(selection, now) if leading else None
-            if gone is None:  # another host leads now: it carries on
-                break
-            led = True
-            if not gone:
+            if not gone:  # nothing left, or another host leads now: it carries on
                 break
             deleted += gone
             batches += 1
-        if not led:
-            return DutyResult(self.name, led=False)
         if deleted:
             logger.info("pruned %s run(s) in %s batch(es)", deleted, batches)
         kept = kept_for_webhooks(selection, now, using=self.using)
         if kept:
             logger.warning("kept %s finished run(s) past retention: they owe webhooks", kept)
-        counts = {"deleted": deleted, "batches": batches, "kept_for_webhooks": kept}
+        counts = {
+            "deleted": deleted + dropped,
+            "batches": batches,
+            "days_dropped": days_dropped,
+            "kept_for_webhooks": kept,
+        }
         return DutyResult(self.name, led=True, counts=counts)
 
     def _delete_batch(self, selection: PruneSelection, now: dt.datetime) -> int:

@@ -20,6 +20,11 @@ class DeliveryStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+#: Deliveries that keep their run from pruning: not delivered yet, or given up on and
+#: not redelivered.
+UNDELIVERED = (DeliveryStatus.PENDING, DeliveryStatus.FAILED)
+
+
 class WebhookDelivery(models.Model):
     """A notification that a run (or a workflow run) ended, written with the transition that ended it.
 

@@ -39,6 +39,7 @@ from django_strait.states import Transition
 from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.values import (
     Claimed,
+    HistoryDay,
     Hold,
     PresetsOf,
     RecordBatch,
@@ -234,3 +235,17 @@ class Storage(Protocol):
 
     def vacuum_runs(self) -> None:
         """Vacuum and analyze the runs table, outside any transaction."""
+
+    def prepare_history(self, now: dt.datetime) -> list[str]:
+        """Make the days of history ahead of ``now`` and finish days a round left half
+        dropped; return what it made or finished (nothing where history has no days)."""
+
+    def history_days(self, before: dt.datetime) -> list[HistoryDay]:
+        """The days of history that ended by ``before``, oldest first ([]: no days here)."""
+
+    def detach_history_day(self, day: HistoryDay) -> bool:
+        """Take ``day`` out of history (short; under a leader's lead): False if its lock
+        stayed busy. ``finish_history_day`` then drops it."""
+
+    def finish_history_day(self, day: HistoryDay) -> tuple[int, int]:
+        """Drop a detached ``day``: (runs dropped, runs kept back as still owing a webhook)."""

@@ -220,3 +220,27 @@ class Rescued:
 def json_column(value: Any) -> Any:
     """A JSON column read by raw SQL, decoded as the ORM would (both backends answer text)."""
     return json.loads(value) if isinstance(value, str) else value
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryDay:
+    """One day of finished runs kept apart (PostgreSQL, partitioned): what retention drops whole."""
+
+    day: dt.date
+    #: The day's runs and attempts tables (attempts: None if it has none).
+    runs_table: str
+    attempts_table: str | None
+    #: How many runs of each job (by id) finished that day.
+    runs_by_job: dict[int, int]
+
+    @property
+    def start(self) -> dt.datetime:
+        return dt.datetime.combine(self.day, dt.time(), dt.UTC)
+
+    @property
+    def end(self) -> dt.datetime:
+        return self.start + dt.timedelta(days=1)
+
+    @property
+    def runs(self) -> int:
+        return sum(self.runs_by_job.values())

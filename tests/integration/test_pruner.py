@@ -33,7 +33,7 @@ def test_run_once__deletes_old_completed_discarded_canceled_in_batches():
     old = [finished(job, s, 40) for s in ["completed"] * 5 + ["discarded"] * 2 + ["canceled"]]
     result = Pruner(batch_size=3).run_once(NOW)
     assert result.led
-    assert result.counts == {"deleted": 8, "batches": 3, "kept_for_webhooks": 0}
+    assert result.counts == {"deleted": 8, "batches": 3, "days_dropped": 0, "kept_for_webhooks": 0}
     assert left(*old) == [False] * 8
     assert not RunAttempt.objects.filter(run_id__in=[r.pk for r in old]).exists()
 
@@ -50,7 +50,7 @@ def test_run_once__keeps_dead_letters_failed_active_and_recent_runs():
     ]
     gone = finished(job, "completed", 31)
     result = Pruner().run_once(NOW)
-    assert result.counts == {"deleted": 1, "batches": 1, "kept_for_webhooks": 0}
+    assert result.counts == {"deleted": 1, "batches": 1, "days_dropped": 0, "kept_for_webhooks": 0}
     assert left(*kept) == [True] * len(kept)
     assert left(gone) == [False]
 
@@ -77,13 +77,13 @@ def test_run_once__stops_after_max_batches():
     job = make_job()
     runs = [finished(job, "completed", 40) for _ in range(5)]
     result = Pruner(batch_size=2, max_batches=2).run_once(NOW)
-    assert result.counts == {"deleted": 4, "batches": 2, "kept_for_webhooks": 0}
+    assert result.counts == {"deleted": 4, "batches": 2, "days_dropped": 0, "kept_for_webhooks": 0}
     assert sum(left(*runs)) == 1
 
 
 def test_run_once__nothing_to_delete_counts_zero():
     finished(make_job(), "completed", 1)
-    assert Pruner().run_once(NOW).counts == {"deleted": 0, "batches": 0, "kept_for_webhooks": 0}
+    assert Pruner().run_once(NOW).counts == {"deleted": 0, "batches": 0, "days_dropped": 0, "kept_for_webhooks": 0}
 
 
 def test_from_settings__reads_prune_settings(settings):
@@ -164,7 +164,7 @@ def test_run_once__deletes_delivered_webhooks_with_their_runs_and_keeps_runs_tha
 
     result = Pruner().run_once(NOW)
 
-    assert result.counts == {"deleted": 1, "batches": 1, "kept_for_webhooks": 2}
+    assert result.counts == {"deleted": 1, "batches": 1, "days_dropped": 0, "kept_for_webhooks": 2}
     assert left(*runs.values()) == [False, True, True]
     assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {"pending", "failed"}
 

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from django_strait.duties.pruner import Pruner, preview
+from django_strait.duties.pruner import Pruner, preview, whole_days
 from django_strait.management.selection import require_jobs
 from django_strait.retry import PolicyError, parse_duration
 
@@ -56,17 +56,23 @@ class Command(BaseCommand):
         selection = pruner.selection(job=options["job"], older_than=options["older_than"])
         now = timezone.now()
         if options["dry_run"]:
-            self._print_preview(preview(selection, now))
+            days = whole_days(selection, now, using=pruner.using)
+            for day in days:
+                self.stdout.write(f"{day.day}\twhole day\t{day.runs}")
+            rows = preview(selection, now, using=pruner.using, besides=days)
+            self._print_preview(rows, sum(day.runs for day in days))
             return
         result = pruner.run_once(now, selection)
         if not result.led:
             raise CommandError("A worker is pruning right now (it holds the pruner lead); retry.")
         counts = result.counts
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"Deleted {counts['deleted']} run(s) in {counts['batches']} batch(es)."
+        said = f"Deleted {counts['deleted']} run(s) in {counts['batches']} batch(es)."
+        if counts["days_dropped"]:
+            said = (
+                f"Deleted {counts['deleted']} run(s): {counts['days_dropped']} whole day(s) of "
+                f"history dropped, the rest in {counts['batches']} batch(es)."
             )
-        )
+        self.stdout.write(self.style.SUCCESS(said))
         if counts["kept_for_webhooks"]:
             self.stdout.write(
                 self.style.WARNING(
@@ -75,8 +81,14 @@ class Command(BaseCommand):
                 )
             )
 
-    def _print_preview(self, counts) -> None:
+    def _print_preview(self, counts, in_days: int) -> None:
         for row in counts:
             self.stdout.write(f"{row.job}\t{row.status}\t{row.runs}")
         total = sum(row.runs for row in counts)
-        self.stdout.write(f"Would delete {total} run(s). Dry run: nothing deleted.")
+        if in_days:
+            self.stdout.write(
+                f"Would drop {in_days} run(s) in whole days and delete {total} run(s) row by "
+                "row. Dry run: nothing deleted."
+            )
+        else:
+            self.stdout.write(f"Would delete {total} run(s). Dry run: nothing deleted.")

@@ -38,6 +38,7 @@ from django_strait.storage.orm import (
 from django_strait.storage.parts import FOLLOWING_PARTS, RECORD_PARTS, RecordPart
 from django_strait.storage.values import (
     Claimed,
+    HistoryDay,
     Hold,
     PresetsOf,
     RecordBatch,
@@ -316,6 +317,20 @@ class OrmStorage:
 
     def vacuum_runs(self) -> None:
         """Vacuum and analyze the runs table, outside any transaction (here: nothing to do)."""
+
+    def prepare_history(self, now: dt.datetime) -> list[str]:
+        """History is one table here: no days to make."""
+        return []
+
+    def history_days(self, before: dt.datetime) -> list[HistoryDay]:
+        """History is one table here: the pruner deletes it row by row."""
+        return []
+
+    def detach_history_day(self, day: HistoryDay) -> bool:
+        raise NotImplementedError("history has no days on this database")
+
+    def finish_history_day(self, day: HistoryDay) -> tuple[int, int]:
+        raise NotImplementedError("history has no days on this database")
 
     #: Whether deep pages are read by skipping ids in the primary key's index first.
     pages_by_primary_key = False

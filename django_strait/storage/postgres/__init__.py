@@ -34,9 +34,9 @@ from django_strait.storage.orm import OrmStorage
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
 from django_strait.storage.parts import FOLLOWING_PARTS
-from django_strait.storage.postgres import enqueue, queries
+from django_strait.storage.postgres import enqueue, history, layout, queries
 from django_strait.storage.postgres.layout import runs_partitioned
-from django_strait.storage.values import Claimed, Hold, RecordBatch, Recorded
+from django_strait.storage.values import Claimed, HistoryDay, Hold, RecordBatch, Recorded
 
 #: The claim without floors: every priority, from the front of the index.
 _WHOLE_INDEX = Segment(*bounds.PRIORITY, *BOTTOM)
@@ -118,7 +118,11 @@ class PostgresStorage(OrmStorage):
         return super().claim_external(worker_id, queues=queues, limit=limit, now=now)
 
     def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:
-        return self._execute(queries.by_id("start", self._partitioned()), {"ids": ids, "worker": worker_id}, name="start")
+        return self._execute(
+            queries.by_id("start", self._partitioned()),
+            {"ids": ids, "worker": worker_id},
+            name="start",
+        )
 
     def hold(
         self, worker_id: str, holds: Sequence[Hold], *, now: dt.datetime, begun: bool = False
@@ -281,6 +285,33 @@ class PostgresStorage(OrmStorage):
             # which it then walks dead entries and all (docs/operations.md, "Vacuum and the
             # claim"). VACUUM still keeps the table's row and page counts.
             cursor.execute(f"VACUUM (SKIP_LOCKED) {table}")
+
+    def prepare_history(self, now: dt.datetime) -> list[str]:
+        """Finish days a round left detached, then make the days ahead (``layout``)."""
+        if not self._partitioned():
+            return []
+        done = []
+        for runs_table, attempts_table in history.leftovers(self.alias):
+            history.finish(self.alias, runs_table, attempts_table)
+            done.append(runs_table)
+        try:
+            with transaction.atomic(using=self.alias), connections[self.alias].cursor() as c:
+                c.execute(f"SET LOCAL lock_timeout = '{layout.DDL_LOCK_TIMEOUT}'")
+                done += layout.make_ranges(c, layout.days_around(now.astimezone(dt.UTC).date()))
+        except OperationalError as exc:
+            if not history.lock_busy(exc):
+                raise
+            # Records into history held the lock: the next round makes them (days ahead).
+        return done
+
+    def history_days(self, before: dt.datetime) -> list[HistoryDay]:
+        return history.days_before(self.alias, before) if self._partitioned() else []
+
+    def detach_history_day(self, day: HistoryDay) -> bool:
+        return history.detach_day(self.alias, day)
+
+    def finish_history_day(self, day: HistoryDay) -> tuple[int, int]:
+        return history.finish(self.alias, day.runs_table, day.attempts_table)
 
     def query_estimate(self, rows: QuerySet) -> int | None:
         sql, params = rows.query.sql_with_params()

@@ -1,0 +1,145 @@
+"""Retention by whole days of history, on a runs table partitioned by status class.
+
+Skipped where the runs table is plain (SQLite; PostgreSQL unless
+``STRAIT_TEST_LAYOUT=partitioned``): there the pruner deletes row by row, which
+tests/integration/test_pruner.py covers on both layouts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+
+from django_strait.duties.pruner import Pruner
+from django_strait.models import JobRun, RunAttempt, RunHold, WebhookDelivery
+from django_strait.storage import backend
+from django_strait.storage.postgres.layout import ATTEMPTS, HISTORY, RUNS, make_ranges, ranges_of
+from tests.integration.factories import make_job, make_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOW = dt.datetime.now(dt.UTC)
+#: A day forty days back, past the default retention of thirty.
+OLD = (NOW - dt.timedelta(days=40)).date()
+AT = dt.datetime.combine(OLD, dt.time(12), dt.UTC)
+
+
+@pytest.fixture(autouse=True)
+def partitioned():
+    if connection.vendor != "postgresql":
+        pytest.skip("history is kept by day on PostgreSQL only")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relkind FROM pg_class WHERE oid = %s::regclass", [RUNS])
+        if cursor.fetchone()[0] != "p":
+            pytest.skip("the runs table is plain in this run (STRAIT_TEST_LAYOUT)")
+
+
+def on_old_day(run: JobRun) -> JobRun:
+    """Finish ``run`` and its attempts on the old day."""
+    JobRun.objects.filter(pk=run.pk).update(finished_at=AT)
+    RunAttempt.objects.filter(run=run).update(finished_at=AT)
+    return run
+
+
+def make_old_day() -> None:
+    """Make the old day's ranges now: its rows move out of the default partitions."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        make_ranges(cursor, [OLD])
+
+
+def tables_of_old_day() -> list[str]:
+    with connection.cursor() as cursor:
+        return [name for parent in (HISTORY, ATTEMPTS)
+                for day, name in ranges_of(cursor, parent).items() if day == OLD]  # fmt: skip
+
+
+def exists(*runs: JobRun) -> list[bool]:
+    return [JobRun.objects.filter(pk=r.pk).exists() for r in runs]
+
+
+def test_run_once__drops_a_day_past_retention_whole_and_keeps_what_must_stay():
+    job = make_job(webhook_url="https://hooks.example.com/x")
+    gone = [on_old_day(make_run(job, status=s)) for s in ("completed", "discarded", "canceled")]
+    RunHold.objects.create(run=gone[0], reason="limit.concurrency", started_at=AT,
+                           last_held_at=AT, until=AT)  # fmt: skip
+    WebhookDelivery.objects.create(run=gone[0], event="run.completed", url=job.webhook_url,
+                                   status="delivered")  # fmt: skip
+    owing = on_old_day(make_run(job, status="completed"))
+    WebhookDelivery.objects.create(run=owing, event="run.completed", url=job.webhook_url)
+    # Runs not in history whose attempts ended that day: a dead letter, a run still retrying.
+    dead = on_old_day(make_run(job, status="dead_letter"))
+    retrying = make_run(job, status="queued", attempts=1)
+    RunAttempt.objects.filter(run=retrying).update(finished_at=AT)
+    make_old_day()
+    assert len(tables_of_old_day()) == 2
+
+    result = Pruner().run_once(NOW)
+
+    assert result.counts["days_dropped"] == 1
+    assert result.counts["deleted"] == 3
+    assert exists(*gone, owing, dead, retrying) == [False, False, False, True, True, True]
+    assert tables_of_old_day() == []
+    assert not RunAttempt.objects.filter(run_id__in=[r.pk for r in gone]).exists()
+    assert RunAttempt.objects.filter(run__in=[owing, dead, retrying]).count() == 3
+    assert not RunHold.objects.exists()
+    assert list(WebhookDelivery.objects.values_list("run_id", flat=True)) == [owing.pk]
+    # Kept back, in the default partition now: it goes row by row once its webhook is sent.
+    WebhookDelivery.objects.update(status="delivered")
+    assert Pruner().run_once(NOW).counts["deleted"] == 1
+    assert exists(owing) == [False]
+
+
+def test_run_once__a_day_with_runs_of_a_job_that_keeps_them_longer_waits_for_it():
+    short, long = make_job(), make_job(retention_days=90)
+    short_run = on_old_day(make_run(short, status="completed"))
+    long_run = on_old_day(make_run(long, status="completed"))
+    make_old_day()
+
+    result = Pruner().run_once(NOW)
+
+    assert result.counts == {"deleted": 1, "batches": 1, "days_dropped": 0,
+                             "kept_for_webhooks": 0}  # fmt: skip
+    assert exists(short_run, long_run) == [False, True]
+    assert len(tables_of_old_day()) == 2
+
+
+def test_prune_command__dry_run_names_the_whole_days_and_drops_nothing():
+    job = make_job()
+    runs = [on_old_day(make_run(job, status="completed")) for _ in range(2)]
+    make_old_day()
+    out = StringIO()
+
+    call_command("strait_prune", "--dry-run", stdout=out)
+
+    assert f"{OLD}\twhole day\t2" in out.getvalue()
+    assert "Would drop 2 run(s) in whole days and delete 0 run(s) row by row." in out.getvalue()
+    assert exists(*runs) == [True, True]
+
+
+def test_run_once__finishes_a_day_that_an_earlier_round_detached_and_left():
+    job = make_job()
+    run = on_old_day(make_run(job, status="completed"))
+    make_old_day()
+    storage = backend()
+    [day] = storage.history_days(NOW - dt.timedelta(days=30))
+    assert storage.detach_history_day(day)  # ... and the worker died here
+    assert exists(run) == [False]  # detached: out of the runs table already
+
+    Pruner().run_once(NOW)
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_class WHERE relname = %s", [day.runs_table])
+        assert cursor.fetchone()[0] == 0
+    assert not RunAttempt.objects.filter(run_id=run.pk).exists()
+
+
+def test_prepare_history__makes_the_days_ahead():
+    made = backend().prepare_history(NOW + dt.timedelta(days=30))
+
+    ahead = (NOW + dt.timedelta(days=37)).date()
+    assert f"{RUNS}_p{ahead:%Y%m%d}" in made and f"{ATTEMPTS}_p{ahead:%Y%m%d}" in made
+    assert backend().prepare_history(NOW + dt.timedelta(days=30)) == []
