@@ -4,6 +4,7 @@
     python bench/bench_prune.py [--history 3000000] [--n 10000] [--reps 3]
                                 [--concurrency 100] [--batch-size 100]
                                 [--prune-batch 1000] [--no-prune] [--db URL]
+                                [--layout plain|partitioned]
 
 Four phases, printed as one JSON object:
   drain_empty        --n no-op runs drained by one worker on an empty install (the
@@ -20,6 +21,10 @@ Four phases, printed as one JSON object:
                      is 100 years for them)
   drain_beside_prune drains (up to --reps) while that prune runs: runs/s lost
                      against drain_history
+With ``--layout partitioned`` both databases get the runs table partitioned by
+status class, history and attempts by day (``storage.postgres.layout``), the days
+of the loaded history made before it is loaded: the prune then drops whole days,
+and its drains start 0.2 s after it (not 1 s: it may be over by then).
 Each drain reports steady runs/s (first completion to last) and the worker's CPU
 ms per run from /proc, which a loaded machine moves less. ``load`` is the
 1-minute load average at the start and the end.
@@ -174,7 +179,7 @@ def prune_beside_drains(args) -> tuple[dict, dict]:
     proc = spawn([sys.executable, "-m", "django", "strait_prune", "--older-than", "30d"])
     drains = []
     try:
-        time.sleep(1.0)  # the prune's first batches are under way
+        time.sleep(args.prune_lead)  # the prune's first batches are under way
         while proc.poll() is None and len(drains) < args.reps:
             drains.append(drain(args.n, args.concurrency, args.batch_size))
         rc = proc.wait()
@@ -200,15 +205,25 @@ def use(db_url: str) -> None:
     os.environ["DATABASE_URL"] = db_url
 
 
-def prepare(db_url: str) -> None:
-    """Create, migrate and empty ``db_url``, with the bench jobs."""
+def prepare(db_url: str, layout: str = "plain") -> None:
+    """Create, migrate and empty ``db_url``, with the bench jobs (and its runs partitioned)."""
+    import datetime as dt
+
     from django.core.management import call_command
+    from django.db import connection, transaction
+
+    from django_strait.storage.postgres.layout import make_ranges, partition_runs
 
     create_pg_database(db_url)
     use(db_url)
     call_command("migrate", verbosity=0)
     make_jobs(None)
     clear()
+    if layout == "partitioned":
+        loaded = (dt.datetime.now(dt.UTC) - dt.timedelta(days=60)).date()
+        with transaction.atomic(), connection.cursor() as cursor:
+            partition_runs(cursor)
+            make_ranges(cursor, [loaded - dt.timedelta(days=1), loaded])
 
 
 def alternating_drains(args, empty_db: str) -> tuple[dict, dict]:
@@ -233,7 +248,9 @@ def main() -> None:
     ap.add_argument("--prune-batch", type=int, default=1000)
     ap.add_argument("--no-prune", action="store_true", help="stop after drain_history")
     ap.add_argument("--db", default=DEFAULT_DB)
+    ap.add_argument("--layout", choices=("plain", "partitioned"), default="plain")
     args = ap.parse_args()
+    args.prune_lead = 0.2 if args.layout == "partitioned" else 1.0
     if not args.db.startswith("postgres"):
         ap.error("--db: PostgreSQL only (the history is loaded with generate_series)")
     empty_db = args.db + "_empty"
@@ -243,10 +260,11 @@ def main() -> None:
     # --older-than 30d instead.
     os.environ["STRAIT_RETENTION_DAYS"] = "36500"
     setup_django(args.db)
-    out: dict = {"history": args.history, "n": args.n, "load": [os.getloadavg()[0]]}
+    out: dict = {"history": args.history, "n": args.n, "layout": args.layout,
+                 "load": [os.getloadavg()[0]]}  # fmt: skip
     try:
-        prepare(empty_db)
-        prepare(args.db)
+        prepare(empty_db, args.layout)
+        prepare(args.db, args.layout)
         out["load_history_s"] = load_history(args.history)
         out["drain_empty"], out["drain_history"] = alternating_drains(args, empty_db)
         if not args.no_prune:
