@@ -83,7 +83,12 @@ def test_run_once__stops_after_max_batches():
 
 def test_run_once__nothing_to_delete_counts_zero():
     finished(make_job(), "completed", 1)
-    assert Pruner().run_once(NOW).counts == {"deleted": 0, "batches": 0, "days_dropped": 0, "kept_for_webhooks": 0}
+    assert Pruner().run_once(NOW).counts == {
+        "deleted": 0,
+        "batches": 0,
+        "days_dropped": 0,
+        "kept_for_webhooks": 0,
+    }
 
 
 def test_from_settings__reads_prune_settings(settings):
