@@ -235,12 +235,18 @@ class HistoryDay:
 
     @property
     def start(self) -> dt.datetime:
-        return dt.datetime.combine(self.day, dt.time(), dt.UTC)
+        return utc_day(self.day)[0]
 
     @property
     def end(self) -> dt.datetime:
-        return self.start + dt.timedelta(days=1)
+        return utc_day(self.day)[1]
 
     @property
     def runs(self) -> int:
         return sum(self.runs_by_job.values())
+
+
+def utc_day(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
+    """The day's start and end (exclusive) in UTC: the bounds of a day of history."""
+    start = dt.datetime.combine(day, dt.time(), dt.UTC)
+    return start, start + dt.timedelta(days=1)

@@ -38,10 +38,9 @@ from django_strait.storage.postgres.layout import (
     DDL_LOCK_TIMEOUT,
     HISTORY,
     RUNS,
-    DayRange,
     ranges_of,
 )
-from django_strait.storage.values import HistoryDay
+from django_strait.storage.values import HistoryDay, utc_day
 
 #: SQLSTATE of lock_timeout.
 LOCK_NOT_AVAILABLE = "55P03"
@@ -57,7 +56,7 @@ def days_before(alias: str, before: dt.datetime) -> list[HistoryDay]:
     with connections[alias].cursor() as cursor:
         attempts = ranges_of(cursor, ATTEMPTS)
         for day, table in ranges_of(cursor, HISTORY).items():
-            if DayRange(RUNS, day).end > before:
+            if utc_day(day)[1] > before:
                 break
             cursor.execute(f"SELECT job_id, count(*) FROM {table} GROUP BY job_id")
             by_job = {job: n for job, n in cursor.fetchall()}

@@ -38,6 +38,7 @@ from typing import Any
 from django.db import connections
 
 from django_strait.states import RunStatus as S
+from django_strait.storage.values import utc_day
 
 RUNS = "django_strait_jobrun"
 ATTEMPTS = "django_strait_runattempt"
@@ -242,7 +243,7 @@ DDL_LOCK_TIMEOUT = "500ms"
 
 @dataclass(frozen=True, slots=True)
 class DayRange:
-    """One day of history (or of attempts): [start, end) in UTC."""
+    """One day of history (or of attempts), ``values.utc_day``'s bounds."""
 
     table: str
     day: dt.date
@@ -250,14 +251,6 @@ class DayRange:
     @property
     def name(self) -> str:
         return f"{self.table}_p{self.day:%Y%m%d}"
-
-    @property
-    def start(self) -> dt.datetime:
-        return dt.datetime.combine(self.day, dt.time(), dt.UTC)
-
-    @property
-    def end(self) -> dt.datetime:
-        return self.start + dt.timedelta(days=1)
 
 
 def days_around(today: dt.date) -> list[dt.date]:
@@ -306,10 +299,11 @@ def _day_of(name: str) -> dt.date | None:
 
 def _make_range(cursor: Any, parent: str, day: DayRange) -> None:
     default = f"{parent}_default"
-    bounds = f"FOR VALUES FROM ('{day.start.isoformat()}') TO ('{day.end.isoformat()}')"
+    start, end = utc_day(day.day)
+    bounds = f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
     cursor.execute(
         f"SELECT EXISTS (SELECT FROM {default} WHERE finished_at >= %s AND finished_at < %s)",
-        [day.start, day.end],
+        [start, end],
     )
     (stranded,) = cursor.fetchone()
     if not stranded:
@@ -323,7 +317,7 @@ def _make_range(cursor: Any, parent: str, day: DayRange) -> None:
         cursor.execute(
             f"WITH moved AS (DELETE FROM {default} WHERE finished_at >= %s AND finished_at < %s "
             f"RETURNING *) INSERT INTO {day.name} SELECT * FROM moved",
-            [day.start, day.end],
+            [start, end],
         )
         cursor.execute(f"ALTER TABLE {parent} ATTACH PARTITION {day.name} {bounds}")
     cursor.execute(
