@@ -80,8 +80,7 @@ def claim_and_start(
 
     # Again if a queued run was canceled (moved to history) between the claim's read and its lock.
     started = moves.rerun_moved(claim_once)
-    if started:
-        signals.send_started(started, _names(started, job_names), using=storage.alias)
+    signals.send_started(started, _names(started, job_names), using=storage.alias)
     return started
 
 
