@@ -145,7 +145,10 @@ def whole_days(
     shortest = min([selection.default_days, *own.values()])
     due = []
     for day in storage.history_days(now - dt.timedelta(days=shortest)):
-        longest = max(own.get(job, selection.default_days) for job in day.runs_by_job or [0])
+        longest = max(
+            (own.get(job, selection.default_days) for job in day.runs_by_job),
+            default=selection.default_days,
+        )
         if day.end <= now - dt.timedelta(days=longest):
             due.append(day)
     return due
@@ -200,7 +203,7 @@ class Pruner:
                 days = whole_days(selection, now, using=self.using)
         if not leading:
             return DutyResult(self.name, led=False)
-        dropped = kept_back = days_dropped = 0
+        dropped = days_dropped = 0
         for day in days:
             with lead(self.name, using=self.using) as leading:
                 detached = leading and storage.detach_history_day(day)
@@ -209,8 +212,8 @@ class Pruner:
             if not detached:
                 logger.warning("day %s of history is busy: dropped next round", day.day)
                 continue
-            gone, kept = storage.finish_history_day(day)
-            dropped, kept_back, days_dropped = dropped + gone, kept_back + kept, days_dropped + 1
+            dropped += storage.finish_history_day(day)
+            days_dropped += 1
         if days_dropped:
             logger.info("dropped %s day(s) of history: %s run(s)", days_dropped, dropped)
         deleted = batches = 0

@@ -247,5 +247,6 @@ class Storage(Protocol):
         """Take ``day`` out of history (short; under a leader's lead): False if its lock
         stayed busy. ``finish_history_day`` then drops it."""
 
-    def finish_history_day(self, day: HistoryDay) -> tuple[int, int]:
-        """Drop a detached ``day``: (runs dropped, runs kept back as still owing a webhook)."""
+    def finish_history_day(self, day: HistoryDay) -> int:
+        """Drop a detached ``day``; return how many runs went (those still owing a webhook
+        are kept back, outside their day)."""

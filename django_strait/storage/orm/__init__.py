@@ -329,7 +329,7 @@ class OrmStorage:
     def detach_history_day(self, day: HistoryDay) -> bool:
         raise NotImplementedError("history has no days on this database")
 
-    def finish_history_day(self, day: HistoryDay) -> tuple[int, int]:
+    def finish_history_day(self, day: HistoryDay) -> int:
         raise NotImplementedError("history has no days on this database")
 
     #: Whether deep pages are read by skipping ids in the primary key's index first.

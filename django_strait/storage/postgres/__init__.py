@@ -310,7 +310,7 @@ class PostgresStorage(OrmStorage):
     def detach_history_day(self, day: HistoryDay) -> bool:
         return history.detach_day(self.alias, day)
 
-    def finish_history_day(self, day: HistoryDay) -> tuple[int, int]:
+    def finish_history_day(self, day: HistoryDay) -> int:
         return history.finish(self.alias, day.runs_table, day.attempts_table)
 
     def query_estimate(self, rows: QuerySet) -> int | None:

@@ -12,7 +12,7 @@ same days. A day whose every run is past its job's retention goes whole:
    default partition.
 2. **Finish** the detached tables, in a second transaction that holds no lock on
    the runs table: a run that still owes a completion webhook goes back in (to
-   the default partition: its day is gone) and is counted as kept; the rows that
+   the default partition: its day is gone), where the pruner counts it as kept; the rows that
    point at the day's runs go as Django's ``on_delete`` says (holds and delivered
    webhooks deleted, a workflow step's run set to NULL); attempts of runs that
    are not in the day (a run retried across midnight, a dead letter) go back in;
@@ -38,6 +38,8 @@ from django_strait.storage.postgres.layout import (
     DDL_LOCK_TIMEOUT,
     HISTORY,
     RUNS,
+    day_of,
+    day_table,
     ranges_of,
 )
 from django_strait.storage.values import HistoryDay, utc_day
@@ -66,15 +68,15 @@ def days_before(alias: str, before: dt.datetime) -> list[HistoryDay]:
 
 def lock_busy(exc: BaseException) -> bool:
     """Whether ``exc`` is a lock not had within ``lock_timeout``."""
-    return getattr(exc.__cause__ or exc, "sqlstate", None) == LOCK_NOT_AVAILABLE
+    return _sqlstate(exc) == LOCK_NOT_AVAILABLE
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    return getattr(exc.__cause__ or exc, "sqlstate", None)
 
 
 def detach_day(alias: str, day: HistoryDay) -> bool:
     """Detach ``day``'s runs and attempts; False if their lock stayed busy (next round)."""
-    return _detach(alias, day)
-
-
-def _detach(alias: str, day: HistoryDay) -> bool:
     for tried in range(1, DETACH_TRIES + 1):
         try:
             with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
@@ -91,19 +93,20 @@ def _detach(alias: str, day: HistoryDay) -> bool:
     return False
 
 
-def finish(alias: str, runs_table: str, attempts_table: str | None) -> tuple[int, int]:
-    """Drop a detached day: its keepers and other days' attempts back in first."""
+def finish(alias: str, runs_table: str, attempts_table: str | None) -> int:
+    """Drop a detached day, its keepers and other days' attempts put back first; return
+    how many runs went."""
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         try:
             # Another leader's round may be finishing it too: the second finds it gone.
             with transaction.atomic(using=alias):
                 cursor.execute(f"LOCK TABLE {runs_table} IN ACCESS EXCLUSIVE MODE")
         except ProgrammingError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) != UNDEFINED_TABLE:
+            if _sqlstate(exc) != UNDEFINED_TABLE:
                 raise
-            return 0, 0
+            return 0
         cursor.execute("SET LOCAL work_mem = '64MB'")  # hash joins of a day's ids in memory
-        kept = _keep_owing(cursor, runs_table)
+        _keep_owing(cursor, runs_table)
         for sql in _relations(runs_table):
             cursor.execute(sql)
         if attempts_table:
@@ -119,10 +122,10 @@ def finish(alias: str, runs_table: str, attempts_table: str | None) -> tuple[int
         cursor.execute(f"DROP TABLE {runs_table}")
         if attempts_table:
             cursor.execute(f"DROP TABLE {attempts_table}")
-    return dropped, kept
+    return dropped
 
 
-def _keep_owing(cursor: Any, runs_table: str) -> int:
+def _keep_owing(cursor: Any, runs_table: str) -> None:
     """Move the day's runs that still owe a completion webhook back into the runs table."""
     deliveries = WebhookDelivery._meta.db_table
     cursor.execute(
@@ -131,7 +134,6 @@ def _keep_owing(cursor: Any, runs_table: str) -> int:
         f"INSERT INTO {RUNS} SELECT * FROM kept",
         [list(UNDELIVERED)],
     )
-    return cursor.rowcount
 
 
 def _relations(runs_table: str) -> list[str]:
@@ -167,7 +169,8 @@ def leftovers(alias: str) -> list[tuple[str, str | None]]:
         names = {row[0] for row in cursor.fetchall()}
     found = []
     for name in sorted(names):
-        if name.startswith(f"{RUNS}_p"):
-            attempts = f"{ATTEMPTS}_p{name.rsplit('_p', 1)[1]}"
+        day = day_of(name)
+        if day is not None and name == day_table(RUNS, day):
+            attempts = day_table(ATTEMPTS, day)
             found.append((name, attempts if attempts in names else None))
     return found

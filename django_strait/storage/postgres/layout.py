@@ -241,16 +241,9 @@ RANGES_AHEAD = 7
 DDL_LOCK_TIMEOUT = "500ms"
 
 
-@dataclass(frozen=True, slots=True)
-class DayRange:
-    """One day of history (or of attempts), ``values.utc_day``'s bounds."""
-
-    table: str
-    day: dt.date
-
-    @property
-    def name(self) -> str:
-        return f"{self.table}_p{self.day:%Y%m%d}"
+def day_table(table: str, day: dt.date) -> str:
+    """The name of ``table``'s (runs or attempts) partition for ``day``: ``<table>_p20261125``."""
+    return f"{table}_p{day:%Y%m%d}"
 
 
 def days_around(today: dt.date) -> list[dt.date]:
@@ -270,8 +263,7 @@ def make_ranges(cursor: Any, days: list[dt.date]) -> list[str]:
         for day in days:
             if day in have:
                 continue
-            _make_range(cursor, parent, DayRange(table, day))
-            made.append(DayRange(table, day).name)
+            made.append(_make_range(cursor, parent, day_table(table, day), day))
     return made
 
 
@@ -284,22 +276,23 @@ def ranges_of(cursor: Any, parent: str) -> dict[dt.date, str]:
     )
     found = {}
     for (name,) in cursor.fetchall():
-        day = _day_of(name)
+        day = day_of(name)
         if day is not None:
             found[day] = name
     return dict(sorted(found.items()))
 
 
-def _day_of(name: str) -> dt.date | None:
+def day_of(name: str) -> dt.date | None:
+    """The day of a day partition's name (``day_table``'s inverse); None for another table."""
     stem, _, tail = name.rpartition("_p")
     if stem not in (RUNS, ATTEMPTS) or len(tail) != 8 or not tail.isdigit():
         return None
     return dt.datetime.strptime(tail, "%Y%m%d").date()
 
 
-def _make_range(cursor: Any, parent: str, day: DayRange) -> None:
+def _make_range(cursor: Any, parent: str, name: str, day: dt.date) -> str:
     default = f"{parent}_default"
-    start, end = utc_day(day.day)
+    start, end = utc_day(day)
     bounds = f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
     cursor.execute(
         f"SELECT EXISTS (SELECT FROM {default} WHERE finished_at >= %s AND finished_at < %s)",
@@ -307,25 +300,26 @@ def _make_range(cursor: Any, parent: str, day: DayRange) -> None:
     )
     (stranded,) = cursor.fetchone()
     if not stranded:
-        cursor.execute(f"CREATE TABLE {day.name} PARTITION OF {parent} (PRIMARY KEY (id)) {bounds}")
+        cursor.execute(f"CREATE TABLE {name} PARTITION OF {parent} (PRIMARY KEY (id)) {bounds}")
     else:
         # Made apart, filled from the default partition, then attached.
         cursor.execute(
-            f"CREATE TABLE {day.name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS, "
+            f"CREATE TABLE {name} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS, "
             "PRIMARY KEY (id))"
         )
         cursor.execute(
             f"WITH moved AS (DELETE FROM {default} WHERE finished_at >= %s AND finished_at < %s "
-            f"RETURNING *) INSERT INTO {day.name} SELECT * FROM moved",
+            f"RETURNING *) INSERT INTO {name} SELECT * FROM moved",
             [start, end],
         )
-        cursor.execute(f"ALTER TABLE {parent} ATTACH PARTITION {day.name} {bounds}")
+        cursor.execute(f"ALTER TABLE {parent} ATTACH PARTITION {name} {bounds}")
     cursor.execute(
         "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
         "AND tablename = %s AND indexdef LIKE 'CREATE UNIQUE INDEX%%' "
         "AND indexname NOT LIKE '%%_pkey'",
         [default],
     )
-    for name, definition in cursor.fetchall():
-        base = name.removesuffix(f"_{_suffix(default)}")
-        _unique_on(cursor, definition, base, default, day.name)
+    for index, definition in cursor.fetchall():
+        base = index.removesuffix(f"_{_suffix(default)}")
+        _unique_on(cursor, definition, base, default, name)
+    return name
