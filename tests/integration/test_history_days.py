@@ -8,11 +8,14 @@ tests/integration/test_pruner.py covers on both layouts.
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from io import StringIO
 
+import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from django_strait.duties.pruner import Pruner
 from django_strait.models import JobRun, RunAttempt, RunHold, WebhookDelivery
@@ -143,3 +146,49 @@ def test_prepare_history__makes_the_days_ahead():
     ahead = (NOW + dt.timedelta(days=37)).date()
     assert f"{RUNS}_p{ahead:%Y%m%d}" in made and f"{ATTEMPTS}_p{ahead:%Y%m%d}" in made
     assert backend().prepare_history(NOW + dt.timedelta(days=30)) == []
+
+
+def test_detach__waits_for_a_record_that_holds_attempts_and_moves_runs_into_history():
+    """A record holds its attempt rows, then moves its run into history. Detaching a day
+    took history first and then waited for attempts, behind the record, which waited for
+    history behind it: the record stalled until the detach gave up (or deadlocked)."""
+    job = make_job()
+    on_old_day(make_run(job, status="completed"))
+    make_old_day()
+    running = make_run(job, status="executing", attempts=1)
+    [day] = backend().history_days(NOW - dt.timedelta(days=30))
+    record = psycopg_connection()
+    detached: dict[str, object] = {}
+
+    def detach() -> None:
+        try:
+            detached["ok"] = backend().detach_history_day(day)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=detach)
+    try:
+        record.execute(f"UPDATE {ATTEMPTS} SET duration_ms = 1 WHERE run_id = %s", [running.pk])
+        thread.start()
+        time.sleep(0.2)  # the detach now waits for the record's lock on attempts
+        began = time.monotonic()
+        record.execute(
+            f"UPDATE {RUNS} SET status = 'completed', finished_at = now() WHERE id = %s",
+            [running.pk],
+        )
+        moved_in = time.monotonic() - began
+        record.commit()
+    finally:
+        record.close()
+        thread.join(timeout=30)
+
+    assert moved_in < 0.2, f"the record waited {moved_in:.2f} s for the detach"
+    assert detached == {"ok": True}
+    assert JobRun.objects.get(pk=running.pk).status == "completed"
+
+
+def psycopg_connection() -> psycopg.Connection:
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params, autocommit=False)

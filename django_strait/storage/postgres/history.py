@@ -81,6 +81,11 @@ def detach_day(alias: str, day: HistoryDay) -> bool:
         try:
             with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
                 cursor.execute(f"SET LOCAL lock_timeout = '{DDL_LOCK_TIMEOUT}'")
+                if day.attempts_table:
+                    # Attempts first, in the order a record locks them (its attempt rows,
+                    # then its runs into history): history first, a record that held
+                    # attempts and then moved a run waited on it, and it on the record.
+                    cursor.execute(f"LOCK TABLE ONLY {ATTEMPTS} IN ACCESS EXCLUSIVE MODE")
                 cursor.execute(f"ALTER TABLE {HISTORY} DETACH PARTITION {day.runs_table}")
                 if day.attempts_table:
                     cursor.execute(f"ALTER TABLE {ATTEMPTS} DETACH PARTITION {day.attempts_table}")

@@ -258,7 +258,8 @@ def make_ranges(cursor: Any, days: list[dt.date]) -> list[str]:
     the days made ahead) gets them moved into its new range, in this transaction.
     """
     made = []
-    for table, parent in ((RUNS, HISTORY), (ATTEMPTS, ATTEMPTS)):
+    # Attempts first: the order a record takes their locks (history.detach_day).
+    for table, parent in ((ATTEMPTS, ATTEMPTS), (RUNS, HISTORY)):
         have = set(ranges_of(cursor, parent))
         for day in days:
             if day in have:
