@@ -100,7 +100,7 @@ class PostgresStorage(OrmStorage):
             after_at=[s.after_at for s in segments],
             after_id=[s.after_id for s in segments],
         )
-        rows = self._execute(queries.claim(variant), params, name="claim")
+        rows = self._execute(queries.claim(variant, self._partitioned()), params, name="claim")
         if floors:
             floors.learn([(row[-2], (row[-1], row[0])) for row in rows], limit, now)
         runs = [claimed(*row[:-3]) for row in rows]
@@ -213,7 +213,7 @@ class PostgresStorage(OrmStorage):
             warned = {ledger.project_id for ledger in out.crossed}
             pids = sorted(out.added)
             self._execute(
-                queries.get("budget.reserve"),
+                queries.by_id("budget.reserve", self._partitioned()),
                 {
                     "ledger": [ledgers[p].id for p in pids],
                     "amount": [out.added[p] for p in pids],

@@ -51,7 +51,7 @@ def get(name: str) -> str:
 
 @functools.cache
 def by_id(name: str, partitioned: bool) -> str:
-    """Return ``name`` (start, hold) for a runs table ``partitioned`` by status class or not."""
+    """Return ``name`` (start, hold, budget.reserve) for a runs table ``partitioned`` by status class or not."""
     return _live(get(name), partitioned)
 
 
@@ -64,9 +64,11 @@ def _live(sql: str, partitioned: bool) -> str:
 
 
 @functools.cache
-def claim(variant: str) -> str:
-    """Return the claim with the queue filter of ``variant`` (any, one, many)."""
-    return get("claim").replace("/*queue_filter*/", QUEUE_FILTERS[variant])
+def claim(variant: str, partitioned: bool = False) -> str:
+    """Return the claim with the queue filter of ``variant`` (any, one, many), for a
+    runs table ``partitioned`` by status class or not."""
+    sql = get("claim").replace("/*queue_filter*/", QUEUE_FILTERS[variant])
+    return _live(sql, partitioned)
 
 
 @functools.cache
