@@ -71,6 +71,8 @@ class Completer:
         #: Records to write one at a time: a batch holding them was refused.
         self._singles = 0
         self._writing = False
+        #: Records taken for the write under way.
+        self._in_write = 0
         self._closing = False
 
     def add(self, record: Record) -> None:
@@ -82,6 +84,11 @@ class Completer:
     def idle(self) -> bool:
         """Nothing waits to be written and nothing is being written."""
         return not self._pending and not self._writing
+
+    @property
+    def unrecorded(self) -> int:
+        """Ended attempts not written yet: waiting, and in the write under way."""
+        return len(self._pending) + self._in_write
 
     def close(self) -> None:
         """Write what is left, then let ``run`` return."""
@@ -99,7 +106,7 @@ class Completer:
                 await self._arrived.wait()
                 continue
             chunk = self._take()
-            self._writing = True
+            self._writing, self._in_write = True, len(chunk)
             try:
                 done = await self._write(chunk)
                 failures = 0
@@ -109,7 +116,7 @@ class Completer:
                 if not await self._after_error(chunk, exc, failures):
                     return
             finally:
-                self._writing = False
+                self._writing, self._in_write = False, 0
                 self._wake()
 
     def _take(self) -> list[Record]:

@@ -53,7 +53,7 @@ from django_strait.transitions import claim_and_start, record
 from django_strait.wakeup import Listener
 from django_strait.worker import burst
 from django_strait.worker.catalog import Catalog
-from django_strait.worker.completer import Completer
+from django_strait.worker.completer import RECORD_BATCH_MAX, Completer
 from django_strait.worker.config import Stats, WorkerConfig
 from django_strait.worker.duty_runner import DutyRunner
 from django_strait.worker.executors import Executors
@@ -135,7 +135,7 @@ class Worker:
         )  # fmt: skip
         self.producer = Producer(
             self._claim, self.executors.start,
-            in_flight=lambda: len(self.executors.in_flight), drained=self._drained,
+            in_flight=self._occupied, drained=self._drained,
             concurrency=cfg.concurrency, batch_size=cfg.batch_size, burst=cfg.burst,
             poll_interval=cfg.poll_interval, leftover=self._leftover,
         )  # fmt: skip
@@ -263,6 +263,19 @@ class Worker:
 
     def _drained(self) -> bool:
         return not self.executors.in_flight and self.completer.idle
+
+    def _occupied(self) -> int:
+        """The slots the producer counts as taken: the runs executing, and the ended ones
+        whose records wait beyond one full write.
+
+        Without the second term, a drain whose records lag (a slow disk, a bloated
+        table) kept claiming: minutes of records piled up, their runs, no longer
+        heartbeaten, were rescued by the reaper and run again, and the claim and the
+        record slowed each other down (30 minutes of drain fell to 0.36x). One batch
+        of records waiting is the normal pipeline and costs no claims.
+        """
+        behind = self.completer.unrecorded - RECORD_BATCH_MAX
+        return len(self.executors.in_flight) + max(0, behind)
 
     # -- database threads ---------------------------------------------------------------
 

@@ -134,3 +134,35 @@ def test_say_unmoved__names_lost_runs_and_already_recorded_ones_apart(caplog):
     lines = {r.levelname: r.getMessage() for r in caplog.records}
     assert lines["WARNING"].startswith("results of runs [3] not recorded: no longer executing")
     assert lines["INFO"].startswith("results of runs [4, 5] already recorded")
+
+
+def test_completer__counts_records_unrecorded_until_their_write_returns():
+    """What the producer holds claims back by (engine._occupied): records waiting and
+    those in the write under way, none once written."""
+    storage = MemoryStorage()
+    executing(storage, 1, 2, 3)
+    seen_in_write: list[int] = []
+
+    async def main():
+        release = asyncio.Event()
+
+        async def write(chunk):
+            seen_in_write.append(completer.unrecorded)
+            await release.wait()
+            return storage.record(RecordBatch("w", chunk))
+
+        completer = Completer(write, on_recorded=lambda chunk, done: None, max_batch=2)
+        for rid in (1, 2, 3):
+            completer.add(record(rid))
+        waiting = completer.unrecorded
+        task = asyncio.create_task(completer.run())
+        await asyncio.sleep(0.01)
+        during = completer.unrecorded
+        completer.close()
+        release.set()
+        await asyncio.wait_for(task, 5)
+        return waiting, during, completer.unrecorded
+
+    assert asyncio.run(main()) == (3, 3, 0)
+    assert seen_in_write == [3, 1]
+    assert storage.writes == [[1, 2], [3]]
