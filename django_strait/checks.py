@@ -9,6 +9,7 @@
 | ``django_strait.W001`` | a ``STRAIT_*`` environment variable that Strait does not read (a typo?) |
 | ``django_strait.E005`` | ``STRAIT["DATABASE"]`` is not ``"default"`` but ``StraitRouter`` is not installed |
 | ``django_strait.W002`` | ``STRAIT["OJS_REQUIRE_AUTH"]`` is False while ``DEBUG`` is off |
+| ``django_strait.W003`` | a project model has a foreign key constraint into runs or attempts, which a partitioned table cannot take |
 
 ``django_strait.tasks.StraitBackend`` checks its own ``TASKS`` entry (Django's
 task framework runs them): ``E101`` django_strait not installed, ``E102`` a
@@ -18,8 +19,10 @@ queue Strait cannot store, ``E103`` bad or unknown ``OPTIONS``, ``E104`` a bad
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
@@ -92,3 +95,61 @@ def _unknown_env_var(name: str) -> checks.Warning:
         hint="Check the spelling against docs/settings.md, or unset it.",
         id="django_strait.W001",
     )
+
+
+#: The models whose tables are partitioned on PostgreSQL (storage.postgres.layout).
+PARTITIONED_MODELS = ("django_strait.JobRun", "django_strait.RunAttempt")
+
+
+@checks.register(TAG)
+def check_foreign_keys_into_runs(app_configs: Any = None, **kwargs: Any) -> list[checks.Warning]:
+    """W003: a foreign key constraint into runs or attempts, where those tables are partitioned.
+
+    A partitioned table has no unique ``id`` of its own (each leaf has its primary
+    key), so PostgreSQL refuses a constraint that points at it: the project's
+    migration that adds one fails, and migration 0020 and ``strait_partition`` drop
+    the ones that exist. ``db_constraint=False`` keeps the relation without one.
+    """
+    if strait_settings.errors() or not strait_settings.PARTITION_RUNS:
+        return []
+    engine = settings.DATABASES.get(strait_settings.DATABASE, {}).get("ENGINE", "")
+    if "postgresql" not in engine:
+        return []
+    return [
+        checks.Warning(
+            f"{model._meta.label}.{field.name} is a foreign key constraint into "
+            f"{field.related_model._meta.label}, whose table is partitioned on PostgreSQL: "
+            "PostgreSQL refuses such a constraint (migration 0020 and strait_partition "
+            "drop one that exists).",
+            hint="Declare it with db_constraint=False (or set STRAIT['PARTITION_RUNS'] = False).",
+            obj=field,
+            id="django_strait.W003",
+        )
+        for model, field in foreign_keys_into_runs(_models(app_configs))
+    ]
+
+
+def _models(app_configs: Any) -> list[type]:
+    if app_configs is None:
+        return apps.get_models(include_auto_created=True)
+    return [m for config in app_configs for m in config.get_models(include_auto_created=True)]
+
+
+def foreign_keys_into_runs(models: Iterable[type]) -> list[tuple[type, Any]]:
+    """Every (model, field) of ``models`` outside django_strait with a database
+    constraint into a partitioned model: foreign keys, one-to-ones, and
+    many-to-manys (their through tables' keys)."""
+    found = []
+    for model in models:
+        if model._meta.app_label == "django_strait" and not model._meta.auto_created:
+            continue
+        for field in model._meta.local_fields:
+            target = getattr(field, "related_model", None)
+            if (
+                field.is_relation
+                and target is not None
+                and target._meta.label in PARTITIONED_MODELS
+                and getattr(field, "db_constraint", False)
+            ):
+                found.append((model, field))
+    return found

@@ -337,6 +337,8 @@ KEYS: dict[str, Key] = {
         # the claim index again, and the dead rows past which the leader vacuums runs.
         Key("CLAIM_RESCAN_INTERVAL", 5.0, _duration(positive=True), _text),
         Key("VACUUM_DEAD_ROWS", 10_000, _integer(0), _int_text),
+        # Whether migration 0020 partitions the runs table by status class (PostgreSQL).
+        Key("PARTITION_RUNS", True, _boolean, _bool_text),
         # Bearer token for the metrics view (staff users need none).
         Key("METRICS_TOKEN", None, _secret, _text),
         # The REST API: throttles per client (None turns one off), bulk and body limits.
@@ -502,6 +504,7 @@ class StraitSettings:
     STATS_INTERVAL: float
     CLAIM_RESCAN_INTERVAL: float
     VACUUM_DEAD_ROWS: int
+    PARTITION_RUNS: bool
     METRICS_TOKEN: str | None
     API_THROTTLE_RATE: str | None
     API_TRIGGER_THROTTLE_RATE: str | None

@@ -212,16 +212,3 @@ def listen() -> Iterator:
     yield connect
     for listener in connected:
         listener.signal.disconnect(listener)
-
-
-if os.environ.get("STRAIT_TEST_LAYOUT") == "partitioned":
-
-    @pytest.fixture(scope="session")
-    def django_db_setup(django_db_setup, django_db_blocker):
-        """The runs table partitioned by status class (``storage.postgres.layout``)."""
-        from django.db import connection, transaction
-
-        from django_strait.storage.postgres.layout import partition_runs
-
-        with django_db_blocker.unblock(), transaction.atomic(), connection.cursor() as cursor:
-            partition_runs(cursor)

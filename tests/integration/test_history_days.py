@@ -1,7 +1,7 @@
 """Retention by whole days of history, on a runs table partitioned by status class.
 
-Skipped where the runs table is plain (SQLite; PostgreSQL unless
-``STRAIT_TEST_LAYOUT=partitioned``): there the pruner deletes row by row, which
+Skipped where the runs table is plain (SQLite; PostgreSQL with
+``STRAIT_PARTITION_RUNS=false``): there the pruner deletes row by row, which
 tests/integration/test_pruner.py covers on both layouts.
 """
 
@@ -38,7 +38,7 @@ def partitioned():
     with connection.cursor() as cursor:
         cursor.execute("SELECT relkind FROM pg_class WHERE oid = %s::regclass", [RUNS])
         if cursor.fetchone()[0] != "p":
-            pytest.skip("the runs table is plain in this run (STRAIT_TEST_LAYOUT)")
+            pytest.skip("the runs table is plain in this run (STRAIT_PARTITION_RUNS=false)")
 
 
 def on_old_day(run: JobRun) -> JobRun:

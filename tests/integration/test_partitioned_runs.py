@@ -1,7 +1,8 @@
 """What must hold whether or not the runs table is partitioned by status class.
 
 CI runs these, with the conformance suite, once on a plain runs table and once
-on one partitioned by ``storage.postgres.layout`` (``STRAIT_TEST_LAYOUT=partitioned``).
+on one partitioned by ``storage.postgres.layout`` (migration 0020; plain with
+``STRAIT_PARTITION_RUNS=false``).
 There a run that finishes moves from the live leaf to the history leaf: a key
 must still find it, and a statement that waited for it must not fail.
 """
@@ -136,7 +137,7 @@ def test_partitioned_layout__runs_live_in_the_leaf_of_their_status_class():
         from django_strait.storage.postgres.layout import is_partitioned
 
         if not is_partitioned(cursor):
-            pytest.skip("the runs table is plain in this run (STRAIT_TEST_LAYOUT)")
+            pytest.skip("the runs table is plain in this run (STRAIT_PARTITION_RUNS=false)")
     job = make_job()
     queued, done, dead = (JobRun.objects.create(job=job) for _ in range(3))
     cancel(done.pk)  # as a person does: finished now
@@ -167,7 +168,7 @@ def partitioned_or_skip() -> None:
 
     with connection.cursor() as cursor:
         if not is_partitioned(cursor):
-            pytest.skip("the runs table is plain in this run (STRAIT_TEST_LAYOUT)")
+            pytest.skip("the runs table is plain in this run (STRAIT_PARTITION_RUNS=false)")
 
 
 def plan_of(sql: str, params: dict) -> str:
@@ -207,3 +208,38 @@ def test_partitioned_layout__statements_that_find_runs_by_id_open_the_live_leaf_
     for name, plan in plans.items():
         assert f"{table}_live" in plan, name
         assert "_p20" not in plan and "_kept" not in plan and "_default" not in plan, (name, plan)
+
+
+@postgres_only
+def test_migration_0020__partitions_a_small_table_and_leaves_a_large_one_plain(monkeypatch):
+    """In the plain pass (STRAIT_PARTITION_RUNS=false), what the migration would do,
+    with its threshold at three runs; each attempt rolled back."""
+    from django.db import transaction
+
+    from django_strait.storage.postgres import layout
+
+    with connection.cursor() as cursor:
+        if layout.is_partitioned(cursor):
+            pytest.skip("the runs table is partitioned already in this run")
+    monkeypatch.setattr(layout, "IN_ONE_GO", 3)
+    job = make_job()
+    runs = [JobRun.objects.create(job=job) for _ in range(3)]
+    finish(runs[0])
+
+    def try_it() -> tuple[bool, bool, list]:
+        with transaction.atomic(), connection.cursor() as cursor:
+            # The test's rows' deferred key checks, out of the way of ALTER TABLE.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            done = layout.partition_if_small(cursor)
+            partitioned = layout.is_partitioned(cursor)
+            kept = sorted(JobRun.objects.values_list("pk", "status"))
+            transaction.set_rollback(True)
+        return done, partitioned, kept
+
+    large = try_it()
+    runs[2].delete()
+    small = try_it()
+
+    assert large[:2] == (False, False)
+    assert small == (True, True, sorted(JobRun.objects.values_list("pk", "status")))
+    assert len(small[2]) == 2

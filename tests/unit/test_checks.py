@@ -6,13 +6,19 @@ import contextlib
 import warnings
 
 import pytest
+from django.apps import apps as django_apps
 from django.conf import settings
 from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
+from django.test.utils import isolate_apps
 
-from django_strait.checks import check_settings
+from django_strait.checks import (
+    check_foreign_keys_into_runs,
+    check_settings,
+    foreign_keys_into_runs,
+)
 
 # Settings are read from a clean environment (tests/unit/conftest.py).
 pytestmark = pytest.mark.usefixtures("clean_strait_env")
@@ -186,3 +192,54 @@ def test_check__bad_ojs_content_type_is_e003():
         (message,) = run()
     assert message.id == "django_strait.E003"
     assert "application/openjobspec+json" in message.msg
+
+
+def receipts(apps):
+    """A project's models that point at runs and attempts, in an isolated app registry."""
+    from django.db import models
+
+    from django_strait.models import JobRun, RunAttempt
+
+    class Receipt(models.Model):  # noqa: DJ008 (never shown)
+        run = models.ForeignKey(JobRun, on_delete=models.CASCADE)
+        attempt = models.OneToOneField(RunAttempt, on_delete=models.CASCADE)
+        job_run = models.ForeignKey(JobRun, on_delete=models.CASCADE, db_constraint=False,
+                                    related_name="+")  # fmt: skip
+
+        class Meta:
+            app_label = "demo"
+
+    class Batch(models.Model):  # noqa: DJ008 (never shown)
+        runs = models.ManyToManyField(JobRun, related_name="+")
+
+        class Meta:
+            app_label = "demo"
+
+    return [apps.get_app_config("demo")]
+
+
+def w003(app_configs, databases, **strait) -> list[str]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Overriding setting DATABASES")
+        with override_settings(DATABASES={**settings.DATABASES, "default": databases},
+                               STRAIT=strait):  # fmt: skip
+            return [m.msg.split(" is ")[0] for m in check_foreign_keys_into_runs(app_configs)]
+
+
+POSTGRES = {"ENGINE": "django.db.backends.postgresql", "NAME": "unused"}
+
+
+def test_check__a_foreign_key_constraint_into_runs_on_postgresql_is_w003():
+    with isolate_apps("example_project.demo") as apps:
+        app_configs = receipts(apps)
+
+        found = w003(app_configs, POSTGRES)
+        on_sqlite = w003(app_configs, JOBS_DB)
+        kept_plain = w003(app_configs, POSTGRES, PARTITION_RUNS=False)
+
+    assert found == ["demo.Receipt.run", "demo.Receipt.attempt", "demo.Batch_runs.jobrun"]
+    assert on_sqlite == kept_plain == []
+
+
+def test_check__the_test_project_has_no_foreign_key_into_runs():
+    assert foreign_keys_into_runs(django_apps.get_models(include_auto_created=True)) == []

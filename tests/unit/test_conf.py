@@ -64,6 +64,7 @@ DEFAULTS = {
     "PROCESS_MAX_RUNS": 1000,
     "CLAIM_RESCAN_INTERVAL": 5.0,
     "VACUUM_DEAD_ROWS": 10_000,
+    "PARTITION_RUNS": True,
     "OJS_REQUIRE_AUTH": True,
     "OJS_CONTENT_TYPE": "application/openjobspec+json",
     "OJS_TEST_DIRECTIVES": False,

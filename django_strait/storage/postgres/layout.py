@@ -24,9 +24,10 @@ keys cannot point at a partitioned table without a unique ``id`` in it, so the
 four that point at runs are dropped; Django's ``on_delete`` runs in Python
 either way, and the pruner deletes attempts with their runs.
 
-Not yet exposed to projects (no migration or command calls it): the test suite
-runs its conformance and engine tests on this layout, so that the code stays
-correct on both before the migration moves installs to it.
+Migration 0020 partitions a new or small install (below ``IN_ONE_GO`` runs) in
+its transaction; a larger one stays plain, and ``manage.py strait_partition``
+moves it without a long lock (``storage.postgres.move``). ``STRAIT["PARTITION_RUNS"]
+= False`` keeps the plain table. The code runs on both layouts.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from django_strait.states import RunStatus as S
 from django_strait.storage.values import utc_day
 
 RUNS = "django_strait_jobrun"
+#: Runs below which migration 0020 partitions the table in its own transaction (seconds
+#: under lock); from here on, it leaves the table plain for ``strait_partition``.
+IN_ONE_GO = 100_000
 ATTEMPTS = "django_strait_runattempt"
 #: The history leaf: itself partitioned, by day of finished_at.
 HISTORY = f"{RUNS}_history"
@@ -79,13 +83,27 @@ def runs_partitioned(alias: str) -> bool:
     return _KNOWN[key]
 
 
+def partition_if_small(cursor: Any) -> bool:
+    """Partition the runs table in one go if it holds fewer than ``IN_ONE_GO`` runs (or is
+    partitioned already); False if it is left plain for ``strait_partition``."""
+    if is_partitioned(cursor):
+        return True
+    cursor.execute(f"SELECT count(*) FROM (SELECT FROM {RUNS} LIMIT %s) AS r", [IN_ONE_GO])
+    (runs,) = cursor.fetchone()
+    if runs >= IN_ONE_GO:
+        return False
+    partition_runs(cursor)
+    return True
+
+
 def partition_runs(cursor: Any, today: dt.date | None = None) -> None:
     """Rebuild the runs and attempts tables partitioned, rows, indexes and triggers included.
 
     Runs in the caller's transaction and copies every row under its lock: meant
-    for an empty or small table (the test database, a new install). History and
-    attempts get their day ranges from yesterday to ``RANGES_AHEAD`` days after
-    ``today`` (UTC) before the rows go in; older rows land in the default partitions.
+    for an empty or small table (a new install, the test database; migration 0020
+    calls it below ``IN_ONE_GO`` runs). History and attempts get their day ranges
+    from yesterday to ``RANGES_AHEAD`` days after ``today`` (UTC), and one for every
+    day a finished run or attempt has, before the rows go in: pruning drops them whole.
     """
     if is_partitioned(cursor):
         return
@@ -112,7 +130,8 @@ def partition_runs(cursor: Any, today: dt.date | None = None) -> None:
     cursor.execute(
         f"CREATE TABLE {ATTEMPTS}_default PARTITION OF {ATTEMPTS} (PRIMARY KEY (id)) DEFAULT"
     )
-    make_ranges(cursor, days_around(today or dt.datetime.now(dt.UTC).date()))
+    days = set(days_around(today or dt.datetime.now(dt.UTC).date()))
+    make_ranges(cursor, sorted(days | finished_days(cursor, f"{RUNS}_plain", f"{ATTEMPTS}_plain")))
     for old in (runs, attempts):
         old.refill(cursor)
     # Indexes once the rows are in (and the old table's, of the same names, gone).
@@ -249,6 +268,19 @@ def day_table(table: str, day: dt.date) -> str:
 def days_around(today: dt.date) -> list[dt.date]:
     """Yesterday, today and ``RANGES_AHEAD`` days after."""
     return [today + dt.timedelta(days=n) for n in range(-1, RANGES_AHEAD + 1)]
+
+
+def finished_days(cursor: Any, runs: str, attempts: str) -> set[dt.date]:
+    """The UTC days on which the history runs of ``runs`` and the attempts of
+    ``attempts`` (tables of either layout) finished."""
+    history = ", ".join(f"'{status}'" for status in LEAVES["history"])
+    cursor.execute(
+        f"SELECT (finished_at AT TIME ZONE 'UTC')::date FROM {runs} "
+        f"WHERE status IN ({history}) AND finished_at IS NOT NULL "
+        f"UNION SELECT (finished_at AT TIME ZONE 'UTC')::date FROM {attempts} "
+        "WHERE finished_at IS NOT NULL"
+    )
+    return {row[0] for row in cursor.fetchall()}
 
 
 def make_ranges(cursor: Any, days: list[dt.date]) -> list[str]:
