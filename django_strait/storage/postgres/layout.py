@@ -108,9 +108,61 @@ def partition_runs(cursor: Any, today: dt.date | None = None) -> None:
     if is_partitioned(cursor):
         return
     for table in (RUNS, ATTEMPTS):
-        _drop_foreign_keys_into(cursor, table)
+        drop_foreign_keys_into(cursor, table)
+    runs, attempts = shape_of(cursor, RUNS), shape_of(cursor, ATTEMPTS)
+    for table in (RUNS, ATTEMPTS):
+        cursor.execute(f"ALTER TABLE {table} RENAME TO {table}_plain")
+    build(cursor, f"{RUNS}_plain", f"{ATTEMPTS}_plain", today)
+    for table in (RUNS, ATTEMPTS):
+        cursor.execute(f"INSERT INTO {table} SELECT * FROM {table}_plain")
+        cursor.execute(
+            f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+            f"coalesce((SELECT max(id) FROM {table}), 0) + 1, false)"
+        )
+        cursor.execute(f"DROP TABLE {table}_plain")
+    # Indexes once the rows are in (and the old table's, of the same names, gone).
+    index(cursor, runs, attempts)
+    for trigger in runs.triggers + attempts.triggers:
+        cursor.execute(trigger)
 
-    runs = _rename_and_recreate(cursor, RUNS, "LIST (status)")
+
+@dataclass(frozen=True)
+class Shape:
+    """What a plain runs or attempts table has that its partitioned one must have too:
+    its indexes but the primary key (name, definition) and its triggers' definitions."""
+
+    indexes: list[tuple[str, str]]
+    triggers: list[str]
+
+
+def shape_of(cursor: Any, table: str) -> Shape:
+    """The indexes and triggers of ``table`` (in the current schema). The indexes'
+    definitions name the table without its schema, so that they make the same index
+    on the table of that name wherever the search path finds it (``storage.postgres.move``
+    builds in a schema of its own)."""
+    cursor.execute("SELECT current_schema()")
+    (schema,) = cursor.fetchone()
+    cursor.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+        "AND tablename = %s AND indexname NOT LIKE '%%_pkey'",
+        [table],
+    )
+    indexes = [(name, sql.replace(f" ON {schema}.", " ON ", 1)) for name, sql in cursor.fetchall()]
+    cursor.execute(
+        "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = %s::regclass "
+        "AND NOT tgisinternal",
+        [table],
+    )
+    return Shape(indexes, [row[0] for row in cursor.fetchall()])
+
+
+def build(cursor: Any, runs_like: str, attempts_like: str, today: dt.date | None = None) -> None:
+    """Make the partitioned runs and attempts tables, empty, with their leaves, day ranges
+    and primary keys, where the search path puts new tables; their columns are those of
+    the plain tables ``runs_like`` and ``attempts_like``. Days: yesterday to
+    ``RANGES_AHEAD`` days after ``today`` (UTC), and every day those tables finished
+    runs or attempts on."""
+    _like(cursor, RUNS, runs_like, "LIST (status)")
     for leaf, statuses in LEAVES.items():
         values = ", ".join(f"'{status}'" for status in statuses)
         if leaf == "history":
@@ -126,15 +178,16 @@ def partition_runs(cursor: Any, today: dt.date | None = None) -> None:
     cursor.execute(
         f"CREATE TABLE {HISTORY}_default PARTITION OF {HISTORY} (PRIMARY KEY (id)) DEFAULT"
     )
-    attempts = _rename_and_recreate(cursor, ATTEMPTS, "RANGE (finished_at)")
+    _like(cursor, ATTEMPTS, attempts_like, "RANGE (finished_at)")
     cursor.execute(
         f"CREATE TABLE {ATTEMPTS}_default PARTITION OF {ATTEMPTS} (PRIMARY KEY (id)) DEFAULT"
     )
     days = set(days_around(today or dt.datetime.now(dt.UTC).date()))
-    make_ranges(cursor, sorted(days | finished_days(cursor, f"{RUNS}_plain", f"{ATTEMPTS}_plain")))
-    for old in (runs, attempts):
-        old.refill(cursor)
-    # Indexes once the rows are in (and the old table's, of the same names, gone).
+    make_ranges(cursor, sorted(days | finished_days(cursor, runs_like, attempts_like)))
+
+
+def index(cursor: Any, runs: Shape, attempts: Shape) -> None:
+    """Make the indexes of the plain tables (their ``Shape``) on the partitioned ones."""
     _index_runs(cursor, runs.indexes)
     for name, definition in attempts.indexes:
         if definition.startswith("CREATE UNIQUE INDEX"):
@@ -142,9 +195,6 @@ def partition_runs(cursor: Any, today: dt.date | None = None) -> None:
                 _unique_on(cursor, definition, name, ATTEMPTS, leaf)
         else:
             cursor.execute(definition)
-    for old in (runs, attempts):
-        for trigger in old.triggers:
-            cursor.execute(trigger)
 
 
 def _leaves(cursor: Any, table: str) -> list[str]:
@@ -152,28 +202,11 @@ def _leaves(cursor: Any, table: str) -> list[str]:
         "SELECT relid::regclass::text FROM pg_partition_tree(%s::regclass) WHERE isleaf",
         [table],
     )
-    return [row[0] for row in cursor.fetchall()]
+    return [row[0].rpartition(".")[2] for row in cursor.fetchall()]
 
 
-@dataclass
-class _Old:
-    """A table renamed aside, what it had, and how to pour its rows back."""
-
-    table: str
-    indexes: list[tuple[str, str]]
-    triggers: list[str]
-
-    def refill(self, cursor: Any) -> None:
-        plain = f"{self.table}_plain"
-        cursor.execute(f"INSERT INTO {self.table} SELECT * FROM {plain}")
-        cursor.execute(
-            f"SELECT setval(pg_get_serial_sequence('{self.table}', 'id'), "
-            f"coalesce((SELECT max(id) FROM {self.table}), 0) + 1, false)"
-        )
-        cursor.execute(f"DROP TABLE {plain}")
-
-
-def _drop_foreign_keys_into(cursor: Any, table: str) -> None:
+def drop_foreign_keys_into(cursor: Any, table: str) -> None:
+    """Drop every foreign key constraint that points at ``table``."""
     cursor.execute(
         "SELECT conrelid::regclass::text, conname FROM pg_constraint "
         "WHERE confrelid = %s::regclass AND contype = 'f'",
@@ -183,27 +216,11 @@ def _drop_foreign_keys_into(cursor: Any, table: str) -> None:
         cursor.execute(f'ALTER TABLE {referring} DROP CONSTRAINT "{name}"')
 
 
-def _rename_and_recreate(cursor: Any, table: str, by: str) -> _Old:
-    """Move ``table`` aside as ``<table>_plain`` and make an empty partitioned one."""
+def _like(cursor: Any, table: str, like: str, by: str) -> None:
     cursor.execute(
-        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-        "AND tablename = %s AND indexname NOT LIKE '%%_pkey'",
-        [table],
-    )
-    indexes = cursor.fetchall()
-    cursor.execute(
-        "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = %s::regclass "
-        "AND NOT tgisinternal",
-        [table],
-    )
-    triggers = [row[0] for row in cursor.fetchall()]
-    cursor.execute(f"ALTER TABLE {table} RENAME TO {table}_plain")
-    cursor.execute(
-        f"CREATE TABLE {table} (LIKE {table}_plain INCLUDING DEFAULTS INCLUDING IDENTITY "
+        f"CREATE TABLE {table} (LIKE {like} INCLUDING DEFAULTS INCLUDING IDENTITY "
         f"INCLUDING CONSTRAINTS) PARTITION BY {by}"
     )
-    # Read before the rename, the definitions name the new table already.
-    return _Old(table, indexes, triggers)
 
 
 def _index_runs(cursor: Any, indexes: list[tuple[str, str]]) -> None:
