@@ -21,9 +21,11 @@ Four phases, printed as one JSON object:
                      is 100 years for them)
   drain_beside_prune drains (up to --reps) while that prune runs: runs/s lost
                      against drain_history
-With ``--layout partitioned`` both databases get the runs table partitioned by
-status class, history and attempts by day (``storage.postgres.layout``), the days
-of the loaded history made before it is loaded: the prune then drops whole days,
+Both databases are made afresh. With ``--layout plain`` they keep the plain runs
+table (``STRAIT_PARTITION_RUNS=false``); with ``--layout partitioned`` they are as
+migration 0020 leaves a new install, partitioned by status class, history and
+attempts by day (``storage.postgres.layout``), the days of the loaded history made
+before it is loaded: the prune then drops whole days,
 and its drains start 0.2 s after it (not 1 s: it may be over by then).
 Each drain reports steady runs/s (first completion to last) and the worker's CPU
 ms per run from /proc, which a loaded machine moves less. ``load`` is the
@@ -209,11 +211,17 @@ def prepare(db_url: str, layout: str = "plain") -> None:
     """Create, migrate and empty ``db_url``, with the bench jobs (and its runs partitioned)."""
     import datetime as dt
 
+    import psycopg
     from django.core.management import call_command
-    from django.db import connection, transaction
+    from django.db import connection, connections, transaction
 
     from django_strait.storage.postgres.layout import make_ranges, partition_runs
 
+    # Made afresh: a database left by a run on the other layout would keep its layout.
+    connections.close_all()
+    base, name = db_url.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     create_pg_database(db_url)
     use(db_url)
     call_command("migrate", verbosity=0)
@@ -222,7 +230,7 @@ def prepare(db_url: str, layout: str = "plain") -> None:
     if layout == "partitioned":
         loaded = (dt.datetime.now(dt.UTC) - dt.timedelta(days=60)).date()
         with transaction.atomic(), connection.cursor() as cursor:
-            partition_runs(cursor)
+            partition_runs(cursor)  # done by the migration already: this checks it
             make_ranges(cursor, [loaded - dt.timedelta(days=1), loaded])
 
 
@@ -259,6 +267,9 @@ def main() -> None:
     # drain_history would be a drain beside 100 batches of pruning. The prune phase says
     # --older-than 30d instead.
     os.environ["STRAIT_RETENTION_DAYS"] = "36500"
+    if args.layout == "plain":
+        # Migration 0020 partitions a new install unless told not to.
+        os.environ["STRAIT_PARTITION_RUNS"] = "false"
     setup_django(args.db)
     out: dict = {"history": args.history, "n": args.n, "layout": args.layout,
                  "load": [os.getloadavg()[0]]}  # fmt: skip

@@ -127,7 +127,7 @@ def preview(
 
 
 def whole_days(
-    selection: PruneSelection, now: dt.datetime, *, using: str | None = None
+    selection: PruneSelection, now: dt.datetime, *, using: str | None = None, counted: bool = False
 ) -> list[HistoryDay]:
     """The days of history that go whole: every run in them past its job's retention.
 
@@ -138,15 +138,15 @@ def whole_days(
         return []
     storage = backend(using)
     if selection.older_than is not None:
-        return storage.history_days(now - dt.timedelta(seconds=selection.older_than))
+        return storage.history_days(now - dt.timedelta(seconds=selection.older_than), counted)
     own = dict(Job.objects.using(using).filter(retention_days__isnull=False).values_list(
         "pk", "retention_days"
     ))  # fmt: skip
     shortest = min([selection.default_days, *own.values()])
     due = []
-    for day in storage.history_days(now - dt.timedelta(days=shortest)):
+    for day in storage.history_days(now - dt.timedelta(days=shortest), counted):
         longest = max(
-            (own.get(job, selection.default_days) for job in day.runs_by_job),
+            (own.get(job, selection.default_days) for job in day.job_ids),
             default=selection.default_days,
         )
         if day.end <= now - dt.timedelta(days=longest):

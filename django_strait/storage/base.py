@@ -240,8 +240,9 @@ class Storage(Protocol):
         """Make the days of history ahead of ``now`` and finish days a round left half
         dropped; return what it made or finished (nothing where history has no days)."""
 
-    def history_days(self, before: dt.datetime) -> list[HistoryDay]:
-        """The days of history that ended by ``before``, oldest first ([]: no days here)."""
+    def history_days(self, before: dt.datetime, counted: bool = False) -> list[HistoryDay]:
+        """The days of history that ended by ``before``, oldest first ([]: no days here);
+        with ``counted``, each with its runs counted (a scan of the day)."""
 
     def detach_history_day(self, day: HistoryDay) -> bool:
         """Take ``day`` out of history (short; under a leader's lead): False if its lock

@@ -230,8 +230,11 @@ class HistoryDay:
     #: The day's runs and attempts tables (attempts: None if it has none).
     runs_table: str
     attempts_table: str | None
-    #: How many runs of each job (by id) finished that day.
-    runs_by_job: dict[int, int]
+    #: The jobs (by id) with runs that finished that day.
+    job_ids: frozenset[int]
+    #: How many runs finished that day: counted only when asked (``history_days(counted=True)``,
+    #: ``strait_prune --dry-run``); None otherwise.
+    runs: int | None = None
 
     @property
     def start(self) -> dt.datetime:
@@ -240,10 +243,6 @@ class HistoryDay:
     @property
     def end(self) -> dt.datetime:
         return utc_day(self.day)[1]
-
-    @property
-    def runs(self) -> int:
-        return sum(self.runs_by_job.values())
 
 
 def utc_day(day: dt.date) -> tuple[dt.datetime, dt.datetime]:

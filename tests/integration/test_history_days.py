@@ -182,6 +182,8 @@ def test_detach__waits_for_a_record_that_holds_attempts_and_moves_runs_into_hist
         record.close()
         thread.join(timeout=30)
 
+    if detached.get("ok"):
+        backend().finish_history_day(day)  # the detached tables, which the next test makes again
     assert moved_in < 0.2, f"the record waited {moved_in:.2f} s for the detach"
     assert detached == {"ok": True}
     assert JobRun.objects.get(pk=running.pk).status == "completed"
@@ -192,3 +194,18 @@ def psycopg_connection() -> psycopg.Connection:
     params.pop("cursor_factory", None)
     params.pop("context", None)
     return psycopg.connect(**params, autocommit=False)
+
+
+def test_history_days__names_a_days_jobs_and_counts_its_runs_only_when_asked():
+    jobs = [make_job(), make_job(), make_job()]
+    for job, n in zip(jobs[:2], (3, 1), strict=True):
+        for _ in range(n):
+            on_old_day(make_run(job, status="completed"))
+    make_old_day()
+    before = NOW - dt.timedelta(days=30)
+
+    [day] = backend().history_days(before)
+    [counted] = backend().history_days(before, counted=True)
+
+    assert (day.job_ids, day.runs) == (frozenset({jobs[0].pk, jobs[1].pk}), None)
+    assert (counted.job_ids, counted.runs) == (day.job_ids, 4)

@@ -56,11 +56,11 @@ class Command(BaseCommand):
         selection = pruner.selection(job=options["job"], older_than=options["older_than"])
         now = timezone.now()
         if options["dry_run"]:
-            days = whole_days(selection, now, using=pruner.using)
+            days = whole_days(selection, now, using=pruner.using, counted=True)
             for day in days:
                 self.stdout.write(f"{day.day}\twhole day\t{day.runs}")
             rows = preview(selection, now, using=pruner.using, besides=days)
-            self._print_preview(rows, sum(day.runs for day in days))
+            self._print_preview(rows, sum(day.runs or 0 for day in days))
             return
         result = pruner.run_once(now, selection)
         if not result.led:

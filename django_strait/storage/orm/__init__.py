@@ -322,7 +322,7 @@ class OrmStorage:
         """History is one table here: no days to make."""
         return []
 
-    def history_days(self, before: dt.datetime) -> list[HistoryDay]:
+    def history_days(self, before: dt.datetime, counted: bool = False) -> list[HistoryDay]:
         """History is one table here: the pruner deletes it row by row."""
         return []
 

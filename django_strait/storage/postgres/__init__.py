@@ -304,8 +304,10 @@ class PostgresStorage(OrmStorage):
             # Records into history held the lock: the next round makes them (days ahead).
         return done
 
-    def history_days(self, before: dt.datetime) -> list[HistoryDay]:
-        return history.days_before(self.alias, before) if self._partitioned() else []
+    def history_days(self, before: dt.datetime, counted: bool = False) -> list[HistoryDay]:
+        if not self._partitioned():
+            return []
+        return history.days_before(self.alias, before, counted)
 
     def detach_history_day(self, day: HistoryDay) -> bool:
         return history.detach_day(self.alias, day)
