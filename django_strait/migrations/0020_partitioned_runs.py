@@ -3,7 +3,8 @@
 A new or small install (below ``layout.IN_ONE_GO`` runs) is partitioned here, in
 this migration's transaction. A larger one keeps its plain table, which the code
 runs on as well, and is told to move it with ``manage.py strait_partition``,
-which copies in batches while the queue runs (docs/operations.md, "Upgrading").
+which copies in batches while the queue runs (docs/operations.md, "Upgrading to
+the partitioned layout").
 ``STRAIT["PARTITION_RUNS"] = False`` keeps the plain table; SQLite always does.
 
 Not reversed: migrating back leaves the layout as it is, which the code before
@@ -28,8 +29,8 @@ def partition(apps, schema_editor):
     sys.stderr.write(
         f"django_strait: the runs table holds {layout.IN_ONE_GO:,} runs or more, so it stays "
         "plain for now: run `manage.py strait_partition` to move it to the partitioned "
-        'layout while the queue runs (docs/operations.md, "Upgrading"), or set '
-        "STRAIT['PARTITION_RUNS'] = False to keep it plain.\n"
+        'layout while the queue runs (docs/operations.md, "Upgrading to the partitioned '
+        "layout\"), or set STRAIT['PARTITION_RUNS'] = False to keep it plain.\n"
     )
 
 

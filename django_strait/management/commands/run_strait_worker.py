@@ -16,14 +16,19 @@ from django_strait.worker.engine import Worker, WorkerConfig
 
 def positive_int(limit: int):
     """An argparse type: an integer from 1 to ``limit``."""
+    return int_between(1, limit)
+
+
+def int_between(low: int, high: int):
+    """An argparse type: an integer from ``low`` to ``high``."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if not 1 <= value <= limit:
-            raise argparse.ArgumentTypeError(f"{value} is out of range: use 1 to {limit}")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: use {low} to {high}")
         return value
 
     return parse

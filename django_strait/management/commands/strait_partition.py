@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, transaction
 
 from django_strait.conf import strait_settings
-from django_strait.management.commands.run_strait_worker import positive_int
+from django_strait.management.commands.run_strait_worker import int_between, positive_int
 from django_strait.retry import PolicyError, parse_duration
 from django_strait.storage.postgres import LOCK_NAMESPACE, layout, lock_key, move
 
@@ -37,16 +37,6 @@ def lock_timeout(value: str) -> int:
     return ms
 
 
-def non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 0 <= value <= 100_000_000:
-        raise argparse.ArgumentTypeError(f"{value} is out of range: use 0 to 100000000")
-    return value
-
-
 class Command(BaseCommand):
     help = (
         "Move the runs and attempts tables to the partitioned layout (PostgreSQL): in one "
@@ -65,7 +55,7 @@ class Command(BaseCommand):
             "behind it at each try: 10ms to 60s (default 2s).",
         )  # fmt: skip
         parser.add_argument(
-            "--in-one-go-below", type=non_negative_int, default=layout.IN_ONE_GO,
+            "--in-one-go-below", type=int_between(0, 100_000_000), default=layout.IN_ONE_GO,
             metavar="RUNS",
             help=f"Partition in one transaction below this many runs (default {layout.IN_ONE_GO}).",
         )  # fmt: skip
