@@ -46,6 +46,8 @@ RUNS = "django_strait_jobrun"
 #: under lock); from here on, it leaves the table plain for ``strait_partition``.
 IN_ONE_GO = 100_000
 ATTEMPTS = "django_strait_runattempt"
+#: The index of active runs by job (models.JobRun), on the live leaf only once partitioned.
+ACTIVE_INDEX = "strait_run_active"
 #: The history leaf: itself partitioned, by day of finished_at.
 HISTORY = f"{RUNS}_history"
 
@@ -232,10 +234,22 @@ def _index_runs(cursor: Any, indexes: list[tuple[str, str]]) -> None:
     past the primary key for start, hold and record, which name the live statuses
     to open that leaf alone, and that path walks every dead entry (docs/operations.md).
     The live leaf gets it without the queued runs, for the reaper's in-flight runs.
+    So does the index of active runs by job (``strait_run_active``), on the live leaf
+    only (no other leaf holds an active run): with the queued runs in it, it is one
+    more path to the queued runs for the claim, through the dead entry of every run
+    claimed since the last vacuum that could remove them (docs/operations.md). Cron's
+    "still active?" and the concurrency counts read in-flight runs through it, and
+    queued ones in the small live leaf.
     """
     in_flight = ", ".join(f"'{s}'" for s in LEAVES["live"] if s != S.QUEUED)
     for name, definition in indexes:
-        if definition.startswith("CREATE UNIQUE INDEX"):
+        if name == ACTIVE_INDEX:
+            columns = definition.split(" USING ", 1)[1].split(" WHERE ", 1)[0]
+            cursor.execute(
+                f"CREATE INDEX {name}_live ON {RUNS}_live USING {columns} "
+                f"WHERE status IN ({in_flight})"
+            )
+        elif definition.startswith("CREATE UNIQUE INDEX"):
             for leaf in _leaves(cursor, RUNS):
                 _unique_on(cursor, definition, name, RUNS, leaf)
         elif " (status" in definition and " WHERE " not in definition:

@@ -63,12 +63,20 @@ def _live(sql: str, partitioned: bool) -> str:
     return sql.replace("/*live*/", f"AND r.status IN ({statuses})")
 
 
+#: How the claim's UPDATE finds the runs it chose, on a plain runs table or a partitioned
+#: one (queries.sql, "claim").
+CLAIMED_BY_ID = {
+    False: "FROM due WHERE r.id = due.id",
+    True: "WHERE r.id = ANY(ARRAY(SELECT id FROM due)) /*live*/",
+}
+
+
 @functools.cache
 def claim(variant: str, partitioned: bool = False) -> str:
     """Return the claim with the queue filter of ``variant`` (any, one, many), for a
     runs table ``partitioned`` by status class or not."""
     sql = get("claim").replace("/*queue_filter*/", QUEUE_FILTERS[variant])
-    return _live(sql, partitioned)
+    return _live(sql.replace("/*claimed_by_id*/", CLAIMED_BY_ID[partitioned]), partitioned)
 
 
 @functools.cache

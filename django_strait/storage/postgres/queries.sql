@@ -26,9 +26,14 @@
 -- wait for its WAL flush (set_config here rather than a SET LOCAL round trip before):
 -- a claim lost in a server crash only means its runs are queued again, which a crash
 -- implies anyway (runs are delivered at least once).
--- On a runs table partitioned by status class, /*live*/ names the live statuses (as in
--- start, below): without them the UPDATE probed the primary key of every day of history
--- for each run it claimed (a drain beside 10M runs of history: 5,200 runs/s; 12,000+).
+-- The UPDATE finds the runs of due through /*claimed_by_id*/ (queries.claim): joined to
+-- due on a plain table. On one partitioned by status class, by "id = ANY" of due's ids
+-- and the live statuses (as start, below, names them): without the statuses it probed
+-- the primary key of every day of history for each run; joined, with a snapshot held
+-- and the live leaf vacuumed when it had few runs (so estimated at one row), the planner
+-- read the live leaf's whole primary key (every dead entry) as the join's outer side
+-- (claim 0.5 -> 34 ms at 300 runs/s, EXPLAIN by auto_explain in docs/operations.md); as
+-- an "= ANY" index condition, the ids can only be looked up.
 WITH due AS (
     SELECT d.id
     FROM unnest(%(low)s::smallint[], %(high)s::smallint[], %(after_at)s::timestamptz[],
@@ -52,7 +57,7 @@ claimed AS (
         attempt = r.attempt + CASE WHEN %(begin)s THEN 1 ELSE 0 END,
         started_at = CASE WHEN %(begin)s THEN now() ELSE r.started_at END,
         claimed_by = %(worker)s, dequeued_at = now(), heartbeat_at = now(), updated_at = now()
-    FROM due WHERE r.id = due.id /*live*/
+    /*claimed_by_id*/
     RETURNING r.id, r.job_id, r.payload::text,
               r.attempt - CASE WHEN %(begin)s THEN 1 ELSE 0 END AS attempt,
               r.attempts_before_replay, r.max_attempts, r.retry_overrides::text,
