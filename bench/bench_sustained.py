@@ -71,12 +71,13 @@ def table_state() -> dict:
     state = {
         "live_rows": int(live),
         "dead_rows": int(dead),
-        "size_mb": round(size / 2**20, 1),
+        # Sums over the leaves come back as numeric (Decimal), which JSON cannot write.
+        "size_mb": round(float(size) / 2**20, 1),
         "vacuums": int(vacuums),
     }
     if live_leaf_size is not None:
         state.update(live_leaf_dead_rows=int(live_leaf_dead),
-                     live_leaf_mb=round(live_leaf_size / 2**20, 1))  # fmt: skip
+                     live_leaf_mb=round(float(live_leaf_size) / 2**20, 1))  # fmt: skip
     return state
 
 
