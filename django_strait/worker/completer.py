@@ -70,8 +70,7 @@ class Completer:
         self._arrived = asyncio.Event()
         #: Records to write one at a time: a batch holding them was refused.
         self._singles = 0
-        self._writing = False
-        #: Records taken for the write under way.
+        #: Records taken for the write under way (0: none under way).
         self._in_write = 0
         self._closing = False
 
@@ -83,7 +82,7 @@ class Completer:
     @property
     def idle(self) -> bool:
         """Nothing waits to be written and nothing is being written."""
-        return not self._pending and not self._writing
+        return not self._pending and not self._in_write
 
     @property
     def unrecorded(self) -> int:
@@ -106,7 +105,7 @@ class Completer:
                 await self._arrived.wait()
                 continue
             chunk = self._take()
-            self._writing, self._in_write = True, len(chunk)
+            self._in_write = len(chunk)
             try:
                 done = await self._write(chunk)
                 failures = 0
@@ -116,7 +115,7 @@ class Completer:
                 if not await self._after_error(chunk, exc, failures):
                     return
             finally:
-                self._writing, self._in_write = False, 0
+                self._in_write = 0
                 self._wake()
 
     def _take(self) -> list[Record]:
