@@ -1,9 +1,11 @@
 #!/usr/bin/env python
 """Finished history against the queue: a drain beside it, and pruning it (PostgreSQL).
 
-    python bench/bench_prune.py [--history 3000000] [--n 10000] [--reps 3]
+    python bench/bench_prune.py [--history 3000000] [--n 10000] [--reps 4]
                                 [--concurrency 100] [--batch-size 100]
-                                [--prune-batch 1000] [--no-prune] [--db URL]
+                                [--prune-batch 1000] [--no-prune] [--prune-reps 2]
+                                [--span 200000] [--span-lead 5]
+                                [--prune-in thread|process] [--db URL]
                                 [--layout plain|partitioned]
 
 Four phases, printed as one JSON object:
@@ -15,18 +17,30 @@ Four phases, printed as one JSON object:
                      steady install would have them); its drains alternate with
                      drain_empty's, the order swapped each rep. The figure that
                      matters: its runs/s against drain_empty's
-  prune              ``manage.py strait_prune --older-than 30d`` (the whole history)
-                     in a process of its own, timed: seconds and runs/s (the drain
-                     workers' own pruning duty is kept idle: STRAIT_RETENTION_DAYS
-                     is 100 years for them)
-  drain_beside_prune drains (up to --reps) while that prune runs: runs/s lost
-                     against drain_history
+  prune              ``strait_prune --older-than 30d`` (the whole history), timed:
+                     seconds and runs/s. ``--prune-in thread`` (the default) calls
+                     the command in a thread of this process, Django already loaded,
+                     as the leader's pruning duty runs in a worker; ``process`` runs
+                     ``manage.py strait_prune``, timed from spawn to exit, its
+                     start-up (about 1 s of CPU) included. The drain workers' own
+                     pruning duty is kept idle (STRAIT_RETENTION_DAYS is 100 years
+                     for them)
+  drain_spanning_prune
+                     that prune started --span-lead s into a drain of --span runs:
+                     the drain's runs/s from the prune's start over its seconds (2 s
+                     at least) against the same drain's in windows as long just
+                     before and just after ("loss"),
+                     and the same windows of a drain with no prune just before it
+                     ("control_loss": what a drain moves by itself); --prune-reps
+                     times, the history loaded again for each. The samples are
+                     a count(*) of the drain's completed runs every 0.5 s and at
+                     the prune's start and end
 Both databases are made afresh. With ``--layout plain`` they keep the plain runs
 table (``STRAIT_PARTITION_RUNS=false``); with ``--layout partitioned`` they are as
 migration 0020 leaves a new install, partitioned by status class, history and
 attempts by day (``storage.postgres.layout``), the days of the loaded history made
-before it is loaded: the prune then drops whole days,
-and its drains start 0.2 s after it (not 1 s: it may be over by then).
+before it is loaded: the prune then drops whole days. On the plain table the prune
+deletes row by row for minutes: raise --span to outlast it.
 Each drain reports steady runs/s (first completion to last) and the worker's CPU
 ms per run from /proc, which a loaded machine moves less. ``load`` is the
 1-minute load average at the start and the end.
@@ -39,9 +53,12 @@ as it is. Traffic stays on 127.0.0.1.
 from __future__ import annotations
 
 import argparse
+import io
+import itertools
 import json
 import os
 import sys
+import threading
 import time
 
 from bench_worker import (
@@ -172,30 +189,162 @@ def figures(drains: list[dict]) -> dict:
     return {**out, "drains": len(drains), **({"errors": errors} if errors else {})}
 
 
-def prune_beside_drains(args) -> tuple[dict, dict]:
-    """Run strait_prune in its own process, drain while it runs; return both figures."""
-    from django.db import connections
+def prune_spanning_drains(args) -> tuple[dict, dict]:
+    """Prune the history in the middle of a long drain, beside a drain with no prune; ``--prune-reps`` times.
 
-    connections.close_all()
-    t0 = time.perf_counter()
-    proc = spawn([sys.executable, "-m", "django", "strait_prune", "--older-than", "30d"])
-    drains = []
-    try:
-        time.sleep(args.prune_lead)  # the prune's first batches are under way
-        while proc.poll() is None and len(drains) < args.reps:
-            drains.append(drain(args.n, args.concurrency, args.batch_size))
-        rc = proc.wait()
-        seconds = time.perf_counter() - t0
-    finally:
-        stop(proc)
+    Each rep drains ``--span`` runs twice with one worker, counting completed runs
+    every 0.5 s: first with nothing else running (the control, history in place),
+    then with ``strait_prune --older-than 30d`` started ``--span-lead`` seconds
+    after the first completion (``--prune-in``). The drain's runs/s from the
+    prune's start is set against its own just before and after (:func:`windows`),
+    and the control is read in the same windows: its "loss" is what the drain
+    moves by itself. The history is loaded again before each rep after the first.
+    """
+    reps, control, prunes = [], [], []
+    for rep in range(args.prune_reps):
+        if rep:
+            use(args.db)
+            load_history(args.history)
+        quiet = spanning_drain(args, prune=False)
+        pruned = spanning_drain(args, prune=True)
+        if "error" in quiet or "error" in pruned:
+            reps.append({"errors": [d["error"] for d in (quiet, pruned) if "error" in d]})
+            continue
+        start, end = pruned["window"]
+        first = quiet["first_completion"] - pruned["first_completion"]
+        control.append(windows(quiet["samples"], start + first, end + first))
+        reps.append(windows(pruned["samples"], start, end))
+        prunes.append({"seconds": end - start, "rc": pruned["rc"], "history_left": history_left()})
     prune = {
         "runs": args.history,
-        "history_left": history_left(),
-        "rc": rc,
-        "seconds": seconds,
-        "runs_per_s": args.history / seconds,
+        "seconds": summarize([p["seconds"] for p in prunes]),
+        "runs_per_s": summarize([args.history / p["seconds"] for p in prunes]),
+        "reps": prunes,
     }
-    return prune, figures(drains)
+    spanning = {
+        "loss": summarize([r.get("loss") for r in reps]),
+        "control_loss": summarize([c.get("loss") for c in control]),
+        "reps": reps,
+        "control": control,
+    }
+    return prune, spanning
+
+
+def spanning_drain(args, prune: bool) -> dict:
+    """Drain ``--span`` runs with one worker, sampled; with ``prune``, strait_prune runs in the middle."""
+    from django.db import connections
+
+    from django_strait import trigger_many
+
+    first_id = max_run_id()
+    trigger_many("bench-noop", [{"i": i} for i in range(args.span)])
+    connections.close_all()
+    proc = spawn_worker(args.concurrency, args.batch_size)
+    samples: list[tuple[float, int]] = []
+    first = pruner = rc = None
+    window: list[float] = []
+    try:
+        t0 = next_sample = time.perf_counter()
+        while True:
+            t = time.perf_counter()
+            edge = False
+            if prune and first is not None and not window and t - first >= args.span_lead:
+                pruner = start_prune(args.prune_in)
+                window.append(t)
+                edge = True  # a sample at the window's start
+            elif pruner is not None and len(window) == 1 and pruner.poll() is not None:
+                window.append(t)
+                rc = pruner.returncode
+                edge = True  # and at its end
+            if edge or t >= next_sample:
+                t = time.perf_counter()  # the count's snapshot is taken as it starts
+                done = done_since(first_id)
+                samples.append((t, done))
+                next_sample = t + 0.5
+                if done >= args.span:
+                    break
+                if first is None and done:
+                    first = t
+            if proc.poll() is not None:
+                return {"error": f"worker exited rc={proc.returncode}"}
+            if t - t0 > 900:
+                return {"error": f"timeout: {samples[-1][1]}/{args.span}"}
+            time.sleep(0.02)
+    finally:
+        stop(proc)
+        if pruner is not None:
+            pruner.wait() if args.prune_in == "thread" else stop(pruner)
+    if prune and len(window) != 2:
+        return {"error": "the drain ended before the prune: raise --span"}
+    return {"samples": samples, "first_completion": first, "window": window, "rc": rc}
+
+
+class _PruneThread(threading.Thread):
+    """``strait_prune`` run by ``call_command`` in a thread of the bench's own process, Popen-like."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.returncode: int | None = None
+
+    def run(self) -> None:
+        from django.core.management import call_command
+        from django.db import connections
+
+        try:
+            call_command("strait_prune", "--older-than", "30d", stdout=io.StringIO())
+            self.returncode = 0
+        except Exception as exc:  # noqa: BLE001 - reported as the prune's rc, the bench goes on
+            print(f"strait_prune failed: {exc!r}", file=sys.stderr)
+            self.returncode = 1
+        finally:
+            connections.close_all()
+
+    def poll(self) -> int | None:
+        return None if self.is_alive() else self.returncode
+
+    def wait(self) -> int | None:
+        self.join()
+        return self.returncode
+
+
+def start_prune(where: str):
+    """Start ``strait_prune --older-than 30d``: in a thread here (Django loaded, as in a worker's
+    pruning duty) or as the command in a process of its own (its start-up included)."""
+    if where == "process":
+        return spawn([sys.executable, "-m", "django", "strait_prune", "--older-than", "30d"])
+    thread = _PruneThread()
+    thread.start()
+    return thread
+
+
+def windows(samples: list[tuple[float, int]], start: float, end: float) -> dict:
+    """Runs/s from the prune's start over ``max(its seconds, 2 s)``, and in windows as long
+    just before it and just after that: the prune and what follows it (plans made again
+    after a detach) against the drain's own pace."""
+    width = max(end - start, 2.0)
+    first_done = next(t for t, done in samples if done)
+    last = samples[-1][0] - 1.0  # the drain's tail, its last runs in flight, left out
+
+    def rate(lo: float, hi: float) -> float | None:
+        return (done_at(samples, hi) - done_at(samples, lo)) / (hi - lo) if hi - lo >= 0.5 else None
+
+    out = {
+        "during": rate(start, start + width),
+        "before": rate(max(start - width, first_done), start),
+        "after": rate(start + width, min(start + 2 * width, last)),
+    }
+    around = [r for r in (out["before"], out["after"]) if r is not None]
+    if out["during"] is not None and around:
+        out["loss"] = 1 - out["during"] / (sum(around) / len(around))
+    return out
+
+
+def done_at(samples: list[tuple[float, int]], t: float) -> float:
+    """Completed runs at ``t``, interpolated between the samples around it."""
+    for (t1, d1), (t2, d2) in itertools.pairwise(samples):
+        if t1 <= t <= t2:
+            return d1 + (d2 - d1) * (t - t1) / (t2 - t1) if t2 > t1 else d2
+    return samples[0][1] if t < samples[0][0] else samples[-1][1]
 
 
 def use(db_url: str) -> None:
@@ -255,10 +404,16 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=100)
     ap.add_argument("--prune-batch", type=int, default=1000)
     ap.add_argument("--no-prune", action="store_true", help="stop after drain_history")
+    ap.add_argument("--prune-reps", type=int, default=2)
+    ap.add_argument("--span", type=int, default=200_000, help="runs in each spanning drain")
+    ap.add_argument("--span-lead", type=float, default=5.0)
+    ap.add_argument(
+        "--prune-in", choices=("thread", "process"), default="thread",
+        help="thread: call_command here, Django loaded; process: the command's own start-up too",
+    )  # fmt: skip
     ap.add_argument("--db", default=DEFAULT_DB)
     ap.add_argument("--layout", choices=("plain", "partitioned"), default="plain")
     args = ap.parse_args()
-    args.prune_lead = 0.2 if args.layout == "partitioned" else 1.0
     if not args.db.startswith("postgres"):
         ap.error("--db: PostgreSQL only (the history is loaded with generate_series)")
     empty_db = args.db + "_empty"
@@ -279,7 +434,7 @@ def main() -> None:
         out["load_history_s"] = load_history(args.history)
         out["drain_empty"], out["drain_history"] = alternating_drains(args, empty_db)
         if not args.no_prune:
-            out["prune"], out["drain_beside_prune"] = prune_beside_drains(args)
+            out["prune"], out["drain_spanning_prune"] = prune_spanning_drains(args)
     finally:
         for db_url in (empty_db, args.db):
             use(db_url)
