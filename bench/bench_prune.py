@@ -204,6 +204,8 @@ def prune_spanning_drains(args) -> tuple[dict, dict]:
     for rep in range(args.prune_reps):
         if rep:
             use(args.db)
+            if args.layout == "partitioned":
+                make_history_days()  # the last rep's prune dropped them
             load_history(args.history)
         quiet = spanning_drain(args, prune=False)
         pruned = spanning_drain(args, prune=True)
@@ -358,13 +360,12 @@ def use(db_url: str) -> None:
 
 def prepare(db_url: str, layout: str = "plain") -> None:
     """Create, migrate and empty ``db_url``, with the bench jobs (and its runs partitioned)."""
-    import datetime as dt
 
     import psycopg
     from django.core.management import call_command
     from django.db import connection, connections, transaction
 
-    from django_strait.storage.postgres.layout import make_ranges, partition_runs
+    from django_strait.storage.postgres.layout import partition_runs
 
     # Made afresh: a database left by a run on the other layout would keep its layout.
     connections.close_all()
@@ -377,10 +378,25 @@ def prepare(db_url: str, layout: str = "plain") -> None:
     make_jobs(None)
     clear()
     if layout == "partitioned":
-        loaded = (dt.datetime.now(dt.UTC) - dt.timedelta(days=60)).date()
         with transaction.atomic(), connection.cursor() as cursor:
             partition_runs(cursor)  # done by the migration already: this checks it
-            make_ranges(cursor, [loaded - dt.timedelta(days=1), loaded])
+        make_history_days()
+
+
+def make_history_days() -> None:
+    """Make the day partitions the loaded history falls in (a prune drops them), if missing.
+
+    Without them the history would go to the default partition, which is pruned row by row.
+    """
+    import datetime as dt
+
+    from django.db import connection, transaction
+
+    from django_strait.storage.postgres.layout import make_ranges
+
+    loaded = (dt.datetime.now(dt.UTC) - dt.timedelta(days=60)).date()
+    with transaction.atomic(), connection.cursor() as cursor:
+        make_ranges(cursor, [loaded - dt.timedelta(days=1), loaded])
 
 
 def alternating_drains(args, empty_db: str) -> tuple[dict, dict]:
