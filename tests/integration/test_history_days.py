@@ -96,6 +96,31 @@ def test_run_once__drops_a_day_past_retention_whole_and_keeps_what_must_stay():
     assert exists(owing) == [False]
 
 
+def test_run_once__keeps_the_attempts_of_runs_that_finished_on_a_later_day():
+    # A run retried for days: its first attempt ended on the old day, the run ten days
+    # ago; a run replayed since the old day and finished again now.
+    job = make_job()
+    gone = on_old_day(make_run(job, status="completed"))
+    across = make_run(job, status="completed", attempts=2)
+    RunAttempt.objects.filter(run=across, number=1).update(
+        started_at=AT - dt.timedelta(hours=1), finished_at=AT
+    )
+    later = NOW - dt.timedelta(days=10)
+    RunAttempt.objects.filter(run=across, number=2).update(started_at=later, finished_at=later)
+    JobRun.objects.filter(pk=across.pk).update(finished_at=later)
+    replayed = make_run(job, status="completed", attempts=2)
+    RunAttempt.objects.filter(run=replayed, number=1).update(started_at=AT, finished_at=AT)
+    make_old_day()
+
+    result = Pruner().run_once(NOW)
+
+    assert result.counts["days_dropped"] == 1
+    assert exists(gone, across, replayed) == [False, True, True]
+    assert sorted(RunAttempt.objects.filter(run=across).values_list("number", flat=True)) == [1, 2]
+    assert RunAttempt.objects.filter(run=replayed).count() == 2
+    assert not RunAttempt.objects.filter(run_id=gone.pk).exists()
+
+
 def test_run_once__a_day_with_runs_of_a_job_that_keeps_them_longer_waits_for_it():
     short, long = make_job(), make_job(retention_days=90)
     short_run = on_old_day(make_run(short, status="completed"))
