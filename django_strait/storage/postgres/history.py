@@ -41,6 +41,7 @@ from django_strait.storage.postgres.layout import (
     RUNS,
     day_of,
     day_table,
+    listed,
     ranges_of,
 )
 from django_strait.storage.values import HistoryDay, utc_day
@@ -162,8 +163,8 @@ def _elsewhere(attempts_table: str) -> str:
     """
     ids = f"r.id BETWEEN (SELECT min(run_id) FROM {attempts_table}) " \
           f"AND (SELECT max(run_id) FROM {attempts_table})"  # fmt: skip
-    near = ", ".join(f"'{s}'" for s in (*LEAVES["live"], *LEAVES["kept"]))
-    history = ", ".join(f"'{s}'" for s in LEAVES["history"])
+    near = listed((*LEAVES["live"], *LEAVES["kept"]))
+    history = listed(LEAVES["history"])
     began = f"LEAST((SELECT min(started_at) FROM {attempts_table}), %s)"
     return (
         f"INSERT INTO {ATTEMPTS} SELECT a.* FROM {attempts_table} AS a WHERE a.run_id IN ("

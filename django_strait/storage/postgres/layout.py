@@ -33,6 +33,7 @@ moves it without a long lock (``storage.postgres.move``). ``STRAIT["PARTITION_RU
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,12 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "kept": (S.DEAD_LETTER, S.FAILED),
     "history": (S.COMPLETED, S.CANCELED, S.DISCARDED),
 }
+
+
+def listed(statuses: Iterable[str]) -> str:
+    """``statuses`` as the items of an SQL list (``'a', 'b'``): for ``IN (...)`` and
+    ``FOR VALUES IN (...)``. Statuses are RunStatus values, never input."""
+    return ", ".join(f"'{status}'" for status in statuses)
 
 
 def is_partitioned(cursor: Any, table: str = RUNS) -> bool:
@@ -166,7 +173,7 @@ def build(cursor: Any, runs_like: str, attempts_like: str, today: dt.date | None
     runs or attempts on."""
     _like(cursor, RUNS, runs_like, "LIST (status)")
     for leaf, statuses in LEAVES.items():
-        values = ", ".join(f"'{status}'" for status in statuses)
+        values = listed(statuses)
         if leaf == "history":
             cursor.execute(
                 f"CREATE TABLE {HISTORY} PARTITION OF {RUNS} FOR VALUES IN ({values}) "
@@ -241,7 +248,7 @@ def _index_runs(cursor: Any, indexes: list[tuple[str, str]]) -> None:
     "still active?" and the concurrency counts read in-flight runs through it, and
     queued ones in the small live leaf.
     """
-    in_flight = ", ".join(f"'{s}'" for s in LEAVES["live"] if s != S.QUEUED)
+    in_flight = listed(s for s in LEAVES["live"] if s != S.QUEUED)
     for name, definition in indexes:
         if name == ACTIVE_INDEX:
             columns = definition.split(" USING ", 1)[1].split(" WHERE ", 1)[0]
@@ -304,7 +311,7 @@ def days_around(today: dt.date) -> list[dt.date]:
 def finished_days(cursor: Any, runs: str, attempts: str) -> set[dt.date]:
     """The UTC days on which the history runs of ``runs`` and the attempts of
     ``attempts`` (tables of either layout) finished."""
-    history = ", ".join(f"'{status}'" for status in LEAVES["history"])
+    history = listed(LEAVES["history"])
     cursor.execute(
         f"SELECT (finished_at AT TIME ZONE 'UTC')::date FROM {runs} "
         f"WHERE status IN ({history}) AND finished_at IS NOT NULL "

@@ -15,7 +15,7 @@ import functools
 import re
 from importlib import resources
 
-from django_strait.storage.postgres.layout import LEAVES
+from django_strait.storage.postgres.layout import LEAVES, listed
 
 _NAME = re.compile(r"^-- name: (?P<name>[\w.]+)\s*$", re.MULTILINE)
 
@@ -59,8 +59,7 @@ def _live(sql: str, partitioned: bool) -> str:
     """Fill the ``/*live*/`` mark: on a partitioned table, the live leaf's statuses named."""
     if not partitioned:
         return sql
-    statuses = ", ".join(f"'{status}'" for status in LEAVES["live"])
-    return sql.replace("/*live*/", f"AND r.status IN ({statuses})")
+    return sql.replace("/*live*/", f"AND r.status IN ({listed(LEAVES['live'])})")
 
 
 #: How the claim's UPDATE finds the runs it chose, on a plain runs table or a partitioned
