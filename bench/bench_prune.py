@@ -6,7 +6,7 @@
                                 [--prune-batch 1000] [--no-prune] [--prune-reps 2]
                                 [--span 200000] [--span-lead 5]
                                 [--prune-in thread|process] [--db URL]
-                                [--layout plain|partitioned]
+                                [--layout plain|partitioned] [--tablespace NAME]
 
 Four phases, printed as one JSON object:
   drain_empty        --n no-op runs drained by one worker on an empty install (the
@@ -33,9 +33,13 @@ Four phases, printed as one JSON object:
                      and the same windows of a drain with no prune just before it
                      ("control_loss": what a drain moves by itself); --prune-reps
                      times, the history loaded again for each. The samples are
-                     a count(*) of the drain's completed runs every 0.5 s and at
-                     the prune's start and end
-Both databases are made afresh. With ``--layout plain`` they keep the plain runs
+                     the drain's completed runs, read from the rollup the
+                     record adds to, every 0.25 s and at the prune's start
+                     and end
+Both databases are made afresh, in tablespace ``--tablespace`` if given (made
+beforehand by the operator: a directory of another filesystem, to compare the
+prune on filesystems mounted differently; the WAL stays in the data directory).
+With ``--layout plain`` they keep the plain runs
 table (``STRAIT_PARTITION_RUNS=false``); with ``--layout partitioned`` they are as
 migration 0020 leaves a new install, partitioned by status class, history and
 attempts by day (``storage.postgres.layout``), the days of the loaded history made
@@ -135,6 +139,23 @@ def done_since(first_id: int) -> int:
         return c.fetchone()[0]
 
 
+#: Seconds between the spanning drains' samples of their completed runs.
+SAMPLE_EVERY = 0.25
+
+
+def recorded() -> int:
+    """Completed runs the workers have recorded, from the per-minute rollup their record
+    statement adds to (the loaded history has none): a lookup of a few rows, where a
+    count of the drain's runs read up to 200,000 every sample (0.1 s of a core)."""
+    from django.db import connection
+
+    with connection.cursor() as c:
+        c.execute(
+            "SELECT coalesce(sum(count), 0) FROM django_strait_runrollup WHERE status = 'completed'"
+        )
+        return int(c.fetchone()[0])
+
+
 def history_left() -> int:
     """Loaded history runs the prune has not deleted (0 when it did its job)."""
     from django.db import connection
@@ -193,7 +214,7 @@ def prune_spanning_drains(args) -> tuple[dict, dict]:
     """Prune the history in the middle of a long drain, beside a drain with no prune; ``--prune-reps`` times.
 
     Each rep drains ``--span`` runs twice with one worker, counting completed runs
-    every 0.5 s: first with nothing else running (the control, history in place),
+    every 0.25 s: first with nothing else running (the control, history in place),
     then with ``strait_prune --older-than 30d`` started ``--span-lead`` seconds
     after the first completion (``--prune-in``). The drain's runs/s from the
     prune's start is set against its own just before and after (:func:`windows`),
@@ -238,7 +259,7 @@ def spanning_drain(args, prune: bool) -> dict:
 
     from django_strait import trigger_many
 
-    first_id = max_run_id()
+    base = recorded()
     trigger_many("bench-noop", [{"i": i} for i in range(args.span)])
     connections.close_all()
     proc = spawn_worker(args.concurrency, args.batch_size)
@@ -260,9 +281,9 @@ def spanning_drain(args, prune: bool) -> dict:
                 edge = True  # and at its end
             if edge or t >= next_sample:
                 t = time.perf_counter()  # the count's snapshot is taken as it starts
-                done = done_since(first_id)
+                done = recorded() - base
                 samples.append((t, done))
-                next_sample = t + 0.5
+                next_sample = t + SAMPLE_EVERY
                 if done >= args.span:
                     break
                 if first is None and done:
@@ -358,7 +379,7 @@ def use(db_url: str) -> None:
     os.environ["DATABASE_URL"] = db_url
 
 
-def prepare(db_url: str, layout: str = "plain") -> None:
+def prepare(db_url: str, layout: str = "plain", tablespace: str | None = None) -> None:
     """Create, migrate and empty ``db_url``, with the bench jobs (and its runs partitioned)."""
 
     import psycopg
@@ -372,7 +393,7 @@ def prepare(db_url: str, layout: str = "plain") -> None:
     base, name = db_url.rsplit("/", 1)
     with psycopg.connect(f"{base}/postgres", autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    create_pg_database(db_url)
+    create_pg_database(db_url, tablespace)
     use(db_url)
     call_command("migrate", verbosity=0)
     make_jobs(None)
@@ -429,6 +450,7 @@ def main() -> None:
     )  # fmt: skip
     ap.add_argument("--db", default=DEFAULT_DB)
     ap.add_argument("--layout", choices=("plain", "partitioned"), default="plain")
+    ap.add_argument("--tablespace", help="an existing tablespace to make both databases in")
     args = ap.parse_args()
     if not args.db.startswith("postgres"):
         ap.error("--db: PostgreSQL only (the history is loaded with generate_series)")
@@ -443,10 +465,10 @@ def main() -> None:
         os.environ["STRAIT_PARTITION_RUNS"] = "false"
     setup_django(args.db)
     out: dict = {"history": args.history, "n": args.n, "layout": args.layout,
-                 "load": [os.getloadavg()[0]]}  # fmt: skip
+                 "tablespace": args.tablespace, "load": [os.getloadavg()[0]]}  # fmt: skip
     try:
-        prepare(empty_db, args.layout)
-        prepare(args.db, args.layout)
+        prepare(empty_db, args.layout, args.tablespace)
+        prepare(args.db, args.layout, args.tablespace)
         out["load_history_s"] = load_history(args.history)
         out["drain_empty"], out["drain_history"] = alternating_drains(args, empty_db)
         if not args.no_prune:

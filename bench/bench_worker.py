@@ -73,13 +73,15 @@ def setup_django(db_url: str, settings: str = SETTINGS) -> None:
     call_command("migrate", verbosity=0)
 
 
-def create_pg_database(db_url: str) -> None:
+def create_pg_database(db_url: str, tablespace: str | None = None) -> None:
+    """Create ``db_url``'s database if missing (in ``tablespace``, if given)."""
     import psycopg
 
     base, name = db_url.rsplit("/", 1)
     with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
+            where = f' TABLESPACE "{tablespace}"' if tablespace else ""
+            conn.execute(f'CREATE DATABASE "{name}"{where}')
 
 
 def clear() -> None:
