@@ -246,6 +246,36 @@ def test_migration_0020__partitions_a_small_table_and_leaves_a_large_one_plain(m
 
 
 @postgres_only
+def test_runs_partitioned__a_process_reads_a_plain_table_again_and_sees_it_partitioned(
+    monkeypatch,
+):
+    """In the plain pass: a worker that read the table plain takes the partitioned
+    statements up after ``strait_partition`` without a restart, once its plain answer is
+    ``RECHECK_PLAIN`` old; a partitioned answer is kept (nothing moves a table back)."""
+    from django.db import transaction
+
+    from django_strait.storage.postgres import layout
+
+    with connection.cursor() as cursor:
+        if layout.is_partitioned(cursor):
+            pytest.skip("the runs table is partitioned already in this run")
+    monkeypatch.setattr(layout, "_KNOWN", {})
+    assert layout.runs_partitioned(connection.alias) is False
+    seen = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        layout.partition_runs(cursor)  # as strait_partition's switch leaves it
+        seen.append(layout.runs_partitioned(connection.alias))  # read a moment ago
+        monkeypatch.setattr(layout, "RECHECK_PLAIN", 0.0)
+        seen.append(layout.runs_partitioned(connection.alias))
+        transaction.set_rollback(True)
+    # Plain again, rolled back; the partitioned answer stays, as it would in a worker.
+    seen.append(layout.runs_partitioned(connection.alias))
+
+    assert seen == [False, True, True]
+
+
+@postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_partitioned_layout__the_claim_looks_its_runs_up_when_vacuum_saw_few_live_runs():
     """A snapshot held, runs claimed and finished (their dead versions stay in the live

@@ -140,7 +140,7 @@ class Command(BaseCommand):
             self.style.SUCCESS(
                 f"Moved {done.runs:,} run(s) and {done.attempts:,} attempt(s) in "
                 f"{done.seconds:.1f} s; the queue was locked {done.locked_ms:.0f} ms. "
-                "Restart the workers: they use the partitioned table's statements from "
-                "their next start (the plain ones are correct meanwhile, and slower)."
+                "Running workers take up the partitioned table's statements within a "
+                "minute, without a restart (the plain ones are correct meanwhile, and slower)."
             )
         )

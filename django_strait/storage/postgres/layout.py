@@ -33,6 +33,7 @@ moves it without a long lock (``storage.postgres.move``). ``STRAIT["PARTITION_RU
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -73,23 +74,30 @@ def is_partitioned(cursor: Any, table: str = RUNS) -> bool:
     return bool(row and row[0])
 
 
-#: Whether each database's runs table is partitioned, by alias and database name.
-_KNOWN: dict[tuple[str, str], bool] = {}
+#: Whether each database's runs table is partitioned, by alias and database name, and
+#: when this process read it.
+_KNOWN: dict[tuple[str, str], tuple[bool, float]] = {}
+#: Seconds a process keeps a plain answer before it reads it again: ``strait_partition``
+#: moves a running install to the partitioned layout (never back), and its workers take
+#: the partitioned statements up within this long, without a restart.
+RECHECK_PLAIN = 60.0
 
 
 def runs_partitioned(alias: str) -> bool:
-    """Whether the runs table of ``alias`` is partitioned, read once per process.
+    """Whether the runs table of ``alias`` is partitioned: read once per process, and a
+    plain answer again every ``RECHECK_PLAIN`` seconds (a catalog lookup).
 
     Asked by the worker's statements that find runs by id (``queries.by_id``). A table
     partitioned after this process read it plain gets the plain statements, which
-    are correct on both layouts, until the process restarts.
+    are correct on both layouts, until it reads it again.
     """
     connection = connections[alias]
     key = (alias, str(connection.settings_dict["NAME"]))
-    if key not in _KNOWN:
+    known = _KNOWN.get(key)
+    if known is None or (not known[0] and time.monotonic() - known[1] >= RECHECK_PLAIN):
         with connection.cursor() as cursor:
-            _KNOWN[key] = is_partitioned(cursor)
-    return _KNOWN[key]
+            known = _KNOWN[key] = (is_partitioned(cursor), time.monotonic())
+    return known[0]
 
 
 def partition_if_small(cursor: Any) -> bool:
