@@ -45,6 +45,9 @@ TERMINAL: frozenset[str] = frozenset(
 REPLAYABLE: frozenset[str] = frozenset({S.DEAD_LETTER, S.FAILED, S.DISCARDED, S.SYSTEM_FAILED})
 #: Statuses in which a worker holds the run.
 IN_FLIGHT: frozenset[str] = frozenset({S.DEQUEUED, S.EXECUTING})
+#: The statuses that are not terminal, in this order:
+#: the live leaf of a partitioned runs table (``storage.postgres.layout``).
+LIVE: tuple[str, ...] = (S.QUEUED, S.DEQUEUED, S.EXECUTING, S.WAITING, S.SYSTEM_FAILED)
 
 
 class Transition(enum.Enum):

@@ -40,6 +40,7 @@ from typing import Any
 
 from django.db import connections
 
+from django_strait.states import LIVE
 from django_strait.states import RunStatus as S
 from django_strait.storage.values import utc_day
 
@@ -55,7 +56,7 @@ HISTORY = f"{RUNS}_history"
 
 #: The leaves and the statuses each holds (every status in exactly one).
 LEAVES: dict[str, tuple[str, ...]] = {
-    "live": (S.QUEUED, S.DEQUEUED, S.EXECUTING, S.WAITING, S.SYSTEM_FAILED),
+    "live": LIVE,
     "kept": (S.DEAD_LETTER, S.FAILED),
     "history": (S.COMPLETED, S.CANCELED, S.DISCARDED),
 }
