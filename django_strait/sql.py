@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 #: The prepare threshold given to a connection whose statements we prepare: high enough
@@ -95,3 +95,9 @@ def through_pooler(pg: Any) -> bool:
     """
     row = pg.execute("SELECT pg_backend_pid()").fetchone()
     return row[0] != pg.info.backend_pid
+
+
+def listed(statuses: Iterable[str]) -> str:
+    """``statuses`` as the items of an SQL list (``'a', 'b'``): for ``IN (...)`` and
+    ``FOR VALUES IN (...)``. Statuses are RunStatus values, never input."""
+    return ", ".join(f"'{status}'" for status in statuses)

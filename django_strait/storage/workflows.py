@@ -42,6 +42,7 @@ from django_strait.models import (
     WorkflowStepRun,
 )
 from django_strait.retry import STEP_FIELDS, step_partial
+from django_strait.sql import listed
 from django_strait.states import LIVE, RunStatus
 from django_strait.storage import columns, webhooks
 from django_strait.storage.values import json_column
@@ -537,7 +538,7 @@ _STARTED = f"""
 UPDATE {{steprun}} SET status = %s,
 run_id = (
     SELECT r.id FROM {{jobrun}} r WHERE r.workflow_step_run_id = {{steprun}}.id
-    AND r.status IN ({", ".join(f"'{s}'" for s in LIVE)})
+    AND r.status IN ({listed(LIVE)})
     ORDER BY r.id DESC LIMIT 1
 )
 WHERE id {{in}}

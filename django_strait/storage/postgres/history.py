@@ -33,6 +33,7 @@ from django.db import OperationalError, ProgrammingError, connections, models, t
 
 from django_strait.models import JobRun, RunAttempt, WebhookDelivery
 from django_strait.models.webhook import UNDELIVERED
+from django_strait.sql import listed
 from django_strait.storage.postgres.layout import (
     ATTEMPTS,
     DDL_LOCK_TIMEOUT,
@@ -41,7 +42,6 @@ from django_strait.storage.postgres.layout import (
     RUNS,
     day_of,
     day_table,
-    listed,
     ranges_of,
 )
 from django_strait.storage.values import HistoryDay, utc_day

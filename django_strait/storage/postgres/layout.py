@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
 
+from django_strait.sql import listed
 from django_strait.states import LIVE
 from django_strait.states import RunStatus as S
 from django_strait.storage.values import utc_day
@@ -60,12 +60,6 @@ LEAVES: dict[str, tuple[str, ...]] = {
     "kept": (S.DEAD_LETTER, S.FAILED),
     "history": (S.COMPLETED, S.CANCELED, S.DISCARDED),
 }
-
-
-def listed(statuses: Iterable[str]) -> str:
-    """``statuses`` as the items of an SQL list (``'a', 'b'``): for ``IN (...)`` and
-    ``FOR VALUES IN (...)``. Statuses are RunStatus values, never input."""
-    return ", ".join(f"'{status}'" for status in statuses)
 
 
 def is_partitioned(cursor: Any, table: str = RUNS) -> bool:
