@@ -7,6 +7,7 @@
                                 [--span 200000] [--span-lead 5]
                                 [--prune-in thread|process] [--db URL]
                                 [--layout plain|partitioned] [--tablespace NAME]
+                                [--trace]
 
 Four phases, printed as one JSON object:
   drain_empty        --n no-op runs drained by one worker on an empty install (the
@@ -37,6 +38,13 @@ Four phases, printed as one JSON object:
                      the drain's completed runs, read from the rollup the
                      record adds to, every 0.25 s and at the prune's start
                      and end
+With ``--trace`` (``--prune-in thread`` only) the spanning drains are sampled every
+0.02 s, and the prune's steps are timed in this process (the storage's prepare,
+count, detach and finish of each day, and the row-by-row deletes after them; inside
+the finish, the day's count and the prune's commits):
+``drain_spanning_prune.steps`` says for each step its seconds and the runs the drain
+fell short in it against its pace in the 2 s before the prune (``short``), and
+``after`` the same for the 1 s after the prune.
 Both databases are made afresh, in tablespace ``--tablespace`` if given (made
 beforehand by the operator: a directory of another filesystem, to compare the
 prune on filesystems mounted differently; the WAL stays in the data directory).
@@ -142,6 +150,12 @@ def done_since(first_id: int) -> int:
 
 #: Seconds between the spanning drains' samples of their completed runs.
 SAMPLE_EVERY = 0.25
+#: Seconds between samples with --trace.
+TRACE_EVERY = 0.02
+#: The storage methods --trace times, one step each call.
+TRACED = ("prepare_history", "history_days", "detach_history_day", "finish_history_day")
+#: (step, start, end) of each traced call of the running prune, perf_counter seconds.
+STEPS: list[tuple[str, float, float]] = []
 
 
 def recorded() -> int:
@@ -238,6 +252,8 @@ def prune_spanning_drains(args) -> tuple[dict, dict]:
         first = quiet["first_completion"] - pruned["first_completion"]
         control.append(windows(quiet["samples"], start + first, end + first))
         reps.append(windows(pruned["samples"], start, end))
+        if args.trace:
+            reps[-1]["steps"] = steps_short(pruned["samples"], pruned["steps"], start, end)
         prunes.append({"seconds": end - start, "rc": pruned["rc"], "history_left": history_left()})
     prune = {
         "runs": args.history,
@@ -278,6 +294,7 @@ def spanning_drain(args, prune: bool) -> dict:
             t = time.perf_counter()
             edge = False
             if prune and first is not None and not window and t - first >= args.span_lead:
+                STEPS.clear()
                 pruner = start_prune(args.prune_in)
                 window.append(t)
                 edge = True  # a sample at the window's start
@@ -289,7 +306,7 @@ def spanning_drain(args, prune: bool) -> dict:
                 t = time.perf_counter()  # the count's snapshot is taken as it starts
                 done = recorded() - base
                 samples.append((t, done))
-                next_sample = t + SAMPLE_EVERY
+                next_sample = t + (TRACE_EVERY if args.trace else SAMPLE_EVERY)
                 if done >= args.span:
                     break
                 if first is None and done:
@@ -305,7 +322,80 @@ def spanning_drain(args, prune: bool) -> dict:
             pruner.wait() if args.prune_in == "thread" else stop(pruner)
     if prune and len(window) != 2:
         return {"error": "the drain ended before the prune: raise --span"}
-    return {"samples": samples, "first_completion": first, "window": window, "rc": rc}
+    return {"samples": samples, "first_completion": first, "window": window, "rc": rc,
+            "steps": list(STEPS)}  # fmt: skip
+
+
+def trace_steps() -> None:
+    """Time each call of the prune's storage steps and row-by-row batches into STEPS."""
+    import functools
+
+    from django_strait.duties.pruner import Pruner
+    from django_strait.storage.postgres import PostgresStorage
+
+    def timed(cls: type, name: str, step: str) -> None:
+        method = getattr(cls, name)
+
+        @functools.wraps(method)
+        def wrapper(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                STEPS.append((step, t, time.perf_counter()))
+
+        setattr(cls, name, wrapper)
+
+    for name in TRACED:
+        timed(PostgresStorage, name, name)
+    timed(Pruner, "_delete_batch", "delete_batch")
+    # Inside the finish of a day, its count and the commit that removes its files.
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.backends.utils import CursorWrapper
+
+    execute, commit = CursorWrapper.execute, BaseDatabaseWrapper._commit
+
+    def counted(self, sql, params=None):
+        t = time.perf_counter()
+        try:
+            return execute(self, sql, params)
+        finally:
+            if sql.startswith("SELECT count(*) FROM django_strait_jobrun_p"):
+                STEPS.append(("finish.count", t, time.perf_counter()))
+
+    def committed(self):
+        t = time.perf_counter()
+        try:
+            return commit(self)
+        finally:
+            if isinstance(threading.current_thread(), _PruneThread):
+                STEPS.append(("commit", t, time.perf_counter()))
+
+    CursorWrapper.execute, BaseDatabaseWrapper._commit = counted, committed
+
+
+def steps_short(samples: list[tuple[float, int]], steps: list, start: float, end: float) -> dict:
+    """Each step's seconds and the runs the drain fell short in it, against its pace
+    in the 2 s before the prune; the rest of the prune's window, and the 1 s after it."""
+    pace = (done_at(samples, start) - done_at(samples, start - 2.0)) / 2.0
+
+    def short(lo: float, hi: float) -> float:
+        return pace * (hi - lo) - (done_at(samples, hi) - done_at(samples, lo))
+
+    out: dict = {"pace": pace}
+    for step, lo, hi in steps:
+        got = out.setdefault(step, {"calls": 0, "seconds": 0.0, "short": 0.0})
+        got["calls"] += 1
+        got["seconds"] += hi - lo
+        got["short"] += short(lo, hi)
+    # Steps named "x.y" lie inside another step, and so do the finish's commits.
+    outer = [(step, lo, hi) for step, lo, hi in steps if "." not in step and step != "commit"]
+    out["rest_of_prune"] = {
+        "seconds": end - start - sum(hi - lo for _, lo, hi in outer),
+        "short": short(start, end) - sum(short(lo, hi) for _, lo, hi in outer),
+    }
+    out["after"] = {"seconds": 1.0, "short": short(end, end + 1.0)}
+    return out
 
 
 class _PruneThread(threading.Thread):
@@ -457,7 +547,10 @@ def main() -> None:
     ap.add_argument("--db", default=DEFAULT_DB)
     ap.add_argument("--layout", choices=("plain", "partitioned"), default="plain")
     ap.add_argument("--tablespace", help="an existing tablespace to make both databases in")
+    ap.add_argument("--trace", action="store_true", help="time the prune's steps (module doc)")
     args = ap.parse_args()
+    if args.trace and args.prune_in != "thread":
+        ap.error("--trace: the prune's steps are timed in this process (--prune-in thread)")
     if not args.db.startswith("postgres"):
         ap.error("--db: PostgreSQL only (the history is loaded with generate_series)")
     empty_db = args.db + "_empty"
@@ -470,6 +563,8 @@ def main() -> None:
         # Migration 0020 partitions a new install unless told not to.
         os.environ["STRAIT_PARTITION_RUNS"] = "false"
     setup_django(args.db)
+    if args.trace:
+        trace_steps()
     out: dict = {"history": args.history, "n": args.n, "layout": args.layout,
                  "tablespace": args.tablespace, "load": [os.getloadavg()[0]]}  # fmt: skip
     try:
