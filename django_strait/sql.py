@@ -34,12 +34,25 @@ def server_bound_cursor(connection: Any) -> Iterator[Any]:
     is prepared unless asked: Django turns psycopg's ``prepare_threshold`` off,
     so a statement is prepared only when executed with ``prepare=True`` on a
     connection that :func:`may_prepare` allowed.
+
+    The cursor is kept on ``connection`` (Django's, one per thread) for its next
+    call while the same psycopg connection lasts: a new cursor looks up its
+    parameters' adapters again, ~20 us of CPU, a twentieth of a one-by-one
+    ``trigger()``. A call made while the kept one is in use gets one of its own.
     """
     import psycopg
 
     connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        yield cursor
+    pg = connection.connection
+    kept = getattr(connection, "_strait_cursor", None)
+    connection._strait_cursor = None  # in use: a call inside this one makes its own
+    cursor = kept if kept is not None and kept.connection is pg else psycopg.Cursor(pg)
+    try:
+        with connection.wrap_database_errors:
+            yield cursor
+    finally:
+        if not cursor.closed and not pg.closed:
+            connection._strait_cursor = cursor
 
 
 def keep_plans(connection: Any, now: float) -> None:

@@ -112,3 +112,29 @@ def test_a_workers_plans__are_dropped_after_their_lifetime_and_made_again(fresh_
 
     claim_start_and_record()  # psycopg forgot them too: prepared again, not refused
     assert len(prepared()) == 2
+
+
+def test_server_bound_cursor__kept_for_the_next_call_while_the_session_lasts(fresh_connection):
+    from django_strait import trigger
+
+    with sql.server_bound_cursor(connection) as first:
+        pass
+    with sql.server_bound_cursor(connection) as again:
+        assert again is first
+    connection.close()  # a new session: the kept cursor belongs to the old one
+
+    run = trigger("test-noop", {"after": "reconnect"})
+
+    assert JobRun.objects.get(pk=run.pk).payload == {"after": "reconnect"}
+    with sql.server_bound_cursor(connection) as after:
+        assert after is not first and after.connection is connection.connection
+
+
+def test_server_bound_cursor__a_call_inside_another_gets_a_cursor_of_its_own(fresh_connection):
+    with sql.server_bound_cursor(connection) as outer:
+        outer.execute("SELECT 1 UNION ALL SELECT 2")
+        with sql.server_bound_cursor(connection) as inner:
+            assert inner is not outer
+            inner.execute("SELECT 3")
+            assert inner.fetchall() == [(3,)]
+        assert outer.fetchall() == [(1,), (2,)]  # the outer call's rows are still its own
