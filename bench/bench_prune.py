@@ -327,13 +327,18 @@ def spanning_drain(args, prune: bool) -> dict:
 
 
 def trace_steps() -> None:
-    """Time each call of the prune's storage steps and row-by-row batches into STEPS."""
+    """Time each call of the prune's storage steps and row-by-row batches into STEPS; inside
+    the finish of a day, its count and the prune thread's commits (which remove its files)."""
     import functools
+
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.backends.utils import CursorWrapper
 
     from django_strait.duties.pruner import Pruner
     from django_strait.storage.postgres import PostgresStorage
 
-    def timed(cls: type, name: str, step: str) -> None:
+    def timed(cls: type, name: str, step_of) -> None:
+        """Wrap ``cls.name``: each call whose ``step_of(args)`` names a step goes into STEPS."""
         method = getattr(cls, name)
 
         @functools.wraps(method)
@@ -342,36 +347,25 @@ def trace_steps() -> None:
             try:
                 return method(*args, **kwargs)
             finally:
-                STEPS.append((step, t, time.perf_counter()))
+                if step := step_of(args):
+                    STEPS.append((step, t, time.perf_counter()))
 
         setattr(cls, name, wrapper)
 
     for name in TRACED:
-        timed(PostgresStorage, name, name)
-    timed(Pruner, "_delete_batch", "delete_batch")
-    # Inside the finish of a day, its count and the commit that removes its files.
-    from django.db.backends.base.base import BaseDatabaseWrapper
-    from django.db.backends.utils import CursorWrapper
-
-    execute, commit = CursorWrapper.execute, BaseDatabaseWrapper._commit
-
-    def counted(self, sql, params=None):
-        t = time.perf_counter()
-        try:
-            return execute(self, sql, params)
-        finally:
-            if sql.startswith("SELECT count(*) FROM django_strait_jobrun_p"):
-                STEPS.append(("finish.count", t, time.perf_counter()))
-
-    def committed(self):
-        t = time.perf_counter()
-        try:
-            return commit(self)
-        finally:
-            if isinstance(threading.current_thread(), _PruneThread):
-                STEPS.append(("commit", t, time.perf_counter()))
-
-    CursorWrapper.execute, BaseDatabaseWrapper._commit = counted, committed
+        timed(PostgresStorage, name, lambda args, name=name: name)
+    timed(Pruner, "_delete_batch", lambda args: "delete_batch")
+    day_count = "SELECT count(*) FROM django_strait_jobrun_p"
+    timed(
+        CursorWrapper,
+        "execute",
+        lambda args: "finish.count" if str(args[1]).startswith(day_count) else None,
+    )
+    timed(
+        BaseDatabaseWrapper,
+        "_commit",
+        lambda args: "commit" if isinstance(threading.current_thread(), _PruneThread) else None,
+    )
 
 
 def steps_short(samples: list[tuple[float, int]], steps: list, start: float, end: float) -> dict:

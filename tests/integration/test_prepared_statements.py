@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_strait import sql
+from django_strait import sql, trigger
 from django_strait.models import JobRun
 from django_strait.states import Transition
 from django_strait.storage import PostgresStorage, Record, RecordBatch
@@ -115,8 +115,6 @@ def test_a_workers_plans__are_dropped_after_their_lifetime_and_made_again(fresh_
 
 
 def test_server_bound_cursor__kept_for_the_next_call_while_the_session_lasts(fresh_connection):
-    from django_strait import trigger
-
     with sql.server_bound_cursor(connection) as first:
         pass
     with sql.server_bound_cursor(connection) as again:
