@@ -71,6 +71,13 @@ def plain_database() -> Iterator[str]:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@pytest.fixture
+def db(plain_database: str) -> Iterator[psycopg.Connection]:
+    """A connection to it, closed also when the test fails."""
+    with psycopg.connect(plain_database, autocommit=True) as conn:
+        yield conn
+
+
 def manage(env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "django", *args], cwd=ROOT, env=env, capture_output=True,
@@ -80,7 +87,7 @@ def manage(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
-def test_strait_partition__moves_a_busy_plain_table_and_loses_no_run(plain_database, started):
+def test_strait_partition__moves_a_busy_plain_table_and_loses_no_run(plain_database, db, started):
     if connection.vendor != "postgresql":
         pytest.skip("the runs table is partitioned on PostgreSQL only")
     params = psycopg.conninfo.conninfo_to_dict(plain_database)
@@ -95,7 +102,6 @@ def test_strait_partition__moves_a_busy_plain_table_and_loses_no_run(plain_datab
     }
     manage(env, "migrate", "-v0")
     manage(env, "strait_sync")
-    db = psycopg.connect(plain_database, autocommit=True)
     [(job,)] = db.execute("SELECT id FROM django_strait_job WHERE name = 'test-noop'").fetchall()
     for status, n, attempt in (("completed", HISTORY, 1), ("dead_letter", DEAD, 1),
                                ("queued", QUEUED, 0)):  # fmt: skip
@@ -144,7 +150,6 @@ def test_strait_partition__moves_a_busy_plain_table_and_loses_no_run(plain_datab
         "SELECT count(DISTINCT run_id) FROM django_strait_runattempt WHERE worker <> 'seed'"
     )
     caught_up = int(re.search(r"([\d,]+) changed rows copied again", moved)[1].replace(",", ""))
-    db.close()
 
     assert "Switched: runs and attempts were locked" in moved, moved
     assert (

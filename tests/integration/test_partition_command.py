@@ -3,13 +3,17 @@ tests/e2e/test_partition_move.py)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from io import StringIO
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import connection, connections
 
+from django_strait.storage.postgres import move
 from django_strait.storage.postgres.layout import is_partitioned
 
 pytestmark = pytest.mark.django_db
@@ -64,3 +68,60 @@ def test_strait_partition__refuses_where_partition_runs_is_off(settings):
     with pytest.raises(CommandError, match=r"STRAIT\['PARTITION_RUNS'\] is False"):
         partition()
     assert not partitioned()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_abandon__drops_the_old_tables_through_a_deadlock_with_a_stale_statement():
+    """Just after the switch a worker's prepared statement still names the old tables,
+    and locks them again, in its own order, as it finds its plan out of date. The drop
+    of ``strait_old`` met it in a deadlock and the whole command failed (CI, 11-27):
+    it must be tried again instead."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the move is PostgreSQL's")
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as setup:
+        setup.execute(f"CREATE SCHEMA {move.OLD}")
+        for table in ("runs", "attempts"):
+            setup.execute(f"CREATE TABLE {move.OLD}.{table} (id bigint)")
+    worker = psycopg.connect(**params, autocommit=False)
+    outcome: list[object] = []
+
+    def drop() -> None:
+        try:
+            outcome.append(move.abandon("default", lock_timeout_ms=5000))
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            outcome.append(exc)
+        finally:
+            connections.close_all()
+
+    dropper = threading.Thread(target=drop)
+    try:
+        # The drop locks runs, then waits for attempts, which the "worker" holds ...
+        worker.execute(f"LOCK TABLE {move.OLD}.attempts IN ROW EXCLUSIVE MODE")
+        dropper.start()
+        with psycopg.connect(**params, autocommit=True) as look:
+            deadline = time.monotonic() + 10
+            while not look.execute(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass",
+                [f"{move.OLD}.attempts"],
+            ).fetchone()[0]:
+                assert time.monotonic() < deadline, "the drop never waited for attempts"
+                time.sleep(0.02)
+            [(held,)] = look.execute(
+                "SELECT count(*) FROM pg_locks WHERE granted AND pid <> %s AND relation = "
+                "%s::regclass",
+                [worker.info.backend_pid, f"{move.OLD}.runs"],
+            ).fetchall()
+        assert held == 1, "the drop did not hold runs while it waited"
+        # ... which then wants runs: a deadlock, found by the drop, which waited first.
+        worker.execute(f"LOCK TABLE {move.OLD}.runs IN ROW EXCLUSIVE MODE")
+        worker.rollback()
+        dropper.join(timeout=30)
+    finally:
+        worker.close()
+        dropper.join(timeout=30)
+        move.abandon("default")
+
+    assert outcome == [[move.OLD]]

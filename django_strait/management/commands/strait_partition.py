@@ -73,7 +73,7 @@ class Command(BaseCommand):
                 f"database {alias!r} is {connection.vendor}."
             )
         if options["abandon"]:
-            dropped = move.abandon(alias)
+            dropped = move.abandon(alias, options["lock_timeout"])
             said = f"Dropped {', '.join(dropped)}." if dropped else "Nothing was left to drop."
             self.stdout.write(said)
             return
@@ -101,7 +101,7 @@ class Command(BaseCommand):
             partitioned = layout.is_partitioned(cursor)
             left = move.leftovers(cursor)
         if left:
-            move.abandon(alias)
+            move.abandon(alias, options["lock_timeout"])
             if not partitioned:
                 self.stdout.write(f"An earlier move did not finish: dropped {', '.join(left)}; "
                                   "starting over.")  # fmt: skip
@@ -130,11 +130,11 @@ class Command(BaseCommand):
                 say=self.stdout.write,
             )
         except move.MoveError as exc:
-            move.abandon(alias)
+            move.abandon(alias, options["lock_timeout"])
             raise CommandError(f"The move stopped, and what it made is dropped: {exc}") from None
         except BaseException:
             # Its triggers cost every write to runs until dropped: drop them now.
-            move.abandon(alias)
+            move.abandon(alias, options["lock_timeout"])
             raise
         self.stdout.write(
             self.style.SUCCESS(

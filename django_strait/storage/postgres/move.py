@@ -20,7 +20,11 @@ for the switch at the end:
    tables moved to a schema ``strait_old`` and the new ones into the project's,
    the NOTIFY triggers made on them. More than ``LOCKED_BACKLOG`` noted rows at
    that point and it lets go and catches up again first;
-7. **drop** ``strait_old`` and ``strait_move``.
+7. **drop** ``strait_old`` and ``strait_move``, under the lock timeout and tried
+   again on a deadlock: a worker's statement prepared before the switch still
+   names the old tables and locks them once more as it finds its plan out of
+   date. Should the drop never get its turn, the move is still done, and
+   ``--abandon`` drops the old tables later.
 
 Catching up is right whatever the order of events: an id is noted in the
 transaction that changed its row, so a round that takes it off the log copies
@@ -54,6 +58,8 @@ CLOSING_ROUNDS = 20
 CATCH_UP_BATCH = 10_000
 #: Times the switch is tried (a lock timeout, or too many rows noted meanwhile).
 SWITCH_TRIES = 20
+#: Times the drop of what the move made is tried (a lock timeout, or a deadlock).
+DROP_TRIES = 20
 #: How often the copy says how far it has come.
 PROGRESS_EVERY = 10.0
 #: The tables the move copies, by their number in the log.
@@ -85,15 +91,24 @@ def leftovers(cursor: Any) -> list[str]:
     return [row[0] for row in cursor.fetchall()]
 
 
-def abandon(alias: str) -> list[str]:
+def abandon(alias: str, lock_timeout_ms: int = 2000, tries: int = DROP_TRIES) -> list[str]:
     """Drop what an unfinished move made (its triggers on the plain tables go with
     ``strait_move``); return the schemas dropped. After a switch, ``strait_old``
-    holds the plain tables no longer used."""
-    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        found = leftovers(cursor)
-        for schema in found:
+    holds the plain tables no longer used.
+
+    The drop waits at most ``lock_timeout_ms`` for each table's lock, and is tried
+    again while a lock stays busy or it meets a deadlock: just after the switch, a
+    worker's prepared statement still names the old tables, and locks them as it
+    finds its plan out of date, in its own order (MoveError after ``tries``)."""
+    dropped: list[str] = []
+
+    def drop(cursor: Any) -> None:
+        dropped[:] = leftovers(cursor)
+        for schema in dropped:
             cursor.execute(f"DROP SCHEMA {schema} CASCADE")
-    return found
+
+    _locked(alias, lock_timeout_ms, drop, f"dropping {MOVE} and {OLD}", tries)
+    return dropped
 
 
 def move(
@@ -129,9 +144,15 @@ class _Mover:
         self.done.attempts = self._copy(ATTEMPTS)
         self._index()
         self._switch()
+        try:
+            abandon(self.alias, self.lock_timeout_ms)
+        except MoveError as exc:
+            # The move is done; only the old tables' disk waits for a quieter time.
+            self._step(
+                f"The plain tables are left in schema {OLD} ({exc}): "
+                "`strait_partition --abandon` drops them."
+            )
         with self._cursor() as cursor:
-            cursor.execute(f"DROP SCHEMA {OLD} CASCADE")
-            cursor.execute(f"DROP SCHEMA {MOVE} CASCADE")
             # Catching up left a dead version in the live leaf, and a dead entry in its
             # claim index, for every run the queue moved meanwhile: gone before workers
             # claim through them (as the leader's vacuum would, without ANALYZE).
@@ -320,23 +341,29 @@ class _Mover:
         self.done.locked_ms = (time.monotonic() - locked) * 1000
 
     def _locked(self, step: Callable[[Any], None], what: str, tries: int = 5) -> None:
-        """Run ``step`` in a transaction under the lock timeout; tried ``tries`` times
-        while the lock stays busy, then MoveError."""
-        for attempt in range(1, tries + 1):
-            try:
-                with transaction.atomic(using=self.alias), self._cursor() as cursor:
-                    cursor.execute(f"SET LOCAL lock_timeout = '{self.lock_timeout_ms}ms'")
-                    step(cursor)
-                return
-            except OperationalError as exc:
-                if not _lock_busy(exc):
-                    raise
-                if attempt < tries:
-                    time.sleep(0.2 * attempt)
-        raise MoveError(
-            f"{what}: runs or attempts stayed locked past --lock-timeout "
-            f"({self.lock_timeout_ms} ms) {tries} time(s)"
-        )
+        _locked(self.alias, self.lock_timeout_ms, step, what, tries)
+
+
+def _locked(
+    alias: str, lock_timeout_ms: int, step: Callable[[Any], None], what: str, tries: int
+) -> None:
+    """Run ``step`` in a transaction under the lock timeout; tried ``tries`` times
+    while the lock stays busy (or a deadlock ends it), then MoveError."""
+    for attempt in range(1, tries + 1):
+        try:
+            with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+                cursor.execute(f"SET LOCAL lock_timeout = '{lock_timeout_ms}ms'")
+                step(cursor)
+            return
+        except OperationalError as exc:
+            if not _lock_busy(exc):
+                raise
+            if attempt < tries:
+                time.sleep(0.2 * attempt)
+    raise MoveError(
+        f"{what}: runs or attempts stayed locked past --lock-timeout "
+        f"({lock_timeout_ms} ms) {tries} time(s)"
+    )
 
 
 class _Behind(Exception):
