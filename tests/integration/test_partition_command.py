@@ -13,7 +13,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, connections
 
-from django_strait.storage.postgres import move
+from django_strait.conf import strait_settings
+from django_strait.storage.postgres import LOCK_NAMESPACE, lock_key, move
 from django_strait.storage.postgres.layout import is_partitioned
 
 pytestmark = pytest.mark.django_db
@@ -68,6 +69,23 @@ def test_strait_partition__refuses_where_partition_runs_is_off(settings):
     with pytest.raises(CommandError, match=r"STRAIT\['PARTITION_RUNS'\] is False"):
         partition()
     assert not partitioned()
+
+
+def test_strait_partition__refuses_while_another_runs_and_abandon_too():
+    """A second command, --abandon included (it would drop the schema the running
+    move builds), is refused while the first holds the database's partition lock."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the move is PostgreSQL's")
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as running:
+        running.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE, lock_key("partition")])
+        # (Without PARTITION_RUNS the move itself is refused for that first.)
+        for args in ([], ["--abandon"]) if strait_settings.PARTITION_RUNS else (["--abandon"],):
+            with pytest.raises(CommandError, match="Another strait_partition is running"):
+                partition(*args)
+    assert partition("--abandon") == "Nothing was left to drop.\n"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -72,12 +72,7 @@ class Command(BaseCommand):
                 "The runs table is partitioned on PostgreSQL only; "
                 f"database {alias!r} is {connection.vendor}."
             )
-        if options["abandon"]:
-            dropped = move.abandon(alias, options["lock_timeout"])
-            said = f"Dropped {', '.join(dropped)}." if dropped else "Nothing was left to drop."
-            self.stdout.write(said)
-            return
-        if not strait_settings.PARTITION_RUNS:
+        if not options["abandon"] and not strait_settings.PARTITION_RUNS:
             raise CommandError(
                 "STRAIT['PARTITION_RUNS'] is False: this install keeps the plain runs table. "
                 "Set it to True (or unset STRAIT_PARTITION_RUNS) to move it."
@@ -87,8 +82,14 @@ class Command(BaseCommand):
                 "SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, lock_key("partition")]
             )
             if not cursor.fetchone()[0]:
+                # --abandon too: it would drop the schema that move is building.
                 raise CommandError("Another strait_partition is running on this database.")
         try:
+            if options["abandon"]:
+                dropped = move.abandon(alias, options["lock_timeout"])
+                said = f"Dropped {', '.join(dropped)}." if dropped else "Nothing was left to drop."
+                self.stdout.write(said)
+                return
             self._partition(alias, options)
         finally:
             with connection.cursor() as cursor:
