@@ -26,6 +26,16 @@ def partition(*args: str) -> str:
     return out.getvalue()
 
 
+def psycopg_params_or_skip() -> dict:
+    """Django's connection parameters, for psycopg connections of a test's own."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the move is PostgreSQL's")
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return params
+
+
 def partitioned() -> bool:
     with connection.cursor() as cursor:
         return is_partitioned(cursor)
@@ -74,11 +84,7 @@ def test_strait_partition__refuses_where_partition_runs_is_off(settings):
 def test_strait_partition__refuses_while_another_runs_and_abandon_too():
     """A second command, --abandon included (it would drop the schema the running
     move builds), is refused while the first holds the database's partition lock."""
-    if connection.vendor != "postgresql":
-        pytest.skip("the move is PostgreSQL's")
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
+    params = psycopg_params_or_skip()
     with psycopg.connect(**params, autocommit=True) as running:
         running.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE, lock_key("partition")])
         # (Without PARTITION_RUNS the move itself is refused for that first.)
@@ -94,11 +100,7 @@ def test_abandon__drops_the_old_tables_through_a_deadlock_with_a_stale_statement
     and locks them again, in its own order, as it finds its plan out of date. The drop
     of ``strait_old`` met it in a deadlock and the whole command failed (CI, 11-27):
     it must be tried again instead."""
-    if connection.vendor != "postgresql":
-        pytest.skip("the move is PostgreSQL's")
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
+    params = psycopg_params_or_skip()
     with psycopg.connect(**params, autocommit=True) as setup:
         setup.execute(f"CREATE SCHEMA {move.OLD}")
         for table in ("runs", "attempts"):
