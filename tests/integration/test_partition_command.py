@@ -145,3 +145,22 @@ def test_abandon__drops_the_old_tables_through_a_deadlock_with_a_stale_statement
         move.abandon("default")
 
     assert outcome == [[move.OLD]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_abandon__a_lock_held_past_its_tries_is_a_clear_error_and_drops_nothing():
+    params = psycopg_params_or_skip()
+    with psycopg.connect(**params, autocommit=True) as setup:
+        setup.execute(f"CREATE SCHEMA {move.OLD}")
+        setup.execute(f"CREATE TABLE {move.OLD}.runs (id bigint)")
+    reader = psycopg.connect(**params, autocommit=False)
+    try:
+        reader.execute(f"SELECT count(*) FROM {move.OLD}.runs")  # a lock held to its end
+        with pytest.raises(move.MoveError, match=r"past --lock-timeout \(10 ms\) 2 time"):
+            move.abandon("default", lock_timeout_ms=10, tries=2)
+        with connection.cursor() as cursor:
+            assert move.leftovers(cursor) == [move.OLD]
+    finally:
+        reader.close()
+        dropped = move.abandon("default")
+    assert dropped == [move.OLD]
