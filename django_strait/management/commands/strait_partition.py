@@ -50,7 +50,7 @@ class Command(BaseCommand):
             help="Rows copied per transaction (default 10000).",
         )  # fmt: skip
         parser.add_argument(
-            "--lock-timeout", type=lock_timeout, default=2000, metavar="DURATION",
+            "--lock-timeout", type=lock_timeout, default=move.LOCK_TIMEOUT_MS, metavar="DURATION",
             help="Longest the move waits for a lock, and so the longest the queue waits "
             "behind it at each try: 10ms to 60s (default 2s).",
         )  # fmt: skip

@@ -58,6 +58,8 @@ CLOSING_ROUNDS = 20
 CATCH_UP_BATCH = 10_000
 #: Times the switch is tried (a lock timeout, or too many rows noted meanwhile).
 SWITCH_TRIES = 20
+#: The longest a step waits for a lock unless told (``strait_partition --lock-timeout``).
+LOCK_TIMEOUT_MS = 2000
 #: Times the drop of what the move made is tried (a lock timeout, or a deadlock).
 DROP_TRIES = 20
 #: How often the copy says how far it has come.
@@ -91,7 +93,9 @@ def leftovers(cursor: Any) -> list[str]:
     return [row[0] for row in cursor.fetchall()]
 
 
-def abandon(alias: str, lock_timeout_ms: int = 2000, tries: int = DROP_TRIES) -> list[str]:
+def abandon(
+    alias: str, lock_timeout_ms: int = LOCK_TIMEOUT_MS, tries: int = DROP_TRIES
+) -> list[str]:
     """Drop what an unfinished move made (its triggers on the plain tables go with
     ``strait_move``); return the schemas dropped. After a switch, ``strait_old``
     holds the plain tables no longer used.
