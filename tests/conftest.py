@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,6 +93,18 @@ def http_server() -> Iterator[LocalServer]:
     yield server
     server.httpd.shutdown()
     server.httpd.server_close()
+
+
+def psycopg_connection(autocommit: bool = False) -> Any:
+    """A psycopg connection of the test's own to Django's PostgreSQL database (the
+    parameters Django connects with, less those only its own cursors take)."""
+    import psycopg
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params, autocommit=autocommit)
 
 
 def run_worker(**options) -> object:

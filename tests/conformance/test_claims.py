@@ -7,7 +7,6 @@ import datetime as dt
 import re
 import time
 
-import psycopg
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -16,6 +15,7 @@ from django_strait.models import JobRun
 from django_strait.storage import PostgresStorage
 from django_strait.storage.floors import ClaimFloors
 from tests.conformance.conftest import claim, in_threads, needs_postgres, start
+from tests.conftest import psycopg_connection
 from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -209,10 +209,7 @@ def test_claim_with_floors__under_a_held_snapshot_reads_few_buffers_where_the_wh
 @contextlib.contextmanager
 def held_snapshot():
     """Another connection in a REPEATABLE READ transaction that has read: the horizon held."""
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    with psycopg.connect(**params) as other:
+    with psycopg_connection() as other:
         other.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         other.execute("SELECT count(*) FROM django_strait_jobrun").fetchone()
         yield

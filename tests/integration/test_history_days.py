@@ -12,7 +12,6 @@ import threading
 import time
 from io import StringIO
 
-import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import connection, connections, transaction
@@ -21,6 +20,7 @@ from django_strait.duties.pruner import Pruner
 from django_strait.models import JobRun, RunAttempt, RunHold, WebhookDelivery
 from django_strait.storage import backend
 from django_strait.storage.postgres.layout import ATTEMPTS, HISTORY, RUNS, make_ranges, ranges_of
+from tests.conftest import psycopg_connection
 from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -212,13 +212,6 @@ def test_detach__waits_for_a_record_that_holds_attempts_and_moves_runs_into_hist
     assert moved_in < 0.2, f"the record waited {moved_in:.2f} s for the detach"
     assert detached == {"ok": True}
     assert JobRun.objects.get(pk=running.pk).status == "completed"
-
-
-def psycopg_connection() -> psycopg.Connection:
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    return psycopg.connect(**params, autocommit=False)
 
 
 def test_history_days__names_a_days_jobs_and_counts_its_runs_only_when_asked():

@@ -7,7 +7,6 @@ import threading
 import time
 from io import StringIO
 
-import psycopg
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -16,6 +15,7 @@ from django.db import connection, connections
 from django_strait.conf import strait_settings
 from django_strait.storage.postgres import LOCK_NAMESPACE, lock_key, move
 from django_strait.storage.postgres.layout import is_partitioned
+from tests.conftest import psycopg_connection
 
 pytestmark = pytest.mark.django_db
 
@@ -26,14 +26,9 @@ def partition(*args: str) -> str:
     return out.getvalue()
 
 
-def psycopg_params_or_skip() -> dict:
-    """Django's connection parameters, for psycopg connections of a test's own."""
+def postgres_or_skip() -> None:
     if connection.vendor != "postgresql":
         pytest.skip("the move is PostgreSQL's")
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    return params
 
 
 def partitioned() -> bool:
@@ -84,8 +79,8 @@ def test_strait_partition__refuses_where_partition_runs_is_off(settings):
 def test_strait_partition__refuses_while_another_runs_and_abandon_too():
     """A second command, --abandon included (it would drop the schema the running
     move builds), is refused while the first holds the database's partition lock."""
-    params = psycopg_params_or_skip()
-    with psycopg.connect(**params, autocommit=True) as running:
+    postgres_or_skip()
+    with psycopg_connection(autocommit=True) as running:
         running.execute("SELECT pg_advisory_lock(%s, %s)", [LOCK_NAMESPACE, lock_key("partition")])
         # (Without PARTITION_RUNS the move itself is refused for that first.)
         for args in ([], ["--abandon"]) if strait_settings.PARTITION_RUNS else (["--abandon"],):
@@ -100,12 +95,12 @@ def test_abandon__drops_the_old_tables_through_a_deadlock_with_a_stale_statement
     and locks them again, in its own order, as it finds its plan out of date. The drop
     of ``strait_old`` met it in a deadlock and the whole command failed (CI, 11-27):
     it must be tried again instead."""
-    params = psycopg_params_or_skip()
-    with psycopg.connect(**params, autocommit=True) as setup:
+    postgres_or_skip()
+    with psycopg_connection(autocommit=True) as setup:
         setup.execute(f"CREATE SCHEMA {move.OLD}")
         for table in ("runs", "attempts"):
             setup.execute(f"CREATE TABLE {move.OLD}.{table} (id bigint)")
-    worker = psycopg.connect(**params, autocommit=False)
+    worker = psycopg_connection()
     outcome: list[object] = []
 
     def drop() -> None:
@@ -121,7 +116,7 @@ def test_abandon__drops_the_old_tables_through_a_deadlock_with_a_stale_statement
         # The drop locks runs, then waits for attempts, which the "worker" holds ...
         worker.execute(f"LOCK TABLE {move.OLD}.attempts IN ROW EXCLUSIVE MODE")
         dropper.start()
-        with psycopg.connect(**params, autocommit=True) as look:
+        with psycopg_connection(autocommit=True) as look:
             deadline = time.monotonic() + 10
             while not look.execute(
                 "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass",
@@ -149,11 +144,11 @@ def test_abandon__drops_the_old_tables_through_a_deadlock_with_a_stale_statement
 
 @pytest.mark.django_db(transaction=True)
 def test_abandon__a_lock_held_past_its_tries_is_a_clear_error_and_drops_nothing():
-    params = psycopg_params_or_skip()
-    with psycopg.connect(**params, autocommit=True) as setup:
+    postgres_or_skip()
+    with psycopg_connection(autocommit=True) as setup:
         setup.execute(f"CREATE SCHEMA {move.OLD}")
         setup.execute(f"CREATE TABLE {move.OLD}.runs (id bigint)")
-    reader = psycopg.connect(**params, autocommit=False)
+    reader = psycopg_connection()
     try:
         reader.execute(f"SELECT count(*) FROM {move.OLD}.runs")  # a lock held to its end
         with pytest.raises(move.MoveError, match=r"past --lock-timeout \(10 ms\) 2 time"):

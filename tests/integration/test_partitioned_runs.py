@@ -23,6 +23,7 @@ from django_strait.models import JobRun
 from django_strait.states import RunStatus
 from django_strait.storage import backend
 from django_strait.transitions.people import cancel
+from tests.conftest import psycopg_connection
 from tests.integration.factories import make_job
 
 pytestmark = pytest.mark.django_db
@@ -62,10 +63,7 @@ def test_trigger_many__keys_whose_runs_have_finished_return_those_runs():
 
 def lock_and_finish(run_id: int) -> psycopg.Connection:
     """Another connection that moves the run to completed and holds it, uncommitted."""
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    other = psycopg.connect(**params, autocommit=False)
+    other = psycopg_connection()
     other.execute(
         f"UPDATE {JobRun._meta.db_table} SET status = 'completed', finished_at = now() "
         "WHERE id = %s",
@@ -294,10 +292,7 @@ def test_partitioned_layout__the_claim_looks_its_runs_up_when_vacuum_saw_few_liv
 
     partitioned_or_skip()
     table = JobRun._meta.db_table
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    holder = psycopg.connect(**params, autocommit=False)
+    holder = psycopg_connection()
     try:
         holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         holder.execute("SELECT count(*) FROM django_strait_job")

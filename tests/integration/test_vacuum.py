@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -15,6 +14,7 @@ from django_strait.duties.vacuum import Vacuumer
 from django_strait.models import JobRun
 from django_strait.storage import backend
 from django_strait.storage.postgres import LOCK_NAMESPACE, lock_key
+from tests.conftest import psycopg_connection
 from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,13 +51,6 @@ def vacuums() -> int:
             "OR relid IN (SELECT relid FROM pg_partition_tree('django_strait_jobrun') WHERE isleaf)"
         )
         return c.fetchone()[0]
-
-
-def other_connection() -> psycopg.Connection:
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    return psycopg.connect(**params)
 
 
 def test_default_duties__include_the_vacuum_duty_from_its_setting(settings):
@@ -99,7 +92,7 @@ def test_run_once__leaves_the_table_alone_below_the_threshold():
 @postgres_only
 def test_run_once__under_a_held_snapshot_vacuums_once_and_not_again_for_the_same_rows():
     make_run()
-    with other_connection() as other:
+    with psycopg_connection() as other:
         other.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         other.execute("SELECT count(*) FROM django_strait_jobrun").fetchone()
         kill_rows(300)
@@ -125,7 +118,7 @@ def test_run_once__does_nothing_while_another_host_leads():
     kill_rows(300)
     counted_dead(300)
     before = vacuums()
-    with other_connection() as other:
+    with psycopg_connection() as other:
         other.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LOCK_NAMESPACE, lock_key("vacuum")])
 
         result = Vacuumer(dead_rows=200).run_once(timezone.now())
