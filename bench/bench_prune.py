@@ -32,7 +32,10 @@ Four phases, printed as one JSON object:
                      at least) against the same drain's in windows as long just
                      before and just after ("loss"),
                      and the same windows of a drain with no prune just before it
-                     ("control_loss": what a drain moves by itself); --prune-reps
+                     ("control_loss": what a drain moves by itself), and
+                     the whole drain's runs/s against the control's
+                     ("whole_loss": a drain of --span runs with a prune in it
+                     against one without, back to back); --prune-reps
                      times, the history loaded again for each, each drain
                      starting from a vacuumed table. The samples are
                      the drain's completed runs, read from the rollup the
@@ -252,6 +255,8 @@ def prune_spanning_drains(args) -> tuple[dict, dict]:
         first = quiet["first_completion"] - pruned["first_completion"]
         control.append(windows(quiet["samples"], start + first, end + first))
         reps.append(windows(pruned["samples"], start, end))
+        if reps[-1]["whole"] and control[-1]["whole"]:
+            reps[-1]["whole_loss"] = 1 - reps[-1]["whole"] / control[-1]["whole"]
         if args.trace:
             reps[-1]["steps"] = steps_short(pruned["samples"], pruned["steps"], start, end)
         prunes.append({"seconds": end - start, "rc": pruned["rc"], "history_left": history_left()})
@@ -263,6 +268,7 @@ def prune_spanning_drains(args) -> tuple[dict, dict]:
     }
     spanning = {
         "loss": summarize([r.get("loss") for r in reps]),
+        "whole_loss": summarize([r.get("whole_loss") for r in reps]),
         "control_loss": summarize([c.get("loss") for c in control]),
         "reps": reps,
         "control": control,
@@ -433,7 +439,8 @@ def start_prune(where: str):
 def windows(samples: list[tuple[float, int]], start: float, end: float) -> dict:
     """Runs/s from the prune's start over ``max(its seconds, 2 s)``, and in windows as long
     just before it and just after that: the prune and what follows it (plans made again
-    after a detach) against the drain's own pace."""
+    after a detach) against the drain's own pace; and over the whole drain (its first
+    completion to its last second), which the caller sets against the control's."""
     width = max(end - start, 2.0)
     first_done = next(t for t, done in samples if done)
     last = samples[-1][0] - 1.0  # the drain's tail, its last runs in flight, left out
@@ -442,6 +449,7 @@ def windows(samples: list[tuple[float, int]], start: float, end: float) -> dict:
         return (done_at(samples, hi) - done_at(samples, lo)) / (hi - lo) if hi - lo >= 0.5 else None
 
     out = {
+        "whole": rate(first_done, last),
         "during": rate(start, start + width),
         "before": rate(max(start - width, first_done), start),
         "after": rate(start + width, min(start + 2 * width, last)),
