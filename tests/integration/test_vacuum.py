@@ -10,7 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_strait.duties import default_duties
-from django_strait.duties.vacuum import Vacuumer
+from django_strait.duties.vacuum import DEFAULT_INTERVAL, HELD_WAIT, QUIET_FACTOR, Vacuumer
 from django_strait.models import JobRun
 from django_strait.storage import backend
 from django_strait.storage.postgres import LOCK_NAMESPACE, lock_key
@@ -58,7 +58,8 @@ def test_default_duties__include_the_vacuum_duty_from_its_setting(settings):
 
     [duty] = [d for d in default_duties() if d.name == "vacuum"]
 
-    assert (duty.dead_rows, duty.interval) == (1234, 30.0)
+    assert (duty.dead_rows, duty.interval) == (1234, DEFAULT_INTERVAL)
+    assert DEFAULT_INTERVAL <= 5  # a full-speed drain kills thousands of rows a second
 
 
 @postgres_only
@@ -86,7 +87,31 @@ def test_run_once__leaves_the_table_alone_below_the_threshold():
     result = Vacuumer(dead_rows=10_000).run_once(timezone.now())
 
     assert result.counts["vacuumed"] == 0
+    assert not result.happened  # a look that did nothing is not logged
     assert vacuums() == before
+
+
+@postgres_only
+def test_run_once__waits_thirty_times_a_vacuums_length_before_the_next():
+    duty = Vacuumer(dead_rows=200)
+    kill_rows(300)
+    counted_dead(300)
+    began = time.monotonic()
+    first = duty.run_once(timezone.now())
+    took = time.monotonic() - began
+    quiet = duty.quiet_until - (began + took)
+    kill_rows(300)
+    counted_dead(300)
+
+    duty.quiet_until = time.monotonic() + 60  # as after a vacuum of 2 s
+    second = duty.run_once(timezone.now())
+    duty.quiet_until = time.monotonic()  # that quiet over
+    third = duty.run_once(timezone.now())
+
+    assert first.counts["vacuumed"] == 1 and first.counts["left"] == 0
+    assert 0 < quiet <= QUIET_FACTOR * took
+    assert second.counts["vacuumed"] == 0 and second.counts["dead_rows"] >= 300
+    assert third.counts["vacuumed"] == 1
 
 
 @postgres_only
@@ -100,6 +125,7 @@ def test_run_once__under_a_held_snapshot_vacuums_once_and_not_again_for_the_same
         duty = Vacuumer(dead_rows=200)
 
         first = duty.run_once(timezone.now())
+        held_quiet = duty.quiet_until - time.monotonic()
         second = duty.run_once(timezone.now())
         kill_rows(300)  # 300 more: past dead_rows, not past twice that
         counted_dead(first.counts["left"] + 300)
@@ -109,6 +135,7 @@ def test_run_once__under_a_held_snapshot_vacuums_once_and_not_again_for_the_same
     assert first.counts["vacuumed"] == 1
     assert first.counts["left"] >= 300  # the snapshot still sees them
     assert first.counts["backoff"] == 2  # it freed nothing: wait for twice as many
+    assert held_quiet > HELD_WAIT - 5  # and for half a minute at least
     assert second.counts["vacuumed"] == 0
     assert third.counts["vacuumed"] == 0
 
