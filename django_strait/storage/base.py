@@ -59,6 +59,8 @@ class Storage(Protocol):
     pages_by_primary_key: bool
     #: Whether the database keeps row estimates (``table_estimate``) worth showing.
     row_estimates: bool
+    #: Whether the runs table gathers dead rows that the vacuum duty removes (``vacuum_runs``).
+    keeps_dead_rows: bool
 
     def atomic(self) -> AbstractContextManager[Any]:
         """A transaction (a savepoint inside one) on this database."""

@@ -7,6 +7,7 @@ import time
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_strait.duties import default_duties
@@ -159,9 +160,11 @@ def test_run_once__does_nothing_while_another_host_leads():
 def test_run_once__on_a_database_that_needs_no_vacuum_does_nothing():
     kill_rows(300)
 
-    result = Vacuumer(dead_rows=1).run_once(timezone.now())
+    with CaptureQueriesContext(connection) as queries:
+        result = Vacuumer(dead_rows=1).run_once(timezone.now())
 
     assert result.led and result.counts == {"dead_rows": 0, "vacuumed": 0}
+    assert not queries.captured_queries  # not even a transaction for the lead, every 3 s
 
 
 @pytest.mark.parametrize(("dead_rows", "interval"), [(-1, 30.0), (10, 0)])

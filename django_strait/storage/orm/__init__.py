@@ -336,3 +336,5 @@ class OrmStorage:
     pages_by_primary_key = False
     #: Whether the database keeps row estimates worth showing (else count).
     row_estimates = False
+    #: Whether dead row versions gather for the vacuum duty (SQLite changes rows in place).
+    keeps_dead_rows = False

@@ -51,6 +51,7 @@ class PostgresStorage(OrmStorage):
     can_listen = True
     pages_by_primary_key = True
     row_estimates = True
+    keeps_dead_rows = True
 
     def _execute(self, sql: str, params: dict[str, Any], *, name: str = "") -> list[tuple]:
         """Run one statement; prepared once per connection where ``name`` is one of
