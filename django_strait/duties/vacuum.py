@@ -7,14 +7,14 @@ indexes, and the worker's statements slow down with them. Then the leader
 vacuums the table itself once ``dead_rows`` have gathered since its last
 vacuum. It looks every few seconds (a catalog read): at full speed a drain
 kills ``dead_rows`` in about a second, and with a look every 30 s a 200,000-run
-drain ran 20-40 % slower, its statements wading through the dead versions of
+drain ran 4-30 % slower, its statements wading through the dead versions of
 everything it had done (docs/benchmarks.md, "The vacuum duty's look"). After
 a vacuum, the next waits at least ``QUIET_FACTOR`` times as long as that one
 took: on a large table (a backlog of a million runs) vacuums every 3 s, 0.2 s
 each, cost the drain about as much as the dead rows did, and this keeps them
-to a thirtieth of the time whatever the table's size. Rows that an open snapshot still
-holds are counted as left, so a vacuum that could not remove them is not
-repeated for them; and while vacuums remove less than half of what they find
+to a thirtieth of the time whatever the table's size. Rows that an open
+snapshot still holds are counted as left, so a vacuum that could not remove
+them is not repeated for them; and while vacuums remove less than half of what they find
 (a snapshot held open), each waits for twice as many new dead rows as the
 one before, up to ``MAX_BACKOFF`` times ``dead_rows``, and ``HELD_WAIT``
 seconds at least: such a vacuum reads every page changed since the snapshot
