@@ -80,12 +80,12 @@ class Vacuumer:
     def run_once(self, now: dt.datetime) -> DutyResult:
         """Vacuum the runs table if enough rows died since the last vacuum; VACUUM outside a transaction."""
         storage = backend(self.using)
-        if not storage.keeps_dead_rows:
-            # No lead either: on SQLite with transaction_mode IMMEDIATE its empty
-            # transaction would take the write lock every look.
+        if not self.dead_rows or not storage.keeps_dead_rows:
+            # Turned off, or nothing to vacuum: no lead either. On SQLite with
+            # transaction_mode IMMEDIATE its empty transaction would take the write lock every look.
             return DutyResult(self.name, led=True, counts={"dead_rows": 0, "vacuumed": 0})
         with lead(self.name, using=self.using) as leading:
-            dead = storage.dead_run_rows() if leading and self.dead_rows else None
+            dead = storage.dead_run_rows() if leading else None
         if not leading:
             return DutyResult(self.name, led=False)
         began = time.monotonic()

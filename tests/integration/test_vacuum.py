@@ -167,6 +167,18 @@ def test_run_once__on_a_database_that_needs_no_vacuum_does_nothing():
     assert not queries.captured_queries  # not even a transaction for the lead, every 3 s
 
 
+def test_run_once__turned_off_neither_vacuums_nor_takes_the_lead():
+    kill_rows(300)
+    before = vacuums() if ON_POSTGRES else None
+
+    with CaptureQueriesContext(connection) as queries:
+        result = Vacuumer(dead_rows=0).run_once(timezone.now())
+
+    assert result.counts == {"dead_rows": 0, "vacuumed": 0}
+    assert not queries.captured_queries  # VACUUM_DEAD_ROWS = 0: not a transaction every 3 s
+    assert (vacuums() if ON_POSTGRES else None) == before
+
+
 @pytest.mark.parametrize(("dead_rows", "interval"), [(-1, 30.0), (10, 0)])
 def test_vacuumer__refuses_options_out_of_bounds(dead_rows, interval):
     with pytest.raises(ValueError, match="dead_rows|interval"):
