@@ -1,0 +1,60 @@
+"""Every relative link in the docs reaches a file that exists, and a heading that exists in it.
+
+Benchmark and operations pages link to each other's dated sections; a heading
+renamed on one side leaves a link that GitHub renders and that goes nowhere.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = sorted([ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md")])
+
+_FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+_HEADING = re.compile(r"^#{1,6} +(.+?) *#*$", re.M)
+_LINK = re.compile(r"\]\(([^)\s]*)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives ``page``'s headings: lower case, punctuation dropped, spaces to hyphens."""
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in _HEADING.findall(_FENCE.sub("", page.read_text())):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        found.add(slug if n == 0 else f"{slug}-{n}")
+    return found
+
+
+def relative_links(page: Path) -> list[str]:
+    return [
+        link
+        for link in _LINK.findall(_FENCE.sub("", page.read_text()))
+        if link and not re.match(r"[a-z][a-z0-9+.-]*:", link)  # http:, mailto: ...
+    ]
+
+
+def test_anchors__follow_githubs_rules():
+    page = ROOT / "docs" / "benchmarks.md"
+
+    assert "process-execution-benchbench_processespy" in anchors(page)
+    assert "the-vacuum-dutys-look" in anchors(page)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links__reach_a_file_and_a_heading(page):
+    broken = []
+    for link in relative_links(page):
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        if not target.exists():
+            broken.append(f"{link}: no file {target.relative_to(ROOT)}")
+        elif anchor and target.suffix == ".md" and anchor not in anchors(target):
+            broken.append(f"{link}: no heading with anchor #{anchor} in {target.name}")
+
+    assert not broken, f"{page.name}: " + "; ".join(broken)
