@@ -6,6 +6,7 @@ renamed on one side leaves a link that GitHub renders and that goes nowhere.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -19,6 +20,7 @@ _HEADING = re.compile(r"^#{1,6} +(.+?) *#*$", re.M)
 _LINK = re.compile(r"\]\(([^)\s]*)\)")
 
 
+@functools.cache
 def anchors(page: Path) -> set[str]:
     """The anchors GitHub gives ``page``'s headings: lower case, punctuation dropped, spaces to hyphens."""
     seen: dict[str, int] = {}
