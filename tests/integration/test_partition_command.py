@@ -86,6 +86,11 @@ def test_strait_partition__refuses_while_another_runs_and_abandon_too():
         for args in ([], ["--abandon"]) if strait_settings.PARTITION_RUNS else (["--abandon"],):
             with pytest.raises(CommandError, match="Another strait_partition is running"):
                 partition(*args)
+        # Unlocked here, not by the close: the server ends the session after close()
+        # returns, and the next command could still find the lock held (CI, 11-28).
+        running.execute(
+            "SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, lock_key("partition")]
+        )
     assert partition("--abandon") == "Nothing was left to drop.\n"
 
 
@@ -156,6 +161,7 @@ def test_abandon__a_lock_held_past_its_tries_is_a_clear_error_and_drops_nothing(
         with connection.cursor() as cursor:
             assert move.leftovers(cursor) == [move.OLD]
     finally:
+        reader.rollback()  # its lock goes now; a close() lets the server end the session later
         reader.close()
         dropped = move.abandon("default")
     assert dropped == [move.OLD]
