@@ -20,17 +20,18 @@ pytestmark = pytest.mark.django_db
 URL = "http://127.0.0.1:9/hook"
 
 
-def minute(ago: int) -> dt.datetime:
-    return timezone.now().replace(second=0, microsecond=0) - dt.timedelta(minutes=ago)
+def minute(ago: int, now: dt.datetime | None = None) -> dt.datetime:
+    now = now or timezone.now()
+    return now.replace(second=0, microsecond=0) - dt.timedelta(minutes=ago)
 
 
 def busy_hour() -> tuple:
     """A job whose runs retried and completed over the last minutes, at an endpoint."""
     job = make_job("partner-webhook", endpoint_url=URL)
+    now = timezone.now()  # one clock: a minute boundary between rows must not merge two
     for ago in (1, 2, 3):
-        RunRollup.objects.create(minute=minute(ago), job=job, status="completed", count=8)
-        RunRollup.objects.create(minute=minute(ago), job=job, status="queued", count=2)
-        RunRollup.objects.create(minute=minute(ago), job=job, status="dead_letter", count=2)
+        for status, count in (("completed", 8), ("queued", 2), ("dead_letter", 2)):
+            RunRollup.objects.create(minute=minute(ago, now), job=job, status=status, count=count)
     run = make_run(job, status="completed", attempts=2)
     for n, ms in ((1, 100), (2, 900)):
         RunAttempt.objects.filter(run=run, number=n).update(

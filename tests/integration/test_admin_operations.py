@@ -40,8 +40,13 @@ def messages_of(response) -> list[str]:
     return [str(m) for m in get_messages(response.wsgi_request)]
 
 
-def rollup(job: Job, status: str, count: int, minutes_ago: int = 0) -> RunRollup:
-    minute = timezone.now().replace(second=0, microsecond=0) - dt.timedelta(minutes=minutes_ago)
+def rollup(
+    job: Job, status: str, count: int, minutes_ago: int = 0, now: dt.datetime | None = None
+) -> RunRollup:
+    """A rollup row ``minutes_ago`` minutes before ``now``; pass one ``now`` to rows that
+    must not share a minute, or a minute boundary between two calls can put them in one."""
+    now = now or timezone.now()
+    minute = now.replace(second=0, microsecond=0) - dt.timedelta(minutes=minutes_ago)
     return RunRollup.objects.create(minute=minute, job=job, status=status, count=count)
 
 
@@ -420,13 +425,14 @@ def test_overview__query_count_does_not_grow_with_runs(admin_client):
         return len(captured)
 
     job = make_job()
+    now = timezone.now()
     make_run(job, status="dead_letter")
-    rollup(job, "completed", 1)
+    rollup(job, "completed", 1, now=now)
     few = queries()
     for minutes_ago in range(1, 30):
         make_run(job, status="dead_letter")
         make_run(job, status="queued")
-        rollup(job, "completed", 1, minutes_ago=minutes_ago)
+        rollup(job, "completed", 1, minutes_ago=minutes_ago, now=now)
     assert queries() == few
 
 
