@@ -107,6 +107,24 @@ def psycopg_connection(autocommit: bool = False) -> Any:
     return psycopg.connect(**params, autocommit=autocommit)
 
 
+def wait_for_a_lock_wait(timeout: float = 10.0) -> None:
+    """Return once a session of the test's PostgreSQL database waits for a lock.
+
+    A test that wants a statement blocked behind another's lock waits for it
+    here rather than for a fixed time: on a busy machine a thread may take
+    longer than any sleep to reach its statement, and the test would then check
+    the uncontended path instead.
+    """
+    with psycopg_connection(autocommit=True) as look:
+        deadline = time.monotonic() + timeout
+        while not look.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()[0]:
+            assert time.monotonic() < deadline, f"no session waited for a lock in {timeout} s"
+            time.sleep(0.01)
+
+
 def run_worker(**options) -> object:
     """Run a worker in this process until it has drained what is due (``--burst``)."""
     from django_strait.management.commands.run_strait_worker import build_config

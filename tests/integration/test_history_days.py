@@ -20,7 +20,7 @@ from django_strait.duties.pruner import Pruner
 from django_strait.models import JobRun, RunAttempt, RunHold, WebhookDelivery
 from django_strait.storage import backend
 from django_strait.storage.postgres.layout import ATTEMPTS, HISTORY, RUNS, make_ranges, ranges_of
-from tests.conftest import psycopg_connection
+from tests.conftest import psycopg_connection, wait_for_a_lock_wait
 from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -195,7 +195,7 @@ def test_detach__waits_for_a_record_that_holds_attempts_and_moves_runs_into_hist
     try:
         record.execute(f"UPDATE {ATTEMPTS} SET duration_ms = 1 WHERE run_id = %s", [running.pk])
         thread.start()
-        time.sleep(0.2)  # the detach now waits for the record's lock on attempts
+        wait_for_a_lock_wait()  # the detach waits for the record's lock on attempts
         began = time.monotonic()
         record.execute(
             f"UPDATE {RUNS} SET status = 'completed', finished_at = now() WHERE id = %s",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import time
 
 import psycopg
 import pytest
@@ -23,7 +22,7 @@ from django_strait.models import JobRun
 from django_strait.states import RunStatus
 from django_strait.storage import backend
 from django_strait.transitions.people import cancel
-from tests.conftest import psycopg_connection
+from tests.conftest import psycopg_connection, wait_for_a_lock_wait
 from tests.integration.factories import make_job
 
 pytestmark = pytest.mark.django_db
@@ -88,7 +87,7 @@ def beside_a_finishing_record(run: JobRun, step) -> object:
     thread = threading.Thread(target=call)
     try:
         thread.start()
-        time.sleep(0.3)  # the step is now waiting for the run's lock
+        wait_for_a_lock_wait()  # the step waits for the run's lock
         other.commit()
     finally:
         other.close()
