@@ -101,17 +101,27 @@ def test_worker__waits_for_a_database_that_is_not_up_yet_then_works(worker_env):
         worker_command("--burst", "--worker-id", "early"),
         env=worker_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(worker.stdout), daemon=True)
+    reader.start()
     try:
-        time.sleep(3)  # tries at 0, 0.5 and 1.5 s: three lines
-        assert worker.poll() is None, worker.communicate()[0]  # still waiting, not exited
+        # Two tries refused (at 0 and 0.5 s), however long the worker took to start.
+        deadline = time.monotonic() + 60
+        while sum("is not answering" in line for line in lines) < 2:
+            assert worker.poll() is None, "".join(lines)  # still waiting, not exited
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.05)
         forwarder.open()
-        output = worker.communicate(timeout=60)[0]
+        worker.wait(timeout=60)
     finally:
         if worker.poll() is None:
             worker.kill()
-            worker.communicate()  # closes its pipe, also when the test failed
+            worker.wait()
+        reader.join(timeout=10)  # the pipe's end: the reader has every line
+        worker.stdout.close()
         forwarder.close()
         wait_for_other_sessions_to_end()
+    output = "".join(lines)
 
     assert worker.returncode == 0, output
     assert output.count("is not answering") >= 2, output
