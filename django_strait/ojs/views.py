@@ -28,9 +28,9 @@ from django_strait.api.auth import (
     ScopeOrPermission,
     StraitTokenAuthentication,
 )
-from django_strait.api.parsers import JSONRefused, loads
 from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
 from django_strait.conf import strait_settings
+from django_strait.json_text import JSONRefused, loads
 from django_strait.ojs import errors, events, inputs, schedules, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
