@@ -178,10 +178,13 @@ def when(value: Any, name: str, now: dt.datetime | None = None) -> dt.datetime:
             name,
             f"must be an RFC 3339 time with its offset (2026-01-01T00:00:00Z) or +PT5S; got {value!r}",
         )
-    utc = moment.astimezone(dt.UTC)
-    if not EARLIEST <= utc <= LATEST:
+    try:
+        utc = moment.astimezone(dt.UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-23:59 is past year 9999 in UTC
+        utc = None
+    if utc is None or not EARLIEST <= utc <= LATEST:
         raise errors.invalid_request(
-            name, f"must be from {EARLIEST:%Y} to {LATEST:%Y}, got {value!r}"
+            name, f"must be from {EARLIEST:%Y} to {LATEST:%Y} in UTC, got {value!r}"
         )
     return utc
 

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.utils import timezone
@@ -70,12 +71,18 @@ class OjsView(APIView):
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         AuthFailureThrottle().refuse_if_over(request)
         super().initial(request, *args, **kwargs)
+        refuse_nul(request, kwargs)
 
     def body(self) -> dict[str, Any]:
         """The request's JSON object; an empty or unreadable body is ``invalid_payload``."""
-        raw = self.request._request.body
         limit = strait_settings.API_MAX_PAYLOAD_BYTES
-        if len(raw) > limit:
+        declared = self.request.META.get("CONTENT_LENGTH") or "0"
+        try:
+            too_long = declared.isdigit() and (len(declared) > 18 or int(declared) > limit)
+            raw = b"" if too_long else self.request._request.body
+        except RequestDataTooBig:  # past DATA_UPLOAD_MAX_MEMORY_SIZE, if that is lower
+            too_long = True
+        if too_long or len(raw) > limit:
             raise OjsError(
                 413,
                 "invalid_payload",
@@ -108,6 +115,30 @@ class OjsView(APIView):
         response["OJS-Version"] = SPEC_VERSION
         response["X-Request-ID"] = request_id(request)
         return response
+
+
+NUL = "\x00"
+
+
+def refuse_nul(request: Request, url_kwargs: Mapping[str, Any]) -> None:
+    """Refuse the NUL character in the path and the query string, naming where.
+
+    No id, name or queue holds it, and PostgreSQL cannot compare text with it: a
+    path parameter holding it names nothing (404), a query parameter is refused (400).
+    """
+    for name, value in url_kwargs.items():
+        if isinstance(value, str) and NUL in value:
+            raise OjsError(
+                404,
+                "not_found",
+                f"{name} {value!r} not found: no {name} holds the NUL character (\\u0000)",
+                details={name: value},
+            )
+    for name, values in request.query_params.lists():
+        if NUL in name or any(NUL in v for v in values):
+            raise errors.invalid_request(
+                name.replace(NUL, "\\u0000"), "must not contain the NUL character (\\u0000)"
+            )
 
 
 def _as_ojs(exc: Exception) -> OjsError:
