@@ -71,7 +71,7 @@ def _refuse_depth(structure: str, text: str) -> None:
         raise JSONRefused(
             _deep_field(text),
             f"nests arrays and objects {deepest} levels deep; at most {MAX_DEPTH} levels "
-            "are allowed (the body is the first)",
+            "are allowed (the outermost is level 1)",
         )
 
 

@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from django_strait.admin.inputs import GuardedInput
 from django_strait.api.auth import issue_key, key_state
 from django_strait.models import SCOPES, ApiKey
 
@@ -29,7 +30,7 @@ class ApiKeyForm(forms.ModelForm):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(GuardedInput, admin.ModelAdmin):
     """Keys are created here or by ``manage.py strait_api_key``; only their hash is kept."""
 
     form = ApiKeyForm

@@ -21,6 +21,7 @@ from django.utils.safestring import SafeString
 
 from django_strait.admin import charts, display, endpoints
 from django_strait.admin.circuits import ResetCircuitsMixin
+from django_strait.admin.inputs import GuardedInput
 from django_strait.models import EndpointHealth
 
 
@@ -36,7 +37,7 @@ class HealthChangeList(ChangeList):
 
 
 @admin.register(EndpointHealth)
-class EndpointHealthAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin):
+class EndpointHealthAdmin(GuardedInput, display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin):
     """Endpoint health, one row per endpoint URL, worst first."""
 
     list_display = (

@@ -25,6 +25,7 @@ from django.utils.safestring import SafeString
 from django_strait.admin import display, endpoints
 from django_strait.admin.drilldown import endpoint_stats_view, job_stats_view
 from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
+from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.overview import overview_view
 from django_strait.database import alias
 from django_strait.models import Job, JobPresetRecommendation, JobRun, RunRollup
@@ -87,7 +88,7 @@ class JobChangeList(ChangeList):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(GuardedInput, admin.ModelAdmin):
     """Jobs: what runs, where, and how it retries; pause and resume."""
 
     list_display = (

@@ -27,6 +27,7 @@ from django_strait.admin import actions, display, timeline
 from django_strait.admin.filters import ErrorTypeFilter, QueueFilter
 from django_strait.admin.forms import ReplayPayloadForm
 from django_strait.admin.inlines import HistoryInline
+from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.webhooks import WebhookDeliveryInline
 from django_strait.models import JobRun, RunAttempt, RunHold, WorkflowStepRun
 from django_strait.states import Transition
@@ -188,7 +189,7 @@ def pretty_json(value: Any) -> str:
 
 
 @admin.register(JobRun)
-class JobRunAdmin(display.AutoRefresh, admin.ModelAdmin):
+class JobRunAdmin(GuardedInput, display.AutoRefresh, admin.ModelAdmin):
     """Every run: filter, search, inspect, and replay / cancel / discard through transitions."""
 
     list_display = (

@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from django_strait.admin.inlines import HistoryInline
+from django_strait.admin.inputs import GuardedInput
 from django_strait.models import WebhookDelivery
 from django_strait.webhooks.redelivery import redeliver
 
@@ -40,7 +41,7 @@ class WebhookDeliveryInline(HistoryInline):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(admin.ModelAdmin):
+class WebhookDeliveryAdmin(GuardedInput, admin.ModelAdmin):
     """Every delivery: what it notifies, where, how it went; redeliver by hand."""
 
     list_display = ("id", "subject", *_COLUMNS, "created_at")

@@ -25,6 +25,7 @@ from django_strait.admin import actions
 from django_strait.admin.charts import OTHER_COLOUR
 from django_strait.admin.dagpicture import Box, draw
 from django_strait.admin.inlines import HistoryInline
+from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.runs import pretty_json
 from django_strait.admin.webhooks import WebhookDeliveryInline
 from django_strait.models import (
@@ -57,7 +58,7 @@ def badge(status: str) -> SafeString:
     )  # fmt: skip
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(GuardedInput, admin.ModelAdmin):
     """Nothing is added, changed or deleted here: code and the workflow engine write these."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
