@@ -291,7 +291,8 @@ class Ack(OjsView):
 
     def post(self, request: Request) -> HttpResponse:
         body = self.body()
-        return answer(request, work.ended(work.ack(body.get("job_id"), body.get("result"))))
+        run = work.ack(body.get("job_id"), body.get("result"), inputs.holder(body))
+        return answer(request, work.ended(run))
 
 
 class Nack(OjsView):
@@ -306,7 +307,9 @@ class Nack(OjsView):
             raise errors.invalid_request(
                 "error", "must be an object {code, message, retryable, details}"
             )
-        run, decision = work.nack(body.get("job_id"), error, body.get("requeue") is True)
+        run, decision = work.nack(
+            body.get("job_id"), error, body.get("requeue") is True, inputs.holder(body)
+        )
         return answer(request, work.ended(run, decision))
 
 

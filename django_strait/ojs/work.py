@@ -172,21 +172,26 @@ def _deadline(
 
 
 def heartbeat(worker: str, ids: Sequence[Any], visibility_ms: int | None) -> tuple[str, list[str]]:
-    """Extend the named active runs' visibility; return the directive and the runs extended."""
+    """Extend the visibility of the named runs ``worker`` holds; return the directive and those extended.
+
+    A worker keeps only the jobs it fetched (one that named no worker, those fetched
+    without a name): a stale worker's heartbeat extends nothing another holds now.
+    """
     now = timezone.now()
     keys = [key for i in ids if (key := parse_any(i)) is not None]
     runs = JobRun.objects.filter(
-        ojs_id__in=keys, status=RunStatus.EXECUTING, job__execution=Execution.EXTERNAL
+        ojs_id__in=keys,
+        status=RunStatus.EXECUTING,
+        job__execution=Execution.EXTERNAL,
+        claimed_by=worker,
     )
-    if worker != inputs.ANONYMOUS:  # a named worker keeps only the jobs it fetched
-        runs = runs.filter(claimed_by=worker)
     # Ids it no longer holds (acked, canceled, another's, unknown) are left out, not refused.
     found = list(runs)
     deadlines = {
         r.pk: _deadline(r.ojs or {}, r.started_at or now, now, visibility_ms or _visibility(r))
         for r in found
     }
-    moved = set(transitions.external.extend(deadlines))
+    moved = set(transitions.external.extend(worker, deadlines))
     return _directive(found), [str(r.ojs_id) for r in found if r.pk in moved]
 
 
@@ -207,9 +212,9 @@ def _directive(runs: Sequence[JobRun]) -> str:
     return RUNNING
 
 
-def ack(ident: Any, result: Any) -> JobRun:
-    """Complete an active run with the worker's result (stored as JSON)."""
-    run = _active(ident, "ack")
+def ack(ident: Any, result: Any, holder: inputs.Holder) -> JobRun:
+    """Complete an active run ``holder`` holds with the worker's result (stored as JSON)."""
+    run = _held(ident, "ack", holder)
     size = len(json.dumps(result, allow_nan=False))
     if size > strait_settings.RESULT_MAX_BYTES:
         raise errors.invalid_request(
@@ -221,9 +226,11 @@ def ack(ident: Any, result: Any) -> JobRun:
     return reload(run)
 
 
-def nack(ident: Any, error: Mapping[str, Any], requeue: bool) -> tuple[JobRun, Decision]:
-    """End an active run's attempt as failed; its retry policy (or ``requeue``) decides next."""
-    run = _active(ident, "nack")
+def nack(
+    ident: Any, error: Mapping[str, Any], requeue: bool, holder: inputs.Holder
+) -> tuple[JobRun, Decision]:
+    """End the attempt of an active run ``holder`` holds as failed; its policy decides next."""
+    run = _held(ident, "nack", holder)
     kind = error.get("type") or error.get("code") or "ojs.error"
     message = error.get("message") or ""
     retryable = error.get("retryable", True) is not False
@@ -251,12 +258,35 @@ def _policy(run: JobRun):
         return strait_settings.DEFAULT_RETRY
 
 
-def _active(ident: Any, what: str) -> JobRun:
+def _held(ident: Any, what: str, holder: inputs.Holder) -> JobRun:
+    """Return the active run ``ident`` if ``holder`` holds its reservation, else raise conflict.
+
+    Checked here on the row as read, for a clear answer, and again by the record's
+    guarded update (its worker and attempt): a reservation that changed between
+    the two is refused by the statement that would have ended it.
+    """
     run = find(ident)
     if run.status != RunStatus.EXECUTING:
         state = job_body(run, run.job, timezone.now())["state"]
         raise errors.conflict(
             f"cannot {what} job {ident}: it is {state}, not active", job_id=str(ident), state=state
+        )
+    attempt = run.attempt - run.attempts_before_replay
+    if (holder.worker is not None and holder.worker != run.claimed_by) or (
+        holder.attempt is not None and holder.attempt != attempt
+    ):
+        named = ", ".join(
+            f"{k} {v!r}"
+            for k, v in (("worker_id", holder.worker), ("attempt", holder.attempt))
+            if v
+        )
+        raise errors.conflict(
+            f"cannot {what} job {ident}: the reservation this request names ({named}) is not "
+            f"the job's: attempt {attempt} holds it now (the job was requeued and fetched "
+            "again); nothing was changed",
+            job_id=str(ident),
+            state="active",
+            attempt=attempt,
         )
     return run
 
