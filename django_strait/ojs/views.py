@@ -25,6 +25,7 @@ from rest_framework.views import APIView
 from django_strait import __version__
 from django_strait.api.auth import (
     ApiKeyAuthentication,
+    QueueScope,
     Rule,
     ScopeOrPermission,
     StraitTokenAuthentication,
@@ -56,6 +57,8 @@ class OjsView(APIView):
         StraitTokenAuthentication,
     ]
     throttle_classes = [ClientThrottle]
+    #: The queues the request's credential may use (set once it is authenticated).
+    scope = QueueScope()
     parser_classes: list = []
     rules: Mapping[str, Rule] = {}
 
@@ -72,6 +75,12 @@ class OjsView(APIView):
         AuthFailureThrottle().refuse_if_over(request)
         super().initial(request, *args, **kwargs)
         refuse_nul(request, kwargs)
+        self.scope = QueueScope.of(request)
+
+    def within_scope(self, queue: str, field: str) -> None:
+        """Refuse (403) naming ``queue`` to fetch from or enqueue into, if outside the key's queues."""
+        if not self.scope.allows(queue):
+            raise errors.forbidden(field, self.scope.refusal(queue))
 
     def body(self) -> dict[str, Any]:
         """The request's JSON object; an empty or unreadable body is ``invalid_payload``."""
@@ -234,7 +243,9 @@ class Jobs(OjsView):
     rules = {"POST": _ENQUEUE}
 
     def post(self, request: Request) -> HttpResponse:
-        run = work.enqueue(inputs.job_request(self.body()))
+        wanted = inputs.job_request(self.body())
+        self.within_scope(wanted.queue, "options.queue")
+        run = work.enqueue(wanted)
         return answer(
             request,
             {"job": work.describe(run, with_errors=False)},
@@ -254,9 +265,10 @@ class JobsBatch(OjsView):
             raise errors.invalid_request(
                 "jobs", f"must be an array of 1 to {inputs.BATCH_MAX} jobs"
             )
-        runs = work.enqueue_batch(
-            [inputs.job_request(j, f"jobs[{i}].") for i, j in enumerate(jobs)]
-        )
+        wanted = [inputs.job_request(j, f"jobs[{i}].") for i, j in enumerate(jobs)]
+        for i, one in enumerate(wanted):
+            self.within_scope(one.queue, f"jobs[{i}].options.queue")
+        runs = work.enqueue_batch(wanted)
         bodies = [work.describe(r, with_errors=False) for r in runs]
         return answer(request, {"jobs": bodies, "count": len(bodies)}, 201)
 
@@ -267,10 +279,10 @@ class JobDetail(OjsView):
     rules = {"GET": _read("runs:read"), "DELETE": _CANCEL}
 
     def get(self, request: Request, job_id: str) -> HttpResponse:
-        return answer(request, {"job": work.describe(work.find(job_id))})
+        return answer(request, {"job": work.describe(work.find(job_id, self.scope))})
 
     def delete(self, request: Request, job_id: str) -> HttpResponse:
-        return answer(request, {"job": work.describe(work.cancel(job_id))})
+        return answer(request, {"job": work.describe(work.cancel(job_id, self.scope))})
 
 
 class Fetch(OjsView):
@@ -280,6 +292,8 @@ class Fetch(OjsView):
 
     def post(self, request: Request) -> HttpResponse:
         queues, count, worker, visibility = inputs.fetch_request(self.body())
+        for i, queue in enumerate(queues):
+            self.within_scope(queue, f"queues[{i}]")
         runs = work.fetch(queues, count, worker, visibility)
         return answer(request, {"jobs": [work.describe(r, with_errors=False) for r in runs]})
 
@@ -291,7 +305,7 @@ class Ack(OjsView):
 
     def post(self, request: Request) -> HttpResponse:
         body = self.body()
-        run = work.ack(body.get("job_id"), body.get("result"), inputs.holder(body))
+        run = work.ack(body.get("job_id"), body.get("result"), inputs.holder(body), self.scope)
         return answer(request, work.ended(run))
 
 
@@ -308,7 +322,7 @@ class Nack(OjsView):
                 "error", "must be an object {code, message, retryable, details}"
             )
         run, decision = work.nack(
-            body.get("job_id"), error, body.get("requeue") is True, inputs.holder(body)
+            body.get("job_id"), error, body.get("requeue") is True, inputs.holder(body), self.scope
         )
         return answer(request, work.ended(run, decision))
 
@@ -327,7 +341,8 @@ class Heartbeat(OjsView):
             raise errors.invalid_request("active_jobs", "must be an array of job ids")
         vis = body.get("visibility_timeout_ms")
         vis = None if vis is None else inputs.milliseconds(vis, "visibility_timeout_ms")
-        directive, extended = work.heartbeat(inputs.worker_id(body.get("worker_id")), ids, vis)
+        worker = inputs.worker_id(body.get("worker_id"))
+        directive, extended = work.heartbeat(worker, ids, vis, self.scope)
         return answer(request, {"state": directive, "directive": directive,
                                 "jobs_extended": extended, "server_time": job_stamp()})  # fmt: skip
 
@@ -344,7 +359,7 @@ class DeadLetters(OjsView):
 
     def get(self, request: Request) -> HttpResponse:
         page_number, per_page = _page(request)
-        pages = Paginator(work.dead_letters(), per_page)
+        pages = Paginator(work.dead_letters(self.scope), per_page)
         page = pages.get_page(page_number)
         bodies = [work.describe(run) for run in page.object_list]
         return answer(request, {self.key: bodies, "pagination": {
@@ -375,7 +390,7 @@ class DeadLetterStats(OjsView):
     rules = {"GET": _DLQ_READ}
 
     def get(self, request: Request) -> HttpResponse:
-        runs = work.dead_letters()
+        runs = work.dead_letters(self.scope)
         by_type: dict[str, int] = {}
         by_queue: dict[str, int] = {}
         for name, queue in runs.values_list("job__name", "queue"):
@@ -392,7 +407,7 @@ class DeadLetterRetry(OjsView):
     rules = {"POST": _DLQ_WRITE}
 
     def post(self, request: Request, job_id: str) -> HttpResponse:
-        return answer(request, {"job": work.describe(work.retry_dead_letter(job_id))})
+        return answer(request, {"job": work.describe(work.retry_dead_letter(job_id, self.scope))})
 
 
 class DeadLetterDetail(OjsView):
@@ -402,10 +417,10 @@ class DeadLetterDetail(OjsView):
     no_content = False
 
     def get(self, request: Request, job_id: str) -> HttpResponse:
-        return answer(request, {"job": work.describe(work.dead_letter(job_id))})
+        return answer(request, {"job": work.describe(work.dead_letter(job_id, self.scope))})
 
     def delete(self, request: Request, job_id: str) -> HttpResponse:
-        work.delete_dead_letter(job_id)
+        work.delete_dead_letter(job_id, self.scope)
         if self.no_content:
             return answer(request, None, 204)
         return answer(request, {"deleted": True, "job_id": job_id})
@@ -422,11 +437,11 @@ class Crons(OjsView):
 
     def get(self, request: Request) -> HttpResponse:
         now = timezone.now()
-        listed = [schedules.describe(j, now) for j in schedules.crons()]
+        listed = [schedules.describe(j, now) for j in schedules.crons(self.scope)]
         return answer(request, {"crons": listed, "cron_jobs": listed})
 
     def post(self, request: Request) -> HttpResponse:
-        described = schedules.describe(schedules.register(self.body()), timezone.now())
+        described = schedules.describe(schedules.register(self.body(), self.scope), timezone.now())
         return answer(request, {"cron": described, "cron_job": described}, 201)
 
 
@@ -436,11 +451,11 @@ class CronDetail(OjsView):
     rules = {"GET": _CRON_READ, "DELETE": _CRON_WRITE}
 
     def get(self, request: Request, name: str) -> HttpResponse:
-        described = schedules.describe(schedules.find(name), timezone.now())
+        described = schedules.describe(schedules.find(name, self.scope), timezone.now())
         return answer(request, {"cron": described, "cron_job": described})
 
     def delete(self, request: Request, name: str) -> HttpResponse:
-        job = schedules.delete(name)
+        job = schedules.delete(name, self.scope)
         described = {**schedules.describe(job, timezone.now()), "enabled": False}
         return answer(request, {"cron": described, "cron_job": described, "deleted": True})
 
@@ -458,7 +473,7 @@ class Events(OjsView):
             limit = min(max(int(params.get("limit", 50)), 1), 500)
         except ValueError:
             raise errors.invalid_request("limit", "must be a whole number from 1 to 500") from None
-        return answer(request, {"events": events.recent(types, queues, limit)})
+        return answer(request, {"events": events.recent(types, queues, limit, self.scope)})
 
 
 class Activate(OjsView):
