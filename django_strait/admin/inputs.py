@@ -169,7 +169,9 @@ class GuardedInput:
                 kwargs.setdefault("empty", db_field.get_default())
         return super().formfield_for_dbfield(db_field, request, **kwargs)  # type: ignore[misc]
 
-    def response_action(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+    def response_action(
+        self, request: HttpRequest, queryset: Any, *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
         """Run the chosen action, if every selected row is named by an id of this model."""
         pk = self.model._meta.pk  # type: ignore[attr-defined]
         for value in request.POST.getlist(ACTION_CHECKBOX_NAME):
@@ -181,4 +183,5 @@ class GuardedInput:
                     f"{self.model._meta.verbose_name}; allowed: ids of the rows listed.",  # type: ignore[attr-defined]
                     content_type="text/plain; charset=utf-8",
                 )
-        return super().response_action(request, queryset)  # type: ignore[misc]
+        # Django 6.1 passes action_location; 5.2 does not.
+        return super().response_action(request, queryset, *args, **kwargs)  # type: ignore[misc]
