@@ -5,8 +5,9 @@ name, a well-formed body) and have parts swapped for hostile values
 (``tests/hostile.py``): NUL, lone surrogates, JSON 2,000+ levels deep, times
 past what UTC holds, text of 200,000 characters, numbers past every range,
 bodies that are not JSON or not UTF-8. No answer may be a 5xx; every refusal is
-a 4xx in the OJS error shape. About forty requests per operation, some 1,000 in
-all, through Django's test client with a key for every scope.
+a 4xx in the OJS error shape. Sixteen requests per operation and four more for
+each part of its body, query and path, some 1,000 in all, through Django's test
+client with a key for every scope.
 """
 
 from __future__ import annotations
