@@ -14,8 +14,9 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.core.paginator import Paginator
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
@@ -195,6 +196,16 @@ def answer(
         )
     for name, value in (headers or {}).items():
         response[name] = value
+    return response
+
+
+@csrf_exempt  # it changes nothing, and a POST must get the same 404
+def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    """Answer a path under ``/ojs/`` that no endpoint serves (``/ojs/v1/jobs/a/b``) in the OJS shape."""
+    error = OjsError(404, "not_found", f"no OJS endpoint at {request.path}")
+    response = answer(request, error.body(request_id(request)), 404)
+    response["OJS-Version"] = SPEC_VERSION
+    response["X-Request-ID"] = request_id(request)
     return response
 
 

@@ -117,3 +117,14 @@ def test_a_body_past_django_upload_limit__is_a_413_in_the_ojs_shape(ojs, setting
 
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "invalid_payload"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("get", "/ojs/v1/jobs/a%2Fb"), ("post", "/ojs/v1/queues/x/pause"), ("delete", "/ojs/v2/x")],
+)
+def test_a_path_no_endpoint_serves__is_a_404_in_the_ojs_shape(ojs, method, path):
+    response = getattr(ojs, method)(path)
+
+    refused(response, 404, "not_found", "no OJS endpoint")
+    assert response["OJS-Version"] == "1.0"
