@@ -147,6 +147,14 @@ def guarded(
     return guard
 
 
+def row_id(model: type[models.Model], value: str) -> Any | None:
+    """Return ``value`` as an id of ``model`` (its primary key's type and range), or None."""
+    try:
+        return model._meta.pk.clean(value, None)  # type: ignore[union-attr]
+    except ValidationError:
+        return None
+
+
 class GuardedInput:
     """A model admin mixin (first among the bases): its forms and pages take input within bounds."""
 
@@ -173,11 +181,8 @@ class GuardedInput:
         self, request: HttpRequest, queryset: Any, *args: Any, **kwargs: Any
     ) -> HttpResponse | None:
         """Run the chosen action, if every selected row is named by an id of this model."""
-        pk = self.model._meta.pk  # type: ignore[attr-defined]
         for value in request.POST.getlist(ACTION_CHECKBOX_NAME):
-            try:
-                pk.clean(value, None)
-            except ValidationError:
+            if row_id(self.model, value) is None:  # type: ignore[attr-defined]
                 return HttpResponseBadRequest(
                     f"{ACTION_CHECKBOX_NAME}: {value[:100]!r} is not the id of a "
                     f"{self.model._meta.verbose_name}; allowed: ids of the rows listed.",  # type: ignore[attr-defined]

@@ -198,3 +198,14 @@ def test_every_model_admin_of_the_app__guards_its_input():
     mine = [a for m, a in admin.site._registry.items() if m._meta.app_label == "django_strait"]
 
     assert mine and all(isinstance(a, GuardedInput) for a in mine)
+
+
+@pytest.mark.parametrize("up_to", ["9" * 5000, "9" * 30, "-1", "1e3", ""])
+def test_replay_matching__a_confirmation_id_that_is_no_run_id_replays_nothing(admin_client, up_to):
+    run = make_run(status="dead_letter")
+    url = reverse("admin:django_strait_deadletter_replay_matching")
+
+    response = admin_client.post(url, {"up_to_id": up_to})
+
+    assert response.status_code == 302
+    assert JobRun.objects.get(pk=run.pk).status == "dead_letter"
