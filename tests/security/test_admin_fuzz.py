@@ -77,8 +77,8 @@ QUERY_VALUES = st.one_of(
     URL_TEXT, HOSTILE_TIMES,
     st.sampled_from(["\x00", "a\x00", "\ud800", "9" * 400, "-1", "1e308", "x" * 3000, ""]),
 )  # fmt: skip
-#: Query parameters every admin list reads.
-ADMIN_PARAMETERS = ["q", "o", "p", "e", "_changelist_filters", "_popup", "_to_field", "all"]
+#: Query parameters every admin list reads, and the endpoint page's ``url``.
+ADMIN_PARAMETERS = ["q", "o", "p", "e", "_changelist_filters", "_popup", "_to_field", "all", "url"]
 FILLERS = {"name": ["replay", "cancel", "discard", "nope"]}
 
 
