@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
+import sys
 from collections import Counter, defaultdict
 
 import pytest
+
+from tests.e2e.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -120,6 +124,9 @@ def test_strait_demo__runs_end_as_designed_and_summary_matches_database(example_
     assert len(examples) == 3
     assert all(line.rsplit(": ", 1)[1] in dead_types for line in examples)
     assert "admin/django_strait/deadletter/" in output
+    # The closing hint names the Python that ran the demo, as the README does (.venv/bin/python).
+    manage = f"{os.path.relpath(sys.executable, REPO_ROOT)} manage.py"
+    assert f"Next: {manage} createsuperuser && {manage} runserver" in output
 
 
 def test_strait_demo__second_run_adds_runs_without_duplicating_jobs(example_project):
