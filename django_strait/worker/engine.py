@@ -63,7 +63,7 @@ from django_strait.worker.lifecycle import Lifecycle
 from django_strait.worker.outcomes import to_record
 from django_strait.worker.process.pool import ProcessPool
 from django_strait.worker.producer import Producer
-from django_strait.worker.webhooks import Deliverer, Sent, announce
+from django_strait.worker.webhooks import ANSWER_READ_BYTES, Deliverer, Sent, announce
 
 __all__ = ["Stats", "Worker", "WorkerConfig"]
 
@@ -144,7 +144,7 @@ class Worker:
             shutdown_timeout=cfg.shutdown_timeout,
         )  # fmt: skip
         self.webhook_http = HttpDispatcher(
-            max_result_bytes=0,
+            max_result_bytes=ANSWER_READ_BYTES,
             user_agent=cfg.user_agent,
             limit=cfg.webhook_concurrency,
             allowed_networks=strait_settings.ALLOWED_PRIVATE_NETWORKS,
