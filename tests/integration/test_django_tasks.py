@@ -201,6 +201,22 @@ def test_failure__reports_failed_with_the_class_path_and_traceback(burst):
         result.return_value  # noqa: B018
 
 
+@pytest.mark.parametrize("name", ["exits", "async_exits"])
+def test_failure__a_task_raising_system_exit_is_recorded_as_system_exit(burst, name):
+    # As django-tasks' database backend records it; the worker goes on working.
+    result = getattr(tasks, name).enqueue()
+    after = tasks.add.enqueue(1, 1)
+    burst()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    [error] = result.errors
+    assert error.exception_class_path == "builtins.SystemExit"
+    assert error.exception_class is SystemExit
+    assert "raise SystemExit(" in error.traceback
+    after.refresh()
+    assert after.return_value == 2
+
+
 def test_failure__each_attempt_adds_an_error_and_a_worker(burst):
     result = tasks.fail_twice.enqueue()  # the "retrying" backend: 2 attempts, 1 s apart
     burst()
