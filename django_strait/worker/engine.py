@@ -512,7 +512,7 @@ def _log_attempt(rec: Record, status: str | None) -> None:
         rec.job,
         rec.attempt,
         rec.error_type or rec.outcome,
-        rec.error[:200],
+        first_line(rec.error),
         status,
         f" until {rec.available_at:%Y-%m-%d %H:%M:%S}Z"
         if status == RunStatus.QUEUED and rec.available_at
@@ -524,6 +524,20 @@ def _log_attempt(rec: Record, status: str | None) -> None:
             "error_type": rec.error_type,
         },
     )
+
+
+#: The longest error a worker's log line shows; the attempt keeps the whole of it.
+LOG_ERROR_CHARS = 200
+
+
+def first_line(error: str, limit: int = LOG_ERROR_CHARS) -> str:
+    """Return an attempt's error as a log line shows it: its first line, cut with "…".
+
+    A task's error is its ``path: message`` line, then its traceback: the traceback
+    stays in the attempt (the admin, the API), never half of it in the log.
+    """
+    line = error.split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def say_unmoved(done: Recorded) -> None:

@@ -201,6 +201,15 @@ def test_failure__reports_failed_with_the_class_path_and_traceback(burst):
         result.return_value  # noqa: B018
 
 
+def test_failure__the_workers_log_line_says_the_tasks_error_in_one_whole_line(burst, caplog):
+    result = tasks.fail.enqueue()
+    with caplog.at_level("INFO", logger="django_strait.worker.engine"):
+        burst()
+    [line] = [r.getMessage() for r in caplog.records if getattr(r, "run_id", 0) == int(result.id)]
+    assert "\n" not in line
+    assert "tests.testapp.tasks.TaskBoom: the task failed on purpose -> dead_letter" in line
+
+
 @pytest.mark.parametrize("name", ["exits", "async_exits"])
 def test_failure__a_task_raising_system_exit_is_recorded_as_system_exit(burst, name):
     # As django-tasks' database backend records it; the worker goes on working.
