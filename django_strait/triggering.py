@@ -11,7 +11,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_strait import bounds, registry, signals
+from django_strait import bounds, registry, signals, syncing
 from django_strait.conf import strait_settings
 from django_strait.models import Job, JobRun
 from django_strait.retry import (
@@ -131,7 +131,7 @@ def trigger_external(
 
 def _may_insert_by_name(name: Any) -> bool:
     # Once a @job handler's row has been synced in this process (or it is no @job).
-    return isinstance(name, str) and registry.is_synced_or_plain(name)
+    return isinstance(name, str) and syncing.is_synced_or_plain(name)
 
 
 def trigger_many(
@@ -193,7 +193,7 @@ def resolve_job(name: Any) -> Job:
     """Return the ``Job`` named ``name``, creating it first for a ``@job`` handler."""
     if not isinstance(name, str) or not name:
         raise TriggerError("name", f"must be a job name (a non-empty string), got {name!r}")
-    job = registry.synced_row(name) or Job.objects.filter(name=name).first()
+    job = syncing.synced_row(name) or Job.objects.filter(name=name).first()
     if job is None:
         known = sorted(
             set(Job.objects.values_list("name", flat=True)[:20]) | set(registry.registered())
