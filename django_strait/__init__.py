@@ -43,7 +43,7 @@ __all__ = [
     "trigger_workflow",
 ]
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.1.0"
 
 _LAZY = {
     "job": "django_strait.decorators",
