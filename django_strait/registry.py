@@ -194,3 +194,22 @@ def declared_columns(name: str) -> Mapping[str, Any]:
     if entry is None:
         return {}
     return {"handler": entry.spec.path, **entry.spec.columns}
+
+
+def code_owned(name: str, values: Mapping[str, Any]) -> dict[str, str]:
+    """Return field -> why it is refused, for each of ``values`` that code declares otherwise.
+
+    What a job's declaration names, code owns: a change made elsewhere would be
+    written over at the next sync, so the admin shows those fields read-only and
+    the API refuses to change them.
+    """
+    entry = _registry.get(name)
+    declared = declared_columns(name)
+    return {
+        field: (
+            f"declared in code by {entry.spec.path} as {declared[field]!r}; "
+            "change it there (code wins at each sync)"
+        )
+        for field, value in values.items()
+        if field in declared and value != declared[field]
+    }

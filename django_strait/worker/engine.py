@@ -35,6 +35,7 @@ from django.conf import settings as django_settings
 from django.db import connections
 from django.utils import timezone
 
+from django_strait import syncing
 from django_strait.conf import strait_settings
 from django_strait.database import alias
 from django_strait.dispatch.http import HttpDispatcher
@@ -180,6 +181,8 @@ class Worker:
         self._metrics = self._serve_metrics()
         self._listener = self._start_listener()
         await self._duty(self.lifecycle.register)
+        # Before the duties start: the scheduler fires what the rows say.
+        await self._duty(syncing.sync_schedules)
         if await self._duty(_has_process_jobs, self.alias, cfg.queues):
             self.processes.start_warming()
         tasks = [

@@ -36,9 +36,7 @@ def early_job(payload):
 """
 
 
-def test_job_handler_and_retry_function__in_an_apps_init_py_register_and_run(
-    tmp_path, worker_env
-):
+def test_job_handler_and_retry_function__in_an_apps_init_py_register_and_run(tmp_path, worker_env):
     (tmp_path / "early_app").mkdir()
     (tmp_path / "early_app" / "__init__.py").write_text(textwrap.dedent(EARLY_APP))
     (tmp_path / "early_settings.py").write_text(
