@@ -41,10 +41,10 @@ from django_strait.database import alias
 from django_strait.dispatch.http import HttpDispatcher
 from django_strait.duties import default_duties
 from django_strait.metrics.worker import WorkerMetrics
-from django_strait.models import AttemptOutcome, Execution, Job
+from django_strait.models import Execution, Job
 from django_strait.outcome import Outcome
 from django_strait.resilience import health as endpoint_health
-from django_strait.resilience.breaker import Attempted, CircuitBreaker
+from django_strait.resilience.breaker import CircuitBreaker
 from django_strait.sql import keep_plans
 from django_strait.states import TERMINAL, RunStatus
 from django_strait.storage import Claimed, Record, RecordBatch, Recorded, backend
@@ -53,6 +53,7 @@ from django_strait.storage.values import PresetsOf
 from django_strait.transitions import claim_and_start, record
 from django_strait.wakeup import Listener
 from django_strait.worker import burst
+from django_strait.worker.accounting import account_circuits, health_samples
 from django_strait.worker.catalog import Catalog
 from django_strait.worker.completer import RECORD_BATCH_MAX, Completer
 from django_strait.worker.config import Stats, WorkerConfig
@@ -385,34 +386,10 @@ class Worker:
         return done
 
     def _health_samples(self, chunk: list[Record]) -> list[endpoint_health.Sample]:
-        """Summarize the batch's HTTP answers per endpoint (written with the results)."""
-        answers = [
-            endpoint_health.Answer(
-                r.endpoint,
-                r.outcome == AttemptOutcome.SUCCEEDED,
-                r.error_type,
-                r.status_code,
-                r.duration_ms,
-                self.catalog.timeout_of(r.job_id),
-            )
-            for r in chunk
-            if r.endpoint
-        ]
-        if not answers:
-            return []
-        return endpoint_health.summarize(answers, alpha=strait_settings.HEALTH_EWMA_ALPHA)
+        return health_samples(chunk, self.catalog)
 
     def _account_circuits(self, chunk: list[Record]) -> None:
-        """Count the batch's HTTP outcomes against their endpoints' circuits."""
-        try:
-            self.circuits.account(
-                (Attempted(r.endpoint, r.error_type, r.status_code) for r in chunk if r.endpoint),
-                now=timezone.now(),
-                threshold=strait_settings.CIRCUIT_FAILURE_THRESHOLD,
-            )
-        except Exception:
-            # The results are recorded: a missed count only delays a circuit's opening.
-            logger.exception("counting %s results against circuits failed", len(chunk))
+        account_circuits(self.circuits, chunk)
 
     def _recorded(self, chunk: list[Record], done: Recorded) -> None:
         if done.workflows_ended or any(
