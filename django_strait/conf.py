@@ -333,6 +333,9 @@ KEYS: dict[str, Key] = {
         Key("PRUNE_BATCH_SIZE", 1000, _integer(1), _int_text),
         Key("RETENTION_DAYS", 30, _integer(1), _int_text),
         Key("STATS_INTERVAL", 60.0, _duration(positive=True), _text),
+        # Rolling deploys: how long a run whose handler a worker does not know is left
+        # for a worker that knows it before it fails as handler.unknown (0: at once).
+        Key("UNKNOWN_HANDLER_GRACE", 300.0, _duration(positive=False), _text),
         # PostgreSQL under a held horizon: how often a worker claims from the front of
         # the claim index again, and the dead rows past which the leader vacuums runs.
         Key("CLAIM_RESCAN_INTERVAL", 5.0, _duration(positive=True), _text),
@@ -502,6 +505,7 @@ class StraitSettings:
     PRUNE_BATCH_SIZE: int
     RETENTION_DAYS: int
     STATS_INTERVAL: float
+    UNKNOWN_HANDLER_GRACE: float
     CLAIM_RESCAN_INTERVAL: float
     VACUUM_DEAD_ROWS: int
     PARTITION_RUNS: bool

@@ -108,7 +108,8 @@ class InlineWorker:
         # Rows read afresh at each drain: a test edits jobs between two.
         self.catalog = Catalog(ttl=0.0, using=self.storage.alias)
         self.circuits = CircuitBreaker(self.storage)
-        self.gate = Gate(self.storage, self.catalog, self.circuits)
+        # No other worker here to leave a run to: an unknown handler fails at once.
+        self.gate = Gate(self.storage, self.catalog, self.circuits, handler_grace=0)
         self.beats = Heartbeats(worker_id, self.storage)
         self.rng = random.Random()
 
