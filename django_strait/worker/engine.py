@@ -63,6 +63,7 @@ from django_strait.worker.gate import Gate
 from django_strait.worker.heartbeat import Heartbeats
 from django_strait.worker.lifecycle import Lifecycle
 from django_strait.worker.outcomes import to_record
+from django_strait.worker.probes import Answer
 from django_strait.worker.process.pool import ProcessPool
 from django_strait.worker.producer import Producer
 from django_strait.worker.webhooks import ANSWER_READ_BYTES, Deliverer, Sent, announce
@@ -94,6 +95,8 @@ class Worker:
         self._stop_asked = False
         #: What a burst worker left queued, and why (set when it drained).
         self.left_waiting = ""
+        #: The port its metrics and probes are served on, once bound (None: not served).
+        self.metrics_port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def run(self) -> Stats:
@@ -168,22 +171,28 @@ class Worker:
         self.lifecycle.install_signal_handlers(self._loop)
         if self._stop_asked:
             self.lifecycle.stop()
+        stamp = asyncio.create_task(self.lifecycle.keep_loop_stamp())
+        # Before the database answers: /livez says alive, /readyz that it waits for it.
+        self._metrics = self._serve_metrics()
         logger.info(
             "worker %s starting: queues=%s concurrency=%s batch_size=%s%s",
             cfg.worker_id, ",".join(cfg.queues) or "*", cfg.concurrency, cfg.batch_size,
             " burst" if cfg.burst else "",
         )  # fmt: skip
         if not await self.lifecycle.wait_for_database(self._duty):
+            stamp.cancel()
             await self._close_pools()
+            if self._metrics is not None:
+                self._metrics.close()
             logger.info("worker %s stopped before its database answered", cfg.worker_id)
             return
         await self.http.start()
         await self.webhook_http.start()
-        self._metrics = self._serve_metrics()
         self._listener = self._start_listener()
         await self._duty(self.lifecycle.register)
         # Before the duties start: the scheduler fires what the rows say.
         await self._duty(syncing.sync_schedules)
+        self.lifecycle.started()
         if await self._duty(_has_process_jobs, self.alias, cfg.queues):
             self.processes.start_warming()
         tasks = [
@@ -203,6 +212,7 @@ class Worker:
             if duties is not None:
                 duties.cancel()
             await self._shutdown(*tasks)
+            stamp.cancel()
 
     async def _shutdown(
         self,
@@ -449,13 +459,22 @@ class Worker:
     # -- wake-ups and metrics -----------------------------------------------------------
 
     def _serve_metrics(self) -> WorkerMetrics | None:
-        if self.config.metrics_port is None:
+        cfg = self.config
+        if cfg.metrics_port is None:
             return None
         metrics = WorkerMetrics()
         metrics.watch_in_flight(lambda: len(self.executors.in_flight))
         metrics.watch_processes(lambda: len(self.processes.pids))
         metrics.watch_workflows()
-        metrics.serve(self.config.metrics_port)
+        probes = self.lifecycle.probes
+        self.metrics_port = metrics.serve(
+            cfg.metrics_port,
+            cfg.metrics_bind,
+            probes={
+                "/livez": lambda: _answered(probes.live(time.monotonic())),
+                "/readyz": lambda: _answered(probes.ready(time.monotonic())),
+            },
+        )
         return metrics
 
     def _start_listener(self) -> Listener | None:
@@ -534,6 +553,10 @@ def say_unmoved(done: Recorded) -> None:
             "before its connection was lost",
             done.already,
         )
+
+
+def _answered(answer: Answer) -> tuple[int, str]:
+    return answer.status, answer.why
 
 
 def _settings_module() -> str:
