@@ -95,7 +95,7 @@ class DeadLetterAdmin(JobRunAdmin):
 
     @admin.display(description="last error")
     def error_summary(self, run: JobRun) -> SafeString | str:
-        return display.cut(run.last_error, 48)
+        return display.cut(run.last_error, 20, lines=2)
 
     @admin.display(description="replays")
     def replays(self, run: JobRun) -> int:
