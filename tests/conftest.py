@@ -243,3 +243,16 @@ def listen() -> Iterator:
     yield connect
     for listener in connected:
         listener.signal.disconnect(listener)
+
+
+def unreadable_json(vendor: str) -> tuple[str, str]:
+    """JSON text the database stores and Python cannot decode, with the error it raises.
+
+    On PostgreSQL: nesting 5,000 deep, past the decoder's recursion limit. SQLite
+    refuses JSON nested more than 1,000 deep, and Python 3.12+ decodes that much, so
+    there a 5,000-digit number: valid JSON everywhere, and past Python's limit on
+    integer strings (4,300 digits) on every supported version.
+    """
+    if vendor == "sqlite":
+        return '{"a": ' + "9" * 5000 + "}", "ValueError"
+    return '{"a": ' * 5000 + "1" + "}" * 5000, "RecursionError"

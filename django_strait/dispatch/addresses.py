@@ -100,8 +100,9 @@ def _reason(address: Address) -> str | None:
     inner_reason = _own_reason(inner)
     if inner_reason is not None:
         return f"{inner_reason} {inner} inside"
-    # ::ffff:8.8.8.8 and 64:ff9b::8.8.8.8 reach 8.8.8.8, whatever ::/8 is classed as.
-    if address.ipv4_mapped is not None or address in _NAT64:
+    # ::ffff:8.8.8.8, 64:ff9b::8.8.8.8 and 2002:808:808:: reach 8.8.8.8, whatever their
+    # own block is classed as (Python 3.13 classes 2002::/16 as private, 3.12 did not).
+    if address.ipv4_mapped is not None or address in _NAT64 or address.sixtofour is not None:
         return None
     return _own_reason(address)
 

@@ -104,6 +104,9 @@ def test_replay__ids_that_do_not_exist_are_an_error_naming_them_and_nothing_move
     assert statuses(dead) == ["dead_letter"]
 
 
+# A subprocess opens the database itself: on SQLite, the test's own transaction would
+# hold the write lock its start-up checks wait for (Django 6 takes it there).
+@pytest.mark.django_db(transaction=True)
 def test_replay__exits_non_zero_from_a_shell_for_a_missing_id(worker_env):
     completed = subprocess.run(
         [sys.executable, "-m", "django", "strait_replay", "999999"],

@@ -17,7 +17,7 @@ from django.db import connection
 
 from django_strait import trigger, trigger_many
 from django_strait.models import Job, JobRun
-from tests.conftest import Reply
+from tests.conftest import Reply, unreadable_json
 from tests.integration.factories import make_job
 from tests.security.live import run_burst_worker
 
@@ -35,13 +35,12 @@ def set_columns(table: str, pk: int, **values) -> None:
 
 
 def nested() -> str:
-    """JSON text nested past Python's recursion limit (1,000 frames).
+    """JSON text the database stores and Python cannot decode (``unreadable_json``)."""
+    return unreadable_json(connection.vendor)[0]
 
-    SQLite's JSON_VALID check takes at most 1,000 levels, and the worker's
-    thread is some frames deep already: 995 is past Python's limit there.
-    """
-    depth = 995 if connection.vendor == "sqlite" else 5000
-    return '{"a": ' * depth + "1" + "}" * depth
+
+def nested_error() -> str:
+    return unreadable_json(connection.vendor)[1]
 
 
 @pytest.fixture
@@ -113,7 +112,7 @@ def test_worker__a_job_row_it_cannot_even_read_holds_only_its_own_runs(worker_en
     assert_all_completed(good_runs, output)
     run.refresh_from_db()
     assert (run.status, run.error_type) == ("queued", "job.invalid")
-    assert "cannot be read (RecursionError" in run.last_error
+    assert f"cannot be read ({nested_error()}" in run.last_error
 
 
 def test_worker__a_run_row_it_cannot_read_fails_alone_without_running(worker_env, good_runs):
@@ -129,7 +128,7 @@ def test_worker__a_run_row_it_cannot_read_fails_alone_without_running(worker_env
         "status", "error_type", "attempt", "last_error", "result"
     ).get(pk=bad.pk)
     assert (status, error_type, attempt, result) == ("dead_letter", "run.invalid", 1, None)
-    assert "RecursionError" in last_error
+    assert nested_error() in last_error
 
 
 def test_worker__a_run_with_a_bad_retry_override_retries_on_its_jobs_policy(worker_env):
