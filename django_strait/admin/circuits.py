@@ -90,7 +90,7 @@ class EndpointCircuitAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelA
 
     @admin.display(description="endpoint URL", ordering="endpoint_url")
     def endpoint(self, circuit: EndpointCircuit) -> SafeString | str:
-        return display.cut(circuit.endpoint_url, 48)
+        return display.cut(circuit.endpoint_url, 26)
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, circuit: EndpointCircuit) -> SafeString:

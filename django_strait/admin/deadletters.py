@@ -81,7 +81,13 @@ class DeadLetterAdmin(JobRunAdmin):
     list_display = (
         "id", "job_name", "error_type_cut", "error_summary", "attempts", "finished", "replays",
     )  # fmt: skip
-    list_filter = ("job", ErrorTypeFilter, QueueFilter, ("finished_at", admin.DateFieldListFilter))
+    list_filter = (
+        # Only the jobs that have dead letters (from the dead-letter index), not every job.
+        ("job", admin.RelatedOnlyFieldListFilter),
+        ErrorTypeFilter,
+        QueueFilter,
+        ("finished_at", admin.DateFieldListFilter),
+    )
     list_deferred = ("payload", "result", "retry_overrides")
     sortable_by = ("id", "finished_at")  # (status, finished_at) is indexed
     actions = ("replay_selected", "discard_selected")
@@ -89,7 +95,7 @@ class DeadLetterAdmin(JobRunAdmin):
 
     @admin.display(description="last error")
     def error_summary(self, run: JobRun) -> SafeString | str:
-        return display.cut(run.last_error, 48)
+        return display.cut(run.last_error, 20, lines=2)
 
     @admin.display(description="replays")
     def replays(self, run: JobRun) -> int:

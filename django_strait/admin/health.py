@@ -60,7 +60,7 @@ class EndpointHealthAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAd
 
     @admin.display(description="endpoint URL", ordering="endpoint_url")
     def endpoint(self, row: EndpointHealth) -> SafeString | str:
-        return display.cut(row.endpoint_url, 32)
+        return display.cut(row.endpoint_url, 26)
 
     @admin.display(description="score", ordering="score")
     def score_display(self, row: EndpointHealth) -> SafeString:

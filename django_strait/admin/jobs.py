@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from django_strait import registry
 from django_strait.admin import display, endpoints
 from django_strait.admin.drilldown import endpoint_stats_view, job_stats_view
 from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
@@ -155,6 +156,20 @@ class JobAdmin(admin.ModelAdmin):
         names = job.headers if isinstance(job.headers, dict) else {}
         return format_html_join("", "{}: {}<br>", ((name, MASK) for name in names)) or "-"
 
+    @admin.display(description="schedule")
+    def schedule_from_code(self, job: Job) -> str:
+        """A schedule that code owns, saying so (read-only, like what else code declares)."""
+        entry = registry.get(job.name)
+        where = f" by {entry.spec.path}" if entry is not None else ""
+        return f"{job.schedule or '-'} (declared in code{where}: change it there)"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:
+        # What code declares, code owns: each sync writes it again (docs/schedules.md).
+        found = list(super().get_readonly_fields(request, obj))
+        declared = declared_fields(obj)
+        extra = ["schedule_from_code"] if "schedule" in declared else []
+        return found + [f for f in [*declared, *extra] if f not in found]
+
     def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> list[Any]:
         # Django shows a read-only page's fields with their values: show the secret's
         # state and the header names instead. An editable page can clear the secret.
@@ -164,6 +179,8 @@ class JobAdmin(admin.ModelAdmin):
             swap = {"signing_secret": ("signing_secret", "clear_signing_secret")}
         else:
             swap = {}
+        if "schedule" in declared_fields(obj):
+            swap["schedule"] = ("schedule_from_code",)
         return [
             (title, {**options, "fields": _swapped(options["fields"], swap)})
             for title, options in super().get_fieldsets(request, obj)
@@ -277,9 +294,13 @@ class JobAdmin(admin.ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
+        job = Job.objects.filter(pk=object_id).first() if object_id.isdigit() else None
+        entry = registry.get(job.name) if job is not None else None
         context = {
             **(extra_context or {}),
             "strait_can_trigger": self.has_trigger_permission(request),
+            "strait_declared_by": entry.spec.path if entry is not None else "",
+            "strait_declared": [Job._meta.get_field(f).verbose_name for f in declared_fields(job)],
         }
         return super().change_view(request, object_id, form_url, context)
 
@@ -313,6 +334,16 @@ class JobAdmin(admin.ModelAdmin):
         except TriggerError as exc:
             form.add_trigger_error(exc)
             return None
+
+
+def declared_fields(job: Job | None) -> list[str]:
+    """The fields of ``job`` that code declares (its ``@job``), which the admin does not edit."""
+    if job is None:
+        return []
+    fields = list(registry.declared_columns(job.name))
+    if job.schedule_in_code:  # declared by code this process may not have imported
+        fields += [f for f in registry.SCHEDULE_COLUMNS if f not in fields]
+    return fields
 
 
 def queued_message(runs: Sequence[JobRun]) -> SafeString:

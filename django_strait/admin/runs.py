@@ -270,7 +270,7 @@ class JobRunAdmin(display.AutoRefresh, admin.ModelAdmin):
 
     @admin.display(description="job")
     def job_name(self, run: JobRun) -> SafeString | str:
-        return display.cut(run.job.name, 24)
+        return display.cut(run.job.name, 18)
 
     @admin.display(description="status")
     def status_badge(self, run: JobRun) -> SafeString:
@@ -286,7 +286,7 @@ class JobRunAdmin(display.AutoRefresh, admin.ModelAdmin):
 
     @admin.display(description="error type")
     def error_type_cut(self, run: JobRun) -> SafeString | str:
-        return display.cut(run.error_type, 24)
+        return display.cut(run.error_type, 16)
 
     @admin.display(description="created")
     def created(self, run: JobRun) -> SafeString | str:

@@ -21,7 +21,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_strait.admin import actions
+from django_strait.admin import actions, display
 from django_strait.admin.charts import OTHER_COLOUR
 from django_strait.admin.dagpicture import Box, draw
 from django_strait.admin.inlines import HistoryInline
@@ -111,7 +111,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
 class WorkflowRunAdmin(ReadOnlyAdmin):
     """Workflow runs: filter by status, see the DAG, cancel, replay the failed step."""
 
-    list_display = ("id", "workflow", "status_badge", "created_at", "finished_at")
+    list_display = ("id", "workflow_name", "status_badge", "created", "finished")
     list_filter = ("status", "workflow")
     list_select_related = ("workflow",)
     sortable_by: tuple[str, ...] = ("id",)
@@ -143,6 +143,18 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
     @admin.display(description="status", ordering="status")
     def status_badge(self, wr: WorkflowRun) -> SafeString:
         return badge(wr.status)
+
+    @admin.display(description="workflow")
+    def workflow_name(self, wr: WorkflowRun) -> SafeString | str:
+        return display.cut(wr.workflow.name, 24)
+
+    @admin.display(description="created")
+    def created(self, wr: WorkflowRun) -> SafeString | str:
+        return display.moment(wr.created_at)
+
+    @admin.display(description="finished")
+    def finished(self, wr: WorkflowRun) -> SafeString | str:
+        return display.moment(wr.finished_at)
 
     @admin.display(description="payload")
     def payload_json(self, wr: WorkflowRun) -> str:

@@ -291,6 +291,12 @@ def announce(sent: Sequence[Sent]) -> None:
     signals.send_webhooks(sent)
 
 
+#: How much of a receiver's 2xx answer the webhook client reads: room for the
+#: excerpt a delivery keeps (a UTF-8 character is at most 4 bytes). Nothing else
+#: reads it; a longer answer is cut, as a failure's body is.
+ANSWER_READ_BYTES = EXCERPT_CHARS * 4
+
+
 def _excerpt(result: Any) -> str:
     if result is None:
         return ""

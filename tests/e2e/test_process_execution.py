@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from django_strait import registry, trigger
+from django_strait import syncing, trigger
 from django_strait.models import JobRun, RunAttempt, WorkerProcess
 from django_strait.transitions import cancel
 from tests.e2e.conftest import start_worker as start
@@ -111,7 +111,7 @@ def test_process__a_run_taken_from_the_worker_has_its_child_killed(worker_env, s
 def test_process__the_pool_starts_with_the_worker_only_when_its_queues_have_process_jobs(
     worker_env, started
 ):
-    registry.synced_row("test-process-echo")  # queue "default"
+    syncing.synced_row("test-process-echo")  # queue "default"
     other = start(
         started, worker_env, "--worker-id", "other", "--processes", "2", "--queue", "elsewhere"
     )
@@ -132,7 +132,7 @@ def test_process__the_pool_starts_with_the_worker_only_when_its_queues_have_proc
 
 
 def test_process__a_spinning_handler_ends_as_python_timeout_within_3s(worker_env, started):
-    registry.synced_row("test-process-spin")  # timeout_secs 2, max_attempts 1
+    syncing.synced_row("test-process-spin")  # timeout_secs 2, max_attempts 1
     worker = start_worker(started, {**worker_env, "STRAIT_POLL_INTERVAL": "50ms"})
     wait_for(
         lambda: strait_children(worker.pid) and WorkerProcess.objects.filter(worker_id="proc"),

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from django.utils import timezone
 
-from django_strait import registry, signals, trigger
+from django_strait import signals, syncing, trigger
 from django_strait.metrics.worker import WorkerMetrics
 from django_strait.models import Job, JobPresetRecommendation, JobRun, RunAttempt
 from django_strait.states import Transition
@@ -99,7 +99,7 @@ def test_process__oom_climbs_to_the_next_preset_without_spending_an_attempt(burs
 
 
 def test_process__an_expired_recommendation_no_longer_raises_the_start(burst):
-    job = registry.synced_row("test-process-alloc")
+    job = syncing.synced_row("test-process-alloc")
     JobPresetRecommendation.objects.create(
         job=job, preset="small-2x", expires_at=timezone.now(), updated_at=timezone.now()
     )

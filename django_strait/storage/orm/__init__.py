@@ -134,6 +134,10 @@ class OrmStorage:
         if holds:
             claims.hold(self.alias, worker_id, holds, now)
 
+    def hold_began(self, attempts: Mapping[int, int], reason: str) -> dict[int, dt.datetime]:
+        """When each run's current hold period for ``reason`` began (see ``Storage``)."""
+        return claims.hold_began(self.alias, attempts, reason)
+
     def waiting(self, *, queues: Sequence[str], now: dt.datetime) -> list[Waiting]:
         """Group the queued runs of ``queues`` that a claim at ``now`` cannot take, by why."""
         return claims.waiting(self.alias, queues, now)
