@@ -559,7 +559,7 @@ def _hot(using: str, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
 
     def call(*args: Any, **kwargs: Any) -> T:
         if strait_settings.PREPARE_STATEMENTS and connections[using].vendor == "postgresql":
-            keep_plans(connections[using], time.monotonic())
+            keep_plans(connections[using], time.monotonic(), strait_settings.PLAN_LIFETIME)
         return fn(*args, **kwargs)
 
     return _guarded(using, call, args, kwargs)
