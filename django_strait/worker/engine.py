@@ -53,7 +53,7 @@ from django_strait.transitions import claim_and_start, record
 from django_strait.wakeup import Listener
 from django_strait.worker import burst
 from django_strait.worker.catalog import Catalog
-from django_strait.worker.completer import RECORD_BATCH_MAX, Completer
+from django_strait.worker.completer import Completer, record_batch
 from django_strait.worker.config import Stats, WorkerConfig
 from django_strait.worker.duty_runner import DutyRunner
 from django_strait.worker.executors import Executors
@@ -141,7 +141,7 @@ class Worker:
         )  # fmt: skip
         self.completer = Completer(
             self._write, on_recorded=self._recorded, wake=self.producer.wake.set,
-            shutdown_timeout=cfg.shutdown_timeout,
+            shutdown_timeout=cfg.shutdown_timeout, max_batch=record_batch(cfg.concurrency),
         )  # fmt: skip
         self.webhook_http = HttpDispatcher(
             max_result_bytes=0,
@@ -266,15 +266,17 @@ class Worker:
 
     def _occupied(self) -> int:
         """The slots the producer counts as taken: the runs executing, and the ended ones
-        whose records wait beyond one full write.
+        whose records wait beyond one record batch.
 
         Without the second term, a drain whose records lag (a slow disk, a bloated
         table) kept claiming: minutes of records piled up, their runs, no longer
         heartbeaten, were rescued by the reaper and run again, and the claim and the
         record slowed each other down (30 minutes of drain fell to 0.36x). One batch
-        of records waiting is the normal pipeline and costs no claims.
+        of records waiting is the normal pipeline and costs no claims. A claim never
+        takes more than the free slots, so executing and unrecorded runs together stay
+        within the concurrency plus one record batch: what a kill -9 runs again.
         """
-        behind = self.completer.unrecorded - RECORD_BATCH_MAX
+        behind = self.completer.unrecorded - self.completer.max_batch
         return len(self.executors.in_flight) + max(0, behind)
 
     # -- database threads ---------------------------------------------------------------

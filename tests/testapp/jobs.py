@@ -67,6 +67,13 @@ async def slow_async(payload):
     await asyncio.sleep(30)
 
 
+@job(name="test-count", max_attempts=3, retry={"initial_delay": "1s", "jitter": 0})
+def count(payload, context):
+    """Notes each execution: appends its run id to the file ``payload["file"]`` names."""
+    with open(payload["file"], "a") as f:
+        f.write(f"{context.run_id}\n")  # one write under PIPE_BUF: whole lines, any process
+
+
 @job(name="test-block-first-attempt", timeout=120, retry={"initial_delay": "1s", "jitter": 0})
 def block_first_attempt(payload, context):
     # The kill test kills the worker while attempt 1 blocks; attempt 2 answers at once.
