@@ -80,12 +80,13 @@ def drop_plans(pg: Any) -> None:
     3.3.9 looks at the command only of a query new to its statement counts, so once
     one drop had found nothing prepared (an idle record thread's heartbeat, the
     process watch), that text stayed counted and the next drop went unseen; releases
-    up to 3.3.5 never look for it. psycopg then executed a ``_pg3_N`` the server no
+    up to 3.3.4 never look for it. psycopg then executed a ``_pg3_N`` the server no
     longer had ("prepared statement ... does not exist"), and a record was refused.
     psycopg forgets and deallocates everything it prepared whenever a transaction of
     its own rolls back (what the transaction changed might invalidate them), so an
     empty one is rolled back: two commands, and ``DEALLOCATE ALL`` when anything was
-    prepared, once per lifetime.
+    prepared, once per lifetime. (Should a psycopg stop doing so, plans would only live
+    longer; tests/integration/test_prepared_statements.py would say so.)
     """
     with pg.transaction(force_rollback=True):
         pass
