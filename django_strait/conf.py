@@ -331,6 +331,8 @@ KEYS: dict[str, Key] = {
         # Which of the worker's hot statements it prepares, on connections that reach
         # PostgreSQL directly (docs/settings.md, "Prepared statements").
         Key("PREPARE_STATEMENTS", PREPARABLE, _statements, _statements_text),
+        # How long a worker's connection keeps its prepared statements (and their plans).
+        Key("PLAN_LIFETIME", 10.0, _duration(positive=True), _text),
         Key("DATABASE", "default", _alias(optional=False), _alias_text),
         Key("HTTP_USER_AGENT", f"django-strait/{__version__}", _user_agent, _text),
         Key("TRIGGER_MAX_PAYLOAD_BYTES", 1_000_000, _integer(1), _int_text),
@@ -506,6 +508,7 @@ class StraitSettings:
     LISTEN: bool
     LISTEN_DATABASE: str | None
     PREPARE_STATEMENTS: tuple[str, ...]
+    PLAN_LIFETIME: float
     DATABASE: str
     HTTP_USER_AGENT: str
     TRIGGER_MAX_PAYLOAD_BYTES: int

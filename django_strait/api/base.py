@@ -46,14 +46,13 @@ class StraitAPIView(APIView):
     named = "job"
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        AuthFailureThrottle().refuse_if_over(request)  # before authenticating: see the class
         refuse_declared_size(request)
         super().initial(request, *args, **kwargs)
         refuse_nul(request, kwargs, named=self.named)
 
     def handle_exception(self, exc: Exception) -> Any:
         if isinstance(exc, exceptions.AuthenticationFailed):
-            AuthFailureThrottle().count(self.request)
+            exc = AuthFailureThrottle().failed(self.request) or exc
         return super().handle_exception(exc)
 
     def get_exception_handler(self):

@@ -67,10 +67,6 @@ class OjsView(APIView):
         # One representation, whatever Accept says: the SDKs send the OJS type, JSON or */*.
         return JSONRenderer(), strait_settings.OJS_CONTENT_TYPE
 
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        AuthFailureThrottle().refuse_if_over(request)
-        super().initial(request, *args, **kwargs)
-
     def body(self) -> dict[str, Any]:
         """The request's JSON object; an empty or unreadable body is ``invalid_payload``."""
         raw = self.request._request.body
@@ -95,7 +91,7 @@ class OjsView(APIView):
 
     def handle_exception(self, exc: Exception) -> Any:
         if isinstance(exc, exceptions.AuthenticationFailed):
-            AuthFailureThrottle().count(self.request)
+            exc = AuthFailureThrottle().failed(self.request) or exc
         return answer(
             self.request,
             _as_ojs(exc).body(request_id(self.request)),

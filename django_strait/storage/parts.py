@@ -82,7 +82,8 @@ class Rollup:
                 groups.setdefault(key, []).append(rec.duration_ms)
         connection = connections[alias]
         with connection.cursor() as cursor:
-            for (minute, job_id, status), durations in groups.items():
+            # In key order, as on PostgreSQL: two workers' records never deadlock on them.
+            for (minute, job_id, status), durations in sorted(groups.items()):
                 stamp = connection.ops.adapt_datetimefield_value(minute)
                 cursor.execute(
                     _ROLLUP_UPSERT, [stamp, job_id, status, len(durations), sum(durations)]
@@ -122,8 +123,8 @@ class Health:
         rows = EndpointHealth.objects.using(alias)
         # A new endpoint starts from the fresh EWMAs, its latency at the batch's own p95;
         # then every row folds alike, locked in URL order (two workers never deadlock).
-        rows.bulk_create([_fresh(s) for s in batch.health], ignore_conflicts=True)
         by_url = {s.endpoint_url: s for s in batch.health}
+        rows.bulk_create([_fresh(by_url[url]) for url in sorted(by_url)], ignore_conflicts=True)
         locked = rows.select_for_update().filter(endpoint_url__in=list(by_url))
         for row in locked.order_by("endpoint_url"):
             s = by_url[row.endpoint_url]
@@ -172,6 +173,7 @@ class Ledger:
 
 def settle_ledgers(spends: list[budgets.Spend], alias: str) -> None:
     """Turn reservations into what the attempts cost, on the ledger rows (ORM)."""
+    # by_ledger is in (project, day) order: the rows are locked in it, as on PostgreSQL.
     for (project_id, day), (released, spent) in budgets.by_ledger(spends).items():
         BudgetLedger.objects.using(alias).filter(project_id=project_id, day=day).update(
             reserved=Greatest(F("reserved") - released, Value(ZERO)),

@@ -14,6 +14,11 @@ per run. Nothing a live worker holds is left unrecorded:
   capped backoff, until the database is back (or, when the worker is closing,
   until the shutdown timeout has passed).
 
+A worker's record batch is at most its concurrency (:func:`record_batch`), and
+the producer counts ended attempts waiting beyond one batch as taken slots: a
+worker killed at any moment leaves at most its concurrency and one record batch of
+runs unrecorded (docs/worker.md, "Nothing is lost").
+
 It knows nothing of the database: ``write`` (given by the worker) does the
 writing on a database thread, so the completer is tested against a fake.
 """
@@ -45,6 +50,15 @@ RECORD_FAILED_ERROR = "worker.record_failed"
 MAX_BACKOFF = 5.0
 
 Write = Callable[[list[Record]], Awaitable[Recorded]]
+
+
+def record_batch(concurrency: int) -> int:
+    """The most records a worker of ``concurrency`` writes in one statement.
+
+    No more than it runs at once: the runs of the batch being written, with those
+    executing, are what a kill -9 runs again, so the batch bounds what a crash costs.
+    """
+    return max(1, min(RECORD_BATCH_MAX, concurrency))
 
 
 class Completer:
@@ -83,6 +97,11 @@ class Completer:
     def idle(self) -> bool:
         """Nothing waits to be written and nothing is being written."""
         return not self._pending and not self._in_write
+
+    @property
+    def max_batch(self) -> int:
+        """The most records written in one statement."""
+        return self._max_batch
 
     @property
     def unrecorded(self) -> int:

@@ -55,7 +55,7 @@ from django_strait.wakeup import Listener
 from django_strait.worker import burst
 from django_strait.worker.accounting import account_circuits, health_samples
 from django_strait.worker.catalog import Catalog
-from django_strait.worker.completer import RECORD_BATCH_MAX, Completer
+from django_strait.worker.completer import Completer, record_batch
 from django_strait.worker.config import Stats, WorkerConfig
 from django_strait.worker.duty_runner import DutyRunner
 from django_strait.worker.executors import Executors
@@ -146,7 +146,7 @@ class Worker:
         )  # fmt: skip
         self.completer = Completer(
             self._write, on_recorded=self._recorded, wake=self.producer.wake.set,
-            shutdown_timeout=cfg.shutdown_timeout,
+            shutdown_timeout=cfg.shutdown_timeout, max_batch=record_batch(cfg.concurrency),
         )  # fmt: skip
         self.webhook_http = HttpDispatcher(
             max_result_bytes=ANSWER_READ_BYTES,
@@ -280,15 +280,17 @@ class Worker:
 
     def _occupied(self) -> int:
         """The slots the producer counts as taken: the runs executing, and the ended ones
-        whose records wait beyond one full write.
+        whose records wait beyond one record batch.
 
         Without the second term, a drain whose records lag (a slow disk, a bloated
         table) kept claiming: minutes of records piled up, their runs, no longer
         heartbeaten, were rescued by the reaper and run again, and the claim and the
         record slowed each other down (30 minutes of drain fell to 0.36x). One batch
-        of records waiting is the normal pipeline and costs no claims.
+        of records waiting is the normal pipeline and costs no claims. A claim never
+        takes more than the free slots, so executing and unrecorded runs together stay
+        within the concurrency plus one record batch: what a kill -9 runs again.
         """
-        behind = self.completer.unrecorded - RECORD_BATCH_MAX
+        behind = self.completer.unrecorded - self.completer.max_batch
         return len(self.executors.in_flight) + max(0, behind)
 
     # -- database threads ---------------------------------------------------------------
@@ -576,7 +578,7 @@ def _hot(using: str, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
 
     def call(*args: Any, **kwargs: Any) -> T:
         if strait_settings.PREPARE_STATEMENTS and connections[using].vendor == "postgresql":
-            keep_plans(connections[using], time.monotonic())
+            keep_plans(connections[using], time.monotonic(), strait_settings.PLAN_LIFETIME)
         return fn(*args, **kwargs)
 
     return _guarded(using, call, args, kwargs)

@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from django_strait.storage import RecordBatch, Recorded
-from django_strait.worker.completer import Completer
+from django_strait.worker.completer import Completer, record_batch
 from tests.unit.memory import MemoryStorage, record
 
 BAD = "\x00 refused"
@@ -166,3 +166,8 @@ def test_completer__counts_records_unrecorded_until_their_write_returns():
     assert asyncio.run(main()) == (3, 3, 0)
     assert seen_in_write == [3, 1]
     assert storage.writes == [[1, 2], [3]]
+
+
+def test_record_batch__is_the_concurrency_up_to_the_statements_limit():
+    # A kill -9 runs again what executes and the batch being written: both bounded.
+    assert [record_batch(c) for c in (1, 10, 500, 2000)] == [1, 10, 500, 500]

@@ -5,7 +5,7 @@ Claim, start, hold, record, limits and budgets are single statements from
 too; data-modifying CTEs for the hold and the record), sent through server-bound
 cursors. On a worker's connections that reach PostgreSQL directly, the statements
 named in ``STRAIT["PREPARE_STATEMENTS"]`` (all three by default) are prepared, their
-plans dropped every ``sql.PLAN_LIFETIME`` (docs/settings.md, "Prepared statements").
+plans dropped every ``STRAIT["PLAN_LIFETIME"]`` (docs/settings.md, "Prepared statements").
 Everything else is the ORM's (``OrmStorage``).
 """
 
