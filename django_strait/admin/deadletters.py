@@ -17,7 +17,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from django_strait.admin import actions, display
-from django_strait.admin.filters import ErrorTypeFilter, QueueFilter
+from django_strait.admin.filters import ByNameFilter, ErrorTypeFilter, QueueFilter
 from django_strait.admin.runs import JobRunAdmin
 from django_strait.models import DeadLetter, Job, JobRun
 from django_strait.states import RunStatus
@@ -81,7 +81,9 @@ class DeadLetterAdmin(JobRunAdmin):
     list_display = (
         "id", "job_name", "error_type_cut", "error_summary", "attempts", "finished", "replays",
     )  # fmt: skip
-    list_filter = ("job", ErrorTypeFilter, QueueFilter, ("finished_at", admin.DateFieldListFilter))
+    list_filter = (
+        ("job", ByNameFilter), ErrorTypeFilter, QueueFilter, ("finished_at", admin.DateFieldListFilter),
+    )  # fmt: skip
     list_deferred = ("payload", "result", "retry_overrides")
     sortable_by = ("id", "finished_at")  # (status, finished_at) is indexed
     actions = ("replay_selected", "discard_selected")

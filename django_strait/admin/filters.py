@@ -77,3 +77,15 @@ class ErrorTypeFilter(RecentValuesFilter):
             return queryset.filter(error_type_condition([self.value()]))
         except SelectionError as exc:
             raise IncorrectLookupParameters(exc.message) from exc
+
+
+class ByNameFilter(admin.RelatedFieldListFilter):
+    """A related row's filter (a run's job, a workflow run's workflow) that reads only names.
+
+    Django's reads each related row whole to show it: one that cannot be read
+    (JSON nested 5,000 deep in a job's headers) would fail every page of the list.
+    """
+
+    def field_choices(self, field, request, model_admin) -> list[tuple[object, str]]:
+        related = field.related_model._default_manager.using(model_admin.get_queryset(request).db)
+        return list(related.order_by("name").values_list("pk", "name"))

@@ -12,7 +12,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from django_strait.admin.inlines import HistoryInline
-from django_strait.models import WebhookDelivery
+from django_strait.admin.unreadable import ReadsRowsAside, unshown
+from django_strait.models import Job, JobRun, WebhookDelivery, Workflow, WorkflowRun
 from django_strait.webhooks.redelivery import redeliver
 
 #: Sending a delivery again: one permission wherever the action is offered.
@@ -40,7 +41,7 @@ class WebhookDeliveryInline(HistoryInline):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(admin.ModelAdmin):
+class WebhookDeliveryAdmin(ReadsRowsAside, admin.ModelAdmin):
     """Every delivery: what it notifies, where, how it went; redeliver by hand."""
 
     list_display = ("id", "subject", *_COLUMNS, "created_at")
@@ -66,6 +67,15 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
         url = reverse("admin:django_strait_workflowrun_change", args=[delivery.workflow_run_id])
         wr = delivery.workflow_run
         return format_html('<a href="{}">workflow run {} ({})</a>', url, wr.pk, wr.workflow)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WebhookDelivery]:
+        # Of the run and the workflow run, only what "subject" shows: their ids and names.
+        rows = super().get_queryset(request).select_related("run__job", "workflow_run__workflow")
+        return rows.defer(
+            *unshown("run", JobRun, shown=()), *unshown("run__job", Job),
+            *unshown("workflow_run", WorkflowRun, shown=()),
+            *unshown("workflow_run__workflow", Workflow),
+        )  # fmt: skip
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
