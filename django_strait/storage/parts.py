@@ -91,11 +91,16 @@ class Rollup:
 
 
 # Portable upsert (SQLite >= 3.24, PostgreSQL): the ORM has no "add to a counter or insert".
+# Saturating, as record.rollup: a count at its column's limit must not fail the record.
 _ROLLUP_UPSERT = """
 INSERT INTO django_strait_runrollup AS t (minute, job_id, status, count, total_duration_ms)
 VALUES (%s, %s, %s, %s, %s)
 ON CONFLICT (minute, job_id, status) DO UPDATE
-SET count = t.count + excluded.count, total_duration_ms = t.total_duration_ms + excluded.total_duration_ms
+SET count = CASE WHEN t.count > 2147483647 - excluded.count THEN 2147483647
+                 ELSE t.count + excluded.count END,
+    total_duration_ms = CASE WHEN t.total_duration_ms > 9223372036854775807 - excluded.total_duration_ms
+                             THEN 9223372036854775807
+                             ELSE t.total_duration_ms + excluded.total_duration_ms END
 """
 
 

@@ -202,14 +202,17 @@ SELECT id, status FROM u;
 
 -- name: record.rollup
 -- Per-minute counts for dashboards, in the record's statement: counted exactly once.
+-- Saturating: a count written at its column's limit (by hand) must not fail the record.
 rollup AS (
     INSERT INTO django_strait_runrollup AS t (minute, job_id, status, count, total_duration_ms)
     SELECT date_trunc('minute', v.finished_at), v.job_id, u.status, count(*), sum(v.duration_ms)
     FROM v JOIN u ON u.id = v.id
     GROUP BY 1, 2, 3
     ON CONFLICT (minute, job_id, status) DO UPDATE
-    SET count = t.count + EXCLUDED.count,
-        total_duration_ms = t.total_duration_ms + EXCLUDED.total_duration_ms
+    SET count = LEAST(t.count::bigint + EXCLUDED.count, 2147483647),
+        total_duration_ms = LEAST(
+            t.total_duration_ms::numeric + EXCLUDED.total_duration_ms, 9223372036854775807
+        )
 );
 
 
