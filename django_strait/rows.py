@@ -147,6 +147,27 @@ def read(
     return Read(kept, unreadable)
 
 
+def check_finite(table: str, pk: Any, **values: Any) -> None:
+    """Raise :class:`SetAside` naming each of ``values`` (by field) that is not a finite number:
+    for a reader that reads numbers by raw SQL (a ledger in the claim), not through :func:`read`."""
+    problems = [
+        Unreadable(table, pk, name, problem)
+        for name, value in values.items()
+        if (problem := _unusable_number(value)) is not None
+    ]
+    if problems:
+        raise SetAside(problems)
+
+
+def explain(rows: QuerySet, exc: BaseException) -> None:
+    """Raise :class:`SetAside` naming the rows of ``rows`` that cannot be read, if ``exc``
+    (raised reading them some other way) was theirs; else return, for the caller to raise."""
+    if one_rows_doing(rows.db, exc):
+        found = read(rows, log=False)
+        if found.unreadable:
+            raise SetAside(found.unreadable) from exc
+
+
 def say(problem: Unreadable) -> None:
     """Log a row set aside: once per row and problem every ``LOG_AGAIN_AFTER`` seconds."""
     key = (problem.table, problem.pk, problem.field)

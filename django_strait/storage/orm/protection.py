@@ -34,7 +34,7 @@ from django_strait.resilience.policy import (
     Result,
     after_results,
 )
-from django_strait.rows import read
+from django_strait.rows import LATEST, SetAside, check_finite, read
 from django_strait.states import RunStatus
 from django_strait.storage.parts import settle_ledgers, settle_runs
 
@@ -98,7 +98,10 @@ def _rate(
 ) -> tuple[int, dt.datetime]:
     """Take up to ``admitted`` admissions from the job's sliding log; return (granted, frees_at)."""
     log = JobRateAdmission.objects.using(alias).filter(job_id=job_id)
-    log.filter(admitted_at__lte=limits.forget_before(now, secs)).delete()
+    # An admission no reader can hold ('infinity', by hand) is no admission: it goes too.
+    log.filter(
+        Q(admitted_at__lte=limits.forget_before(now, secs)) | Q(admitted_at__gt=LATEST)
+    ).delete()
     in_window = log.filter(admitted_at__gt=limits.window_start(now, secs))
     window = in_window.aggregate(used=Sum("count"), oldest=MinOf("admitted_at"))
     granted = limits.rate_grants(rmax, window["used"] or 0, admitted)
@@ -123,11 +126,18 @@ def lock_ledgers(alias: str, project_ids: list[int], day: dt.date) -> dict[int, 
         .filter(project_id__in=project_ids, day=day)
         .order_by("project_id")
     )
-    return {row.project_id: _ledger_day(row) for row in rows}
+    found = read(rows, log=False)
+    if found.unreadable:  # a project's runs wait (worker.claim_failed), saying which row
+        raise SetAside(found.unreadable)
+    return {row.project_id: _ledger_day(row) for row in found.rows}
 
 
 def _ledger_day(row: BudgetLedger) -> budgets.LedgerDay:
     project = row.project
+    check_finite(
+        project._meta.db_table, project.pk, daily_budget=project.daily_budget,
+        soft_limit_ratio=project.soft_limit_ratio,
+    )  # fmt: skip
     return budgets.LedgerDay(
         id=row.pk,
         project_id=row.project_id,

@@ -320,7 +320,7 @@ adm AS (
 used AS (
     SELECT adm.job_id, COALESCE(sum(t.count), 0)::integer AS used, min(t.admitted_at) AS oldest
     FROM adm LEFT JOIN django_strait_jobrateadmission AS t
-        ON t.job_id = adm.job_id AND t.admitted_at > adm.since
+        ON t.job_id = adm.job_id AND t.admitted_at > adm.since AND isfinite(t.admitted_at)
     WHERE adm.since IS NOT NULL
     GROUP BY adm.job_id
 ),
@@ -334,7 +334,8 @@ granted AS (
 gone AS (
     DELETE FROM django_strait_jobrateadmission AS t USING adm
     WHERE adm.since IS NOT NULL AND t.job_id = adm.job_id
-      AND t.admitted_at <= adm.since - %(kept)s::interval
+      -- and one no reader can hold ('infinity', written by hand): it is no admission
+      AND (t.admitted_at <= adm.since - %(kept)s::interval OR NOT isfinite(t.admitted_at))
 ),
 logged AS (
     INSERT INTO django_strait_jobrateadmission (job_id, admitted_at, count)
