@@ -135,9 +135,17 @@ def _guarded(
     a later read failed (steps that did end) stays true of the failed run.
     """
     try:
+        if wr.status not in _RUN_STATUSES:
+            problem = f"is {wr.status!r}, not a workflow run status"
+            raise rows.SetAside(
+                [rows.Unreadable(WorkflowRun._meta.db_table, wr.pk, "status", problem)]
+            )
         return _step_forward(alias, wr, moved, now) if moved else _advance_one(alias, wr, now)
     except rows.SetAside as exc:
         return _fail_unreadable(alias, wr.pk, wr.workflow.name, exc.problems, now)
+
+
+_RUN_STATUSES = frozenset(WorkflowRunStatus.values)
 
 
 def _lock(
