@@ -168,6 +168,12 @@ def explain(rows: QuerySet, exc: BaseException) -> None:
             raise SetAside(found.unreadable) from exc
 
 
+def forget() -> None:
+    """Forget the rows this process set aside: the next read names them anew, and logs them."""
+    _logged.clear()
+    _known.clear()
+
+
 def say(problem: Unreadable) -> None:
     """Log a row set aside: once per row and problem every ``LOG_AGAIN_AFTER`` seconds."""
     key = (problem.table, problem.pk, problem.field)
@@ -205,12 +211,28 @@ def one_rows_doing(alias: str, exc: BaseException) -> bool:
 
 
 def _split(rows: QuerySet, exc: Exception) -> tuple[list, list[Unreadable]]:
-    """Read ``rows`` in halves until each row that fails is alone; name its fields."""
+    """Read ``rows`` in halves until each row that fails is alone; name its fields.
+
+    A row this process found bad before, read the same way, is read alone first and,
+    still bad, named as it was: a duty that meets it every second pays two queries for
+    it, not one per field (until ``LOG_AGAIN_AFTER`` has passed, when it is named anew).
+    """
     whole = _unsliced(rows)
     pks = list(rows.values_list("pk", flat=True))
+    shape = (rows.model._meta.db_table, tuple(_fields_read(rows)))
+    now = time.monotonic()
+    known = {pk: problems for pk in pks if (problems := _recall(shape, pk, now))}
     found: list = []
     unreadable: list[Unreadable] = []
-    pending = [pks[i : i + SPLIT_AT] for i in range(0, len(pks), SPLIT_AT)]
+    for pk, problems in known.items():
+        try:
+            found += list(whole.filter(pk=pk))  # fixed since
+        except Exception as again:
+            if not one_rows_doing(rows.db, again):
+                raise
+            unreadable += problems
+    rest = [pk for pk in pks if pk not in known]
+    pending = [rest[i : i + SPLIT_AT] for i in range(0, len(rest), SPLIT_AT)]
     while pending:
         part = pending.pop(0)
         try:
@@ -222,11 +244,28 @@ def _split(rows: QuerySet, exc: Exception) -> tuple[list, list[Unreadable]]:
                 half = len(part) // 2
                 pending[:0] = [part[:half], part[half:]]
             else:
-                unreadable += _why(whole, part[0], again)
+                problems = _why(whole, part[0], again)
+                _remember(shape, part[0], problems, now)
+                unreadable += problems
     if found and isinstance(found[0], Model):
         at = {pk: n for n, pk in enumerate(pks)}  # in the query's order, as read whole
         found.sort(key=lambda row: at[row.pk])
     return found, unreadable
+
+
+#: (table, fields read, id) -> (when, problems): rows this process found it cannot read.
+_known: dict[tuple, tuple[float, list[Unreadable]]] = {}
+
+
+def _recall(shape: tuple, pk: Any, now: float) -> list[Unreadable] | None:
+    found = _known.get((*shape, pk))
+    return found[1] if found is not None and now - found[0] < LOG_AGAIN_AFTER else None
+
+
+def _remember(shape: tuple, pk: Any, problems: list[Unreadable], now: float) -> None:
+    if len(_known) >= _LOGGED_KEPT:
+        _known.clear()
+    _known[(*shape, pk)] = (now, problems)
 
 
 def _unsliced(rows: QuerySet) -> QuerySet:
@@ -253,6 +292,10 @@ def _fields_read(rows: QuerySet) -> list[str]:
     # The row's own columns too when it is read as values: an annotation that fails
     # (``Coalesce("heartbeat_at", ...)``) is then traced to the column that does.
     own = [f.attname for f in rows.model._meta.concrete_fields]
+    named, deferring = query.deferred_loading
+    if not query.values_select and named:  # only(...) or defer(...): what it reads
+        mine = {rows.model._meta.get_field(n).attname for n in named if "__" not in n}
+        own = [n for n in own if (n in mine) != deferring or n == rows.model._meta.pk.attname]
     names = [n for n in query.values_select if n not in own] + own
     names += list(query.annotation_select)
     related = query.select_related

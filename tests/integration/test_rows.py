@@ -121,3 +121,29 @@ def test_read__a_statement_the_server_refused_in_a_transaction_is_raised():
 
     with pytest.raises(DataError), transaction.atomic():
         rows.read(refused)
+
+
+def test_read__a_row_found_bad_before_is_named_again_without_reading_each_field():
+    postgres_only()
+    made = circuits(3)
+    write(made[1], "opened_at", "infinity")
+    rows.read(EndpointCircuit.objects.all())
+
+    with CaptureQueriesContext(connection) as queries:
+        found = rows.read(EndpointCircuit.objects.all())
+
+    assert len(found.rows) == 2 and [p.field for p in found.unreadable] == ["opened_at"]
+    assert len(queries) == 4  # the read, its ids, the bad row alone, the rest
+
+
+def test_read__a_row_fixed_since_is_read_again():
+    postgres_only()
+    made = circuits(2)
+    write(made[1], "opened_at", "infinity")
+    rows.read(EndpointCircuit.objects.all())
+    write(made[1], "opened_at", None)
+
+    assert (
+        len(rows.read(EndpointCircuit.objects.all()).rows),
+        len(rows.read(EndpointCircuit.objects.all()).unreadable),
+    ) == (2, 0)
