@@ -43,6 +43,8 @@ PYTHON_RUNS, HTTP_RUNS, WORKFLOW_RUNS = 5000, 500, 30
 #: measured; a shared CI machine's noise is far wider than the rows' cost).
 LOOSE_BOUND = 0.5
 WORKERS = 2
+#: Clean and poisoned drains, alternated.
+REPS = 2
 
 
 @pytest.fixture
@@ -117,24 +119,31 @@ def test_five_bad_rows_together__healthy_work_keeps_its_pace_cron_fires_pruning_
     Job.objects.filter(pk=cron.pk).update(created_at=timezone.now() - dt.timedelta(minutes=5))
     wait_for("two workers", lambda: WorkerProcess.objects.count() == WORKERS, timeout=60)
     drain("warm-up", share=0.2)  # first claims, caches, connections: in neither figure
-    clean, _ = drain("clean")
-
+    clean, poisoned = [], []
     poisoned_at = timezone.now()
-    rows = write_the_five_rows(http_server.url(""))
     old = old_runs(kept_days=1)
-    time.sleep(2)  # the workers' caches (jobs, circuits) reload with the rows in them
-    poisoned, flows = drain("poisoned")
-    flows.append(rows["workflow_run"])
+    for rep in range(REPS):  # alternated: the machine's own drift falls on both alike
+        clean.append(drain(f"clean {rep}")[0])
+        rows = write_the_five_rows(http_server.url(""), rep)
+        time.sleep(2)  # the workers' caches (jobs, circuits) reload with the rows in them
+        took, flows = drain(f"poisoned {rep}")
+        poisoned.append(took)
+        flows.append(rows["workflow_run"])
+        running = WorkflowRun.objects.filter(pk__in=[w.pk for w in flows], status="running")
+        wait_for("the workflow runs", lambda left=running: not left.exists(), timeout=60)
+        bad_flow = WorkflowRun.objects.values_list("status", "error_type").get(
+            pk=rows["workflow_run"].pk
+        )
+        assert bad_flow == ("failed", "workflow.invalid")
+        if rep < REPS - 1:
+            fix_the_rows(rows)
 
-    pace = clean / poisoned
-    print(f"\nPACE: clean drain {clean:.2f} s, with the five rows {poisoned:.2f} s: {pace:.2f}")
-    assert pace >= LOOSE_BOUND
-    wait_for("the workflow runs", lambda: not WorkflowRun.objects.filter(
-        pk__in=[w.pk for w in flows], status="running").exists(), timeout=60)  # fmt: skip
-    bad_flow = WorkflowRun.objects.values_list("status", "error_type").get(
-        pk=rows["workflow_run"].pk
+    pace = sum(clean) / sum(poisoned)
+    print(
+        f"\nPACE: clean drains {', '.join(f'{t:.2f}' for t in clean)} s, with the five rows "
+        f"{', '.join(f'{t:.2f}' for t in poisoned)} s: {pace:.2f} of the clean pace"
     )
-    assert bad_flow == ("failed", "workflow.invalid")
+    assert pace >= LOOSE_BOUND
     # Pruning prunes (PRUNE_INTERVAL 2 s): the old runs of a job that keeps a day go.
     wait_for("pruning", lambda: not JobRun.objects.filter(pk__in=old).exists(), timeout=30)
     # Cron fires every minute: each minute's tick since the rows were written (one at least).
@@ -153,19 +162,27 @@ def test_five_bad_rows_together__healthy_work_keeps_its_pace_cron_fires_pruning_
     assert [p for p in API_LISTS if api.get(f"/api/strait/{p}").status_code != 200] == []
 
 
-def write_the_five_rows(http_url: str) -> dict:
+def write_the_five_rows(http_url: str, rep: int) -> dict:
     """Write issue 41's five rows with raw SQL; return the rows they are in."""
     wr = trigger_workflow("flow", {"n": "bad"})
     write(wr, "payload", deep_json())
-    circuit = EndpointCircuit.objects.create(endpoint_url=http_url + "/unrelated", failures=2)
+    circuit = EndpointCircuit.objects.create(endpoint_url=f"{http_url}/unrelated-{rep}", failures=2)
     write(circuit, "opened_at", "infinity")
-    ticked = make_job("bad-cron", schedule="* * * * *")
+    ticked = make_job(f"bad-cron-{rep}", schedule="* * * * *")
     write(ticked, "schedule_last_tick", "-infinity")
-    kept = make_job("bad-retention", retention_days=7)
+    kept = make_job(f"bad-retention-{rep}", retention_days=7)
     write(kept, "retention_days", 2**31 - 1)
-    queued = make_run(make_job("bad-due"))
+    queued = make_run(make_job(f"bad-due-{rep}"))
     write(queued, "available_at", "-infinity")
     return {"workflow_run": wr, "circuit": circuit, "cron": ticked, "kept": kept, "queued": queued}
+
+
+def fix_the_rows(rows: dict) -> None:
+    """Put readable values back (the next clean drain runs without the rows)."""
+    write(rows["circuit"], "opened_at", None)
+    write(rows["cron"], "schedule_last_tick", None)
+    write(rows["kept"], "retention_days", 7)
+    write(rows["queued"], "available_at", timezone.now())
 
 
 def old_runs(kept_days: int) -> list[int]:
