@@ -71,6 +71,20 @@ def test_pruner__a_retention_out_of_bounds_keeps_its_jobs_runs_and_the_others_ar
     ) in caplog.text
 
 
+@pytest.mark.parametrize(("column", "value"), [("available_at", "-infinity"), ("payload", "deep")])
+def test_pruner__a_run_past_retention_that_cannot_be_read_is_pruned_with_the_others(column, value):
+    job = make_job("old")
+    runs = [make_run(job, status="completed") for _ in range(3)]
+    JobRun.objects.filter(pk__in=[r.pk for r in runs]).update(
+        finished_at=NOW - dt.timedelta(days=40)
+    )
+    write(runs[1], column, deep_json() if value == "deep" else value)
+
+    result = Pruner().run_once(NOW)
+
+    assert (result.counts["deleted"], JobRun.objects.count()) == (3, 0)
+
+
 def test_queue_sampler__a_run_due_at_minus_infinity_is_counted_and_the_overview_answers(
     admin_client,
 ):
