@@ -294,8 +294,10 @@ def _fields_read(rows: QuerySet) -> list[str]:
     own = [f.attname for f in rows.model._meta.concrete_fields]
     named, deferring = query.deferred_loading
     if not query.values_select and named:  # only(...) or defer(...): what it reads
-        mine = {rows.model._meta.get_field(n).attname for n in named if "__" not in n}
-        own = [n for n in own if (n in mine) != deferring or n == rows.model._meta.pk.attname]
+        meta = rows.model._meta
+        mine = {meta.pk.attname if n == "pk" else meta.get_field(n).attname
+                for n in named if "__" not in n}  # fmt: skip
+        own = [n for n in own if (n in mine) != deferring or n == meta.pk.attname]
     names = [n for n in query.values_select if n not in own] + own
     names += list(query.annotation_select)
     related = query.select_related

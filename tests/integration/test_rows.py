@@ -147,3 +147,14 @@ def test_read__a_row_fixed_since_is_read_again():
         len(rows.read(EndpointCircuit.objects.all()).rows),
         len(rows.read(EndpointCircuit.objects.all()).unreadable),
     ) == (2, 0)
+
+
+def test_read__reading_some_fields_names_only_those_that_fail():
+    job = make_job("deep", schedule="* * * * *")
+    write(job, "headers", deep_json())
+
+    partial = rows.read(Job.objects.only("pk", "name", "headers"))
+    unread = rows.read(Job.objects.only("pk", "name"))
+
+    assert [(p.pk, p.field) for p in partial.unreadable] == [(job.pk, "headers")]
+    assert (len(unread.rows), unread.unreadable) == (1, [])
