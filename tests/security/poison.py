@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from django_strait import models as m
 from django_strait import transitions, trigger, trigger_many
+from django_strait.ojs import schedules
 from django_strait.workflows import define_workflow, trigger_workflow
 from tests.integration.factories import DIAMOND, make_job, make_run
 
@@ -59,13 +60,15 @@ def _literal(kind: str) -> Any:
 
 @dataclass(frozen=True)
 class Poison:
-    """One bad value in one column of the victim row of ``model``."""
+    """One bad value in one column of the victim row of ``model`` (or the one named ``row``)."""
 
     model: type[Model]
     column: str
     kind: str
     #: The value written (None: the kind's own: 'infinity', NaN, deep JSON, ...).
     value: Any = None
+    #: Which victim of ``model``: "" the model's own, else one of World.rows' names.
+    row: str = ""
 
     @property
     def table(self) -> str:
@@ -73,7 +76,7 @@ class Poison:
 
     @property
     def id(self) -> str:
-        return f"{self.model.__name__}.{self.column}={self.kind}"
+        return f"{self.row or self.model.__name__}.{self.column}={self.kind}"
 
     def written(self) -> Any:
         if self.value is not None:
@@ -214,6 +217,12 @@ POISONS: list[Poison] = [
         ("count", "extreme", INT_MAX),
         ("status", "empty"),
     ),  # fmt: skip
+    # An OJS worker's job (a cron registration) and a dead letter of it: the OJS reads.
+    Poison(m.Job, "created_at", "infinity", row="ojs_job"),
+    Poison(m.Job, "ojs", "deep", row="ojs_job"),
+    Poison(m.JobRun, "finished_at", "-infinity", row="ojs_dead_letter"),
+    Poison(m.JobRun, "payload", "deep", row="ojs_dead_letter"),
+    Poison(m.RunAttempt, "started_at", "infinity", row="ojs_attempt"),
     *_p(
         m.QueueSample,
         ("at", "-infinity"),
@@ -229,7 +238,8 @@ class World:
     """Healthy work the tests watch, and the victim row of every table."""
 
     http_url: str
-    rows: dict[type[Model], Model] = field(default_factory=dict)
+    #: The victim of each model, and the others by name (``Poison.row``).
+    rows: dict[type[Model] | str, Model] = field(default_factory=dict)
     #: Healthy runs due now: Python and HTTP jobs that are not the victim's.
     due: list[m.JobRun] = field(default_factory=list)
     #: A healthy scheduled job (every minute), an old run to prune, a stale run to rescue.
@@ -252,7 +262,7 @@ def write(target: Model, column: str, value: Any) -> None:
 
 def poison(world: World, bad: Poison) -> Model:
     """Write ``bad`` into its model's victim row of ``world``; return that row (as it was)."""
-    target = world.rows[bad.model]
+    target = world.rows[bad.row or bad.model]
     write(target, bad.column, bad.written())
     return target
 
@@ -344,3 +354,7 @@ def _victims(world: World) -> None:
     wr = trigger_workflow("victim-flow", {"order": 1})
     rows[m.WorkflowRun] = wr
     rows[m.WorkflowStepRun] = wr.step_runs.get(step__name="a")
+    ojs = schedules.register({"name": "ojs-victim", "cron": "0 3 * * *", "type": "ojs.victim"})
+    rows["ojs_job"] = ojs
+    rows["ojs_dead_letter"] = dead = make_run(ojs, status="dead_letter", attempts=1)
+    rows["ojs_attempt"] = dead.attempts.get()
