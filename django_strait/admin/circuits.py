@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import SafeString
 
 from django_strait.admin import display, endpoints
+from django_strait.admin.unreadable import ReadsRowsAside
 from django_strait.circuits import reset_circuit, reset_health
 from django_strait.models import CircuitState, EndpointCircuit, EndpointHealth, HealthLevel
 
@@ -76,7 +77,9 @@ def unhealthy_scores(urls: list[str]) -> dict[str, float]:
 
 
 @admin.register(EndpointCircuit)
-class EndpointCircuitAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin):
+class EndpointCircuitAdmin(
+    ReadsRowsAside, display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin
+):
     """Circuits, one per endpoint URL; rows are written by the workers."""
 
     list_display = (
@@ -95,7 +98,7 @@ class EndpointCircuitAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelA
     @admin.display(description="state", ordering="state")
     def state_badge(self, circuit: EndpointCircuit) -> SafeString:
         colour = endpoints.CIRCUIT_COLOURS.get(circuit.state)
-        return display.badge(CircuitState(circuit.state).label, colour)
+        return display.badge(display.label(CircuitState, circuit.state), colour)
 
     @admin.display(description="opened", ordering="opened_at")
     def opened(self, circuit: EndpointCircuit) -> SafeString | str:

@@ -17,7 +17,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from django_strait.admin import actions, display
-from django_strait.admin.filters import ErrorTypeFilter, QueueFilter
+from django_strait.admin.filters import ByNameOfListedFilter, ErrorTypeFilter, QueueFilter
 from django_strait.admin.runs import JobRunAdmin
 from django_strait.models import DeadLetter, Job, JobRun
 from django_strait.states import RunStatus
@@ -82,8 +82,8 @@ class DeadLetterAdmin(JobRunAdmin):
         "id", "job_name", "error_type_cut", "error_summary", "attempts", "finished", "replays",
     )  # fmt: skip
     list_filter = (
-        # Only the jobs that have dead letters (from the dead-letter index), not every job.
-        ("job", admin.RelatedOnlyFieldListFilter),
+        # Only the jobs that have dead letters (from the dead-letter index), by name alone.
+        ("job", ByNameOfListedFilter),
         ErrorTypeFilter,
         QueueFilter,
         ("finished_at", admin.DateFieldListFilter),

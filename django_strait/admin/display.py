@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.db.models import Choices
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
@@ -24,6 +25,15 @@ BADGE_COLOURS = {
     "waiting": "#78909c",
     "queued": "#8d6e00",
 }
+
+
+def label(choices: type[Choices], value: Any) -> str:
+    """The label of a stored choice; the stored text itself when it is none of them (a row
+    written around validation), so that showing it never fails."""
+    try:
+        return str(choices(value).label)
+    except ValueError:
+        return str(value)
 
 
 def badge(text: str, colour: str | None = None) -> SafeString:

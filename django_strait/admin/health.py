@@ -21,10 +21,11 @@ from django.utils.safestring import SafeString
 
 from django_strait.admin import charts, display, endpoints
 from django_strait.admin.circuits import ResetCircuitsMixin
+from django_strait.admin.unreadable import ReadsRowsAside, SetsAside
 from django_strait.models import EndpointHealth
 
 
-class HealthChangeList(ChangeList):
+class HealthChangeList(SetsAside):
     """The health list, with the sparklines of the listed endpoints read in one query."""
 
     def get_results(self, request: HttpRequest) -> None:
@@ -36,7 +37,9 @@ class HealthChangeList(ChangeList):
 
 
 @admin.register(EndpointHealth)
-class EndpointHealthAdmin(display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin):
+class EndpointHealthAdmin(
+    ReadsRowsAside, display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin
+):
     """Endpoint health, one row per endpoint URL, worst first."""
 
     list_display = (

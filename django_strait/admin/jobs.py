@@ -27,8 +27,10 @@ from django_strait.admin import display, endpoints
 from django_strait.admin.drilldown import endpoint_stats_view, job_stats_view
 from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
 from django_strait.admin.overview import overview_view
+from django_strait.admin.unreadable import ReadsRowsAside, SetsAside, say_problems
 from django_strait.database import alias
 from django_strait.models import Job, JobPresetRecommendation, JobRun, RunRollup
+from django_strait.rows import read, readable_instants
 from django_strait.states import TERMINAL, RunStatus
 from django_strait.triggering import TriggerError, trigger
 
@@ -54,6 +56,7 @@ def read_job_stats(job_ids: Iterable[int], now: dt.datetime) -> dict[int, JobSta
     """Return the stats of each job over the window: one grouped query on the rollups."""
     rows = (
         RunRollup.objects.filter(job_id__in=list(job_ids), minute__gte=now - STATS_WINDOW)
+        .filter(readable_instants("minute"))
         .values_list("job_id", "status")
         .annotate(n=Sum("count"), last=Max("minute"))
         .order_by()
@@ -77,7 +80,7 @@ def _stats(rows: Sequence[tuple[str, int, dt.datetime]]) -> JobStats:
     return JobStats(finished=finished, succeeded=succeeded, last_status=last_status)
 
 
-class JobChangeList(ChangeList):
+class JobChangeList(SetsAside):
     """The job list, with each listed job's stats read in one query."""
 
     def get_results(self, request: HttpRequest) -> None:
@@ -88,7 +91,7 @@ class JobChangeList(ChangeList):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(ReadsRowsAside, admin.ModelAdmin):
     """Jobs: what runs, where, and how it retries; pause and resume."""
 
     list_display = (
@@ -136,7 +139,12 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="recommended preset")
     def recommended_preset(self, job: Job) -> str:
         """The preset the job's runs start at after an OOM kill, while it lasts (24 h)."""
-        rec = JobPresetRecommendation.objects.filter(job_id=job.pk).first() if job.pk else None
+        if job.pk is None:
+            return "-"
+        found = read(JobPresetRecommendation.objects.filter(job_id=job.pk))
+        if found.unreadable:
+            return f"cannot be shown: {say_problems(found.unreadable)}"
+        rec = found.rows[0] if found.rows else None
         if rec is None or rec.expires_at <= timezone.now():
             return "-"
         return (

@@ -14,7 +14,8 @@ from django.utils.safestring import SafeString
 
 from django_strait.admin import display
 from django_strait.admin.inlines import HistoryInline
-from django_strait.models import WebhookDelivery
+from django_strait.admin.unreadable import ReadsRowsAside, unshown
+from django_strait.models import Job, JobRun, WebhookDelivery, Workflow, WorkflowRun
 from django_strait.webhooks.redelivery import redeliver
 
 #: Sending a delivery again: one permission wherever the action is offered.
@@ -93,7 +94,7 @@ class WebhookDeliveryInline(DeliveryCells, HistoryInline):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(DeliveryCells, admin.ModelAdmin):
+class WebhookDeliveryAdmin(ReadsRowsAside, DeliveryCells, admin.ModelAdmin):
     """Every delivery: what it notifies, where, how it went; redeliver by hand."""
 
     # The event opens the delivery's page, where every field is whole.
@@ -121,6 +122,15 @@ class WebhookDeliveryAdmin(DeliveryCells, admin.ModelAdmin):
             wr = delivery.workflow_run
             text = f"workflow run {wr.pk} ({wr.workflow})"
         return format_html('<a href="{}">{}</a>', url, display.cut(text, 18))
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WebhookDelivery]:
+        # Of the run and the workflow run, only what "subject" shows: their ids and names.
+        rows = super().get_queryset(request).select_related("run__job", "workflow_run__workflow")
+        return rows.defer(
+            *unshown("run", JobRun, shown=()), *unshown("run__job", Job),
+            *unshown("workflow_run", WorkflowRun, shown=()),
+            *unshown("workflow_run__workflow", Workflow),
+        )  # fmt: skip
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -20,7 +20,7 @@ from django_strait.api.auth import (
     StraitTokenAuthentication,
 )
 from django_strait.api.errors import InvalidField, strait_exception_handler
-from django_strait.api.pagination import MAX_ID
+from django_strait.api.pagination import MAX_ID, one
 from django_strait.api.parsers import LimitedJSONParser, refuse_declared_size
 from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
 from django_strait.models import JobRun
@@ -104,7 +104,7 @@ def who(request: Request) -> str:
 def find_run(pk: int, runs=None) -> JobRun:
     """Return run ``pk`` from ``runs`` (all runs by default), or raise a 404 naming it."""
     runs = JobRun.objects.all() if runs is None else runs
-    run = runs.filter(pk=pk).first() if pk <= MAX_ID else None
+    run = one(runs.filter(pk=pk)) if pk <= MAX_ID else None
     if run is None:
         raise exceptions.NotFound(f"no run with id {pk}")
     return run

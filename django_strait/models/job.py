@@ -254,7 +254,8 @@ def definition_problems(job: Job, *, fields: bool = True) -> dict[str, list[str]
     errors: dict[str, list[str]] = {}
     if fields:
         try:
-            job.clean_fields(exclude=["project"])
+            # Not the fields left unread (a reader's defer()): checking them would read them.
+            job.clean_fields(exclude=["project", *job.get_deferred_fields()])
         except ValidationError as exc:
             errors.update({name: list(messages) for name, messages in exc.message_dict.items()})
     checks = (

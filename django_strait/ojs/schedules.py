@@ -20,6 +20,7 @@ from django_strait.models import Execution, Job
 from django_strait.models.job import JOB_NAME_VALIDATOR, Overlap
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.present import stamp
+from django_strait.rows import read
 
 
 def register(body: Mapping[str, Any]) -> Job:
@@ -86,11 +87,9 @@ def _is_cron(job: Job) -> bool:
 
 def crons() -> list[Job]:
     """Every OJS cron registration, by name."""
-    return [
-        j
-        for j in Job.objects.filter(execution=Execution.EXTERNAL).exclude(schedule="")
-        if _is_cron(j)
-    ]
+    # A job row that cannot be read is left out (and logged), not every registration.
+    rows = Job.objects.filter(execution=Execution.EXTERNAL).exclude(schedule="")
+    return [j for j in read(rows).rows if _is_cron(j)]
 
 
 def find(name: str) -> Job:

@@ -34,6 +34,7 @@ from django_strait.conf import strait_settings
 from django_strait.ojs import errors, events, inputs, schedules, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
+from django_strait.rows import read
 
 SPEC_VERSION = "1.0"
 #: The level of the suite this server passes (docs/ojs.md): core, reliable, scheduled.
@@ -308,7 +309,8 @@ class DeadLetters(OjsView):
         page_number, per_page = _page(request)
         pages = Paginator(work.dead_letters(), per_page)
         page = pages.get_page(page_number)
-        bodies = [work.describe(run) for run in page.object_list]
+        # A run that cannot be read is left out of its page (and logged), not the page.
+        bodies = [work.describe(run) for run in read(page.object_list).rows]
         return answer(request, {self.key: bodies, "pagination": {
             "page": page.number, "per_page": per_page, "total": pages.count, "pages": pages.num_pages}})  # fmt: skip
 

@@ -205,6 +205,7 @@ SELECT id, status FROM u;
 -- Two workers' records share rollup rows: each inserts or locks its rows in key order
 -- (the ORDER BY), so neither holds one the other waits for while waiting for one the
 -- other holds. In the order of the GROUP BY (a hash's), they deadlocked.
+-- Saturating: a count written at its column's limit (by hand) must not fail the record.
 rollup AS (
     INSERT INTO django_strait_runrollup AS t (minute, job_id, status, count, total_duration_ms)
     SELECT date_trunc('minute', v.finished_at), v.job_id, u.status, count(*), sum(v.duration_ms)
@@ -212,8 +213,10 @@ rollup AS (
     GROUP BY 1, 2, 3
     ORDER BY 1, 2, 3
     ON CONFLICT (minute, job_id, status) DO UPDATE
-    SET count = t.count + EXCLUDED.count,
-        total_duration_ms = t.total_duration_ms + EXCLUDED.total_duration_ms
+    SET count = LEAST(t.count::bigint + EXCLUDED.count, 2147483647),
+        total_duration_ms = LEAST(
+            t.total_duration_ms::numeric + EXCLUDED.total_duration_ms, 9223372036854775807
+        )
 );
 
 
@@ -332,7 +335,7 @@ adm AS (
 used AS (
     SELECT adm.job_id, COALESCE(sum(t.count), 0)::integer AS used, min(t.admitted_at) AS oldest
     FROM adm LEFT JOIN django_strait_jobrateadmission AS t
-        ON t.job_id = adm.job_id AND t.admitted_at > adm.since
+        ON t.job_id = adm.job_id AND t.admitted_at > adm.since AND isfinite(t.admitted_at)
     WHERE adm.since IS NOT NULL
     GROUP BY adm.job_id
 ),
@@ -346,7 +349,8 @@ granted AS (
 gone AS (
     DELETE FROM django_strait_jobrateadmission AS t USING adm
     WHERE adm.since IS NOT NULL AND t.job_id = adm.job_id
-      AND t.admitted_at <= adm.since - %(kept)s::interval
+      -- and one no reader can hold ('infinity', written by hand): it is no admission
+      AND (t.admitted_at <= adm.since - %(kept)s::interval OR NOT isfinite(t.admitted_at))
 ),
 logged AS (
     INSERT INTO django_strait_jobrateadmission (job_id, admitted_at, count)
