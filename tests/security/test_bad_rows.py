@@ -256,7 +256,7 @@ def test_worker__a_workflow_run_it_cannot_read_fails_alone_naming_the_field(work
     ).get(pk=wr.pk)
     assert (status, error_type) == ("failed", "workflow.invalid"), output
     assert (
-        f"django_strait_workflowrun id {wr.pk}, field payload: cannot be read (RecursionError"
+        f"django_strait_workflowrun id {wr.pk}, field payload: cannot be read ({nested_error()}"
     ) in last_error
     root = JobRun.objects.get(workflow_step_run__workflow_run=wr)
     assert root.status == "completed"  # its step ran and was recorded; nothing ran after it
