@@ -365,6 +365,7 @@ def statements(batches: int, batch: int, prepare: bool) -> dict:
     from django.utils import timezone
 
     from django_strait import trigger_many
+    from django_strait.conf import strait_settings
     from django_strait.sql import keep_plans
     from django_strait.states import Transition
     from django_strait.storage import Record, RecordBatch, backend
@@ -376,7 +377,8 @@ def statements(batches: int, batch: int, prepare: bool) -> dict:
     storage = backend()
     claims, records = [], []
     with override_settings(STRAIT={**settings.STRAIT, "PREPARE_STATEMENTS": prepare}):
-        keep_plans(connection, time.monotonic())  # as the worker's claim and record threads do
+        # As the worker's claim and record threads do.
+        keep_plans(connection, time.monotonic(), strait_settings.PLAN_LIFETIME)
         for _ in range(batches):
             t = time.perf_counter()
             runs = claim_and_start("bench", limit=batch, storage=storage)

@@ -3,8 +3,12 @@
 from django_strait import job, handler, retry_function, trigger, trigger_many
 from django_strait import define_workflow, trigger_workflow, cancel_workflow_run
 from django_strait import Retry, Discard, DeadLetter, Fail, Error
+from django_strait import replay, cancel, discard
 from django_strait import TriggerError, PolicyError, InvalidTransition, SettingError
 from django_strait import WorkflowError
+
+``job``, ``handler`` and ``retry_function`` may be imported and used anywhere,
+also before Django's app registry is ready (an app's ``__init__.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ __all__ = [
     "TriggerError",
     "UnknownSettingError",
     "WorkflowError",
+    "cancel",
+    "discard",
     "handler",
     "job",
     "replay",
@@ -37,7 +43,7 @@ __all__ = [
     "trigger_workflow",
 ]
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.1.0"
 
 _LAZY = {
     "job": "django_strait.decorators",
@@ -46,6 +52,8 @@ _LAZY = {
     "trigger": "django_strait.triggering",
     "trigger_many": "django_strait.triggering",
     "replay": "django_strait.transitions",
+    "cancel": "django_strait.transitions",
+    "discard": "django_strait.transitions",
     "define_workflow": "django_strait.workflows",
     "trigger_workflow": "django_strait.workflows",
     "cancel_workflow_run": "django_strait.workflows",

@@ -187,6 +187,15 @@ def _user_agent(value: Any, field: str) -> str:
     return value
 
 
+def _bind_address(value: Any, field: str) -> str:
+    """An address a worker's metrics server listens on: an IPv4 or IPv6 address."""
+    try:
+        return str(ipaddress.ip_address(value.strip() if isinstance(value, str) else value))
+    except ValueError:
+        allowed = "an IP address to listen on, e.g. 127.0.0.1 (this host only), 0.0.0.0 or ::"
+        raise PolicyError(field, value, allowed) from None
+
+
 def _boolean(value: Any, field: str) -> bool:
     if not isinstance(value, bool):
         raise PolicyError(field, value, "True or False")
@@ -322,6 +331,8 @@ KEYS: dict[str, Key] = {
         # Which of the worker's hot statements it prepares, on connections that reach
         # PostgreSQL directly (docs/settings.md, "Prepared statements").
         Key("PREPARE_STATEMENTS", PREPARABLE, _statements, _statements_text),
+        # How long a worker's connection keeps its prepared statements (and their plans).
+        Key("PLAN_LIFETIME", 10.0, _duration(positive=True), _text),
         Key("DATABASE", "default", _alias(optional=False), _alias_text),
         Key("HTTP_USER_AGENT", f"django-strait/{__version__}", _user_agent, _text),
         Key("TRIGGER_MAX_PAYLOAD_BYTES", 1_000_000, _integer(1), _int_text),
@@ -333,6 +344,9 @@ KEYS: dict[str, Key] = {
         Key("PRUNE_BATCH_SIZE", 1000, _integer(1), _int_text),
         Key("RETENTION_DAYS", 30, _integer(1), _int_text),
         Key("STATS_INTERVAL", 60.0, _duration(positive=True), _text),
+        # Rolling deploys: how long a run whose handler a worker does not know is left
+        # for a worker that knows it before it fails as handler.unknown (0: at once).
+        Key("UNKNOWN_HANDLER_GRACE", 300.0, _duration(positive=False), _text),
         # PostgreSQL under a held horizon: how often a worker claims from the front of
         # the claim index again, and the dead rows past which the leader vacuums runs.
         Key("CLAIM_RESCAN_INTERVAL", 5.0, _duration(positive=True), _text),
@@ -341,6 +355,8 @@ KEYS: dict[str, Key] = {
         Key("PARTITION_RUNS", True, _boolean, _bool_text),
         # Bearer token for the metrics view (staff users need none).
         Key("METRICS_TOKEN", None, _secret, _text),
+        # Where a worker's --metrics-port server (metrics, /livez, /readyz) listens.
+        Key("METRICS_BIND", "127.0.0.1", _bind_address, _text),
         # The REST API: throttles per client (None turns one off), bulk and body limits.
         Key("API_THROTTLE_RATE", "600/minute", _rate, _rate_text),
         Key("API_TRIGGER_THROTTLE_RATE", "120/minute", _rate, _rate_text),
@@ -492,6 +508,7 @@ class StraitSettings:
     LISTEN: bool
     LISTEN_DATABASE: str | None
     PREPARE_STATEMENTS: tuple[str, ...]
+    PLAN_LIFETIME: float
     DATABASE: str
     HTTP_USER_AGENT: str
     TRIGGER_MAX_PAYLOAD_BYTES: int
@@ -502,10 +519,12 @@ class StraitSettings:
     PRUNE_BATCH_SIZE: int
     RETENTION_DAYS: int
     STATS_INTERVAL: float
+    UNKNOWN_HANDLER_GRACE: float
     CLAIM_RESCAN_INTERVAL: float
     VACUUM_DEAD_ROWS: int
     PARTITION_RUNS: bool
     METRICS_TOKEN: str | None
+    METRICS_BIND: str
     API_THROTTLE_RATE: str | None
     API_TRIGGER_THROTTLE_RATE: str | None
     API_AUTH_FAILURE_THROTTLE_RATE: str | None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
+from django.db import models
 
 from django_strait.states import RunStatus
 
@@ -35,6 +36,20 @@ MIN_GRACE = 60.0
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.DEQUEUED, RunStatus.EXECUTING, RunStatus.WAITING)
 
 _ONE_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+class MissedTicks(models.TextChoices):
+    """What a job does with the ticks no worker was running for (docs/schedules.md)."""
+
+    RUN_ONCE = "run_once", "Run once on recovery"
+    SKIP = "skip", "Skip"
+
+
+class Overlap(models.TextChoices):
+    """Whether a tick fires while the job still has a run going (docs/schedules.md)."""
+
+    ALLOW = "allow", "Allow"
+    SKIP = "skip", "Skip while a run is active"
 
 
 class ScheduleError(ValueError):

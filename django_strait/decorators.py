@@ -1,15 +1,23 @@
-"""``@job``: register a Python function as a job, callable as before and triggerable."""
+"""``@job``: register a Python function as a job, callable as before and triggerable.
+
+Importable anywhere, also before Django's app registry is ready (an app's
+``__init__.py``): declaring a job only checks its options and registers the
+function; its ``Job`` row is written later (:mod:`django_strait.syncing`).
+"""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django_strait import registry, triggering
+import django_strait
+from django_strait import registry
 from django_strait.handlers import handlers
-from django_strait.models import JobRun
-from django_strait.registry import JobSpec
+from django_strait.registry import JobSpec, ScheduleSpec
+
+if TYPE_CHECKING:
+    from django_strait.models import JobRun
 
 
 class Handler:
@@ -27,13 +35,15 @@ class Handler:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.func(*args, **kwargs)
 
+    # Through the package's lazy names: triggering needs the models, which a module
+    # declaring a job may be imported before.
     def trigger(self, payload: Any = None, **options: Any) -> JobRun:
         """Queue a run of this job; options as for ``django_strait.trigger``."""
-        return triggering.trigger(self.spec.name, payload, **options)
+        return django_strait.trigger(self.spec.name, payload, **options)
 
     def trigger_many(self, payloads: Any, **options: Any) -> list[JobRun]:
         """Queue one run per payload in one statement."""
-        return triggering.trigger_many(self.spec.name, payloads, **options)
+        return django_strait.trigger_many(self.spec.name, payloads, **options)
 
     def __repr__(self) -> str:
         return f"<strait job {self.spec.name!r} -> {self.spec.path}>"
@@ -51,18 +61,25 @@ def job(
     description: str | None = None,
     execution: str | None = None,
     preset: str | None = None,
+    schedule: str | None = None,
+    timezone: str | None = None,
+    schedule_missed: str | None = None,
+    schedule_overlap: str | None = None,
 ) -> Any:
     """Register a Python function (sync or ``async``) as a job and its handler.
 
     ``execution="process"`` runs each attempt in a child process of the worker's
     pool, under the memory limit of ``preset`` (a ``STRAIT["PRESETS"]`` name).
+    ``schedule`` (cron, in ``timezone``, UTC by default) runs it on a schedule
+    that code owns (docs/schedules.md).
     """
+    declared = ScheduleSpec(schedule, timezone, schedule_missed, schedule_overlap)
 
     def register(fn: Callable[..., Any]) -> Handler:
         spec = registry.spec_of(
             fn, name=name, queue=queue, priority=priority, max_attempts=max_attempts,
             retry=retry, timeout=timeout, description=description, execution=execution,
-            preset=preset,
+            preset=preset, schedule=declared,
         )  # fmt: skip
         wrapped = Handler(fn, spec)
         registry.register(wrapped)

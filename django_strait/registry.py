@@ -1,9 +1,10 @@
-"""The ``@job`` functions of this process and their ``Job`` rows, kept in sync.
+"""The jobs this process declares in code (``@job``, ``@task``), by job name.
 
-A ``@job`` function's row (same name) is created on the first trigger in a
-process and by ``manage.py strait_sync``; the options the decorator names are
-written to the row each time (code wins for what code declares), the others
-stay as the admin left them. The decorator itself is ``django_strait.decorators.job``.
+Pure: declaring a job checks its options and remembers it, and touches no
+model, so ``@job`` works in any module, also one imported before Django's app
+registry is ready (an app's ``__init__.py``). Writing the ``Job`` rows is
+:mod:`django_strait.syncing`'s: on a job's first trigger in a process, at a
+worker's start for scheduled jobs, and with ``manage.py strait_sync``.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ from typing import Any
 from django.utils.text import slugify
 
 from django_strait.callables import dotted_path
-from django_strait.conf import strait_settings
-from django_strait.models import Execution, Job
+from django_strait.cron import MissedTicks, Overlap, ScheduleError, check_schedule, check_timezone
+from django_strait.execution import Execution
 from django_strait.presets import NAME_MAX_LENGTH
-from django_strait.retry import JOB_COLUMNS, PolicyError, check_registered, validate_partial
+from django_strait.retry import JOB_COLUMNS, PolicyError, validate_partial
 
-#: Job name -> what registered it (a ``decorators.Handler``: its ``spec`` and function).
+#: Job name -> what declared it (a ``decorators.Handler``: its ``spec`` and function).
 _registry: dict[str, Any] = {}
-_synced: set[str] = set()
+
+#: The columns a declared schedule owns: code that declares one owns all four.
+SCHEDULE_COLUMNS = ("schedule", "timezone", "schedule_missed", "schedule_overlap")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,21 @@ class JobSpec:
     path: str
     #: Job column -> value, only for what the decorator named.
     columns: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def schedule(self) -> str:
+        """The cron schedule code declares ("" when code declares none)."""
+        return self.columns.get("schedule", "")
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpec:
+    """What ``@job(schedule=..., timezone=..., ...)`` declares."""
+
+    schedule: str | None = None
+    timezone: str | None = None
+    missed: str | None = None
+    overlap: str | None = None
 
 
 def register(entry: Any) -> None:
@@ -59,15 +77,56 @@ def spec_of(
     description: str | None,
     execution: str | None = None,
     preset: str | None = None,
+    schedule: ScheduleSpec | None = None,
 ) -> JobSpec:
     """Return what ``@job(...)`` declares about ``fn``, its options checked."""
     columns = _columns(queue, priority, max_attempts, retry, timeout, description)
     columns.update(_execution_columns(execution, preset))
+    columns.update(schedule_columns(schedule or ScheduleSpec()))
     return JobSpec(
         name=name or slugify(fn.__name__.replace("_", "-")),
         path=dotted_path(fn),
         columns=columns,
     )
+
+
+def schedule_columns(declared: ScheduleSpec) -> dict[str, Any]:
+    """Check ``@job(schedule=, timezone=, schedule_missed=, schedule_overlap=)``.
+
+    A declared schedule brings its time zone and policies with it, defaults
+    included (UTC, run once on recovery, overlap allowed): code that owns a
+    schedule owns when and how it fires, and the admin shows all four read-only.
+    """
+    if declared.schedule is None:
+        others = [n for n, v in zip(SCHEDULE_COLUMNS[1:], _rest(declared), strict=True) if v]
+        if others:
+            raise ValueError(f"@job({others[0]}=...) needs schedule=: it applies to a schedule")
+        return {}
+    try:
+        schedule = check_schedule(declared.schedule)
+        timezone = declared.timezone or "UTC"
+        check_timezone(timezone)
+    except ScheduleError as exc:
+        raise ValueError(f"@job({exc.field}=...): {exc.message}") from None
+    return {
+        "schedule": schedule,
+        "timezone": timezone,
+        "schedule_missed": _choice("schedule_missed", declared.missed, MissedTicks),
+        "schedule_overlap": _choice("schedule_overlap", declared.overlap, Overlap),
+    }
+
+
+def _rest(declared: ScheduleSpec) -> tuple[Any, ...]:
+    return (declared.timezone, declared.missed, declared.overlap)
+
+
+def _choice(name: str, value: str | None, choices: Any) -> str:
+    if value is None:
+        return choices.values[0]
+    if value not in choices.values:
+        allowed = " or ".join(repr(v) for v in choices.values)
+        raise ValueError(f"@job({name}={value!r}): must be {allowed}")
+    return value
 
 
 def _execution_columns(execution: str | None, preset: str | None) -> dict[str, Any]:
@@ -107,7 +166,7 @@ def _columns(queue, priority, max_attempts, retry, timeout, description) -> dict
         if key == "min_delay" and "min_delay" not in (retry or {}):
             continue  # Zizq's base read as a floor too: a job keeps the settings' floor
         if key not in JOB_COLUMNS:
-            # DESIGN §3: these are settings / run-override fields with no Job column.
+            # These are settings / run-override fields with no Job column.
             raise PolicyError(
                 f"retry.{key}",
                 value,
@@ -129,50 +188,28 @@ def registered() -> dict[str, Any]:
     return dict(_registry)
 
 
-def sync(entry: Any) -> Job:
-    """Create or update the ``Job`` row of a ``@job`` function; return it."""
-    spec = entry.spec
-    check_registered({"function": spec.columns.get("retry_function")}, prefix="@job.retry")
-    wanted = {"handler": spec.path, "endpoint_url": "", **spec.columns}
-    _check_preset(spec)
-    row, created = Job.objects.get_or_create(name=spec.name, defaults=wanted)
-    changed = [k for k, v in wanted.items() if getattr(row, k) != v]
-    if not created and changed:
-        for k in changed:
-            setattr(row, k, wanted[k])
-        row.save(update_fields=[*changed, "updated_at"])
-    _synced.add(spec.name)
-    return row
-
-
-def _check_preset(spec: JobSpec) -> None:
-    preset = spec.columns.get("preset")
-    names = strait_settings.PRESETS.names
-    if preset and preset not in names:
-        raise ValueError(
-            f"@job(preset={preset!r}) on {spec.path}: not a preset; allowed: {', '.join(names)}"
-        )
-
-
-def sync_all() -> list:
-    """Sync every registered handler's ``Job`` row (``manage.py strait_sync``)."""
-    return [sync(h) for h in _registry.values()]
-
-
-def is_synced_or_plain(name: str) -> bool:
-    """Tell whether ``name`` needs no sync before a trigger (synced here, or no @job)."""
-    return name in _synced or name not in _registry
-
-
-def synced_row(name: str):
-    """Return the ``Job`` row for a ``@job`` handler, synced once per process.
-
-    The row is synced again whenever it is missing (deleted in the admin, or a
-    test database flushed), so a registered handler can always be triggered.
-    """
+def declared_columns(name: str) -> Mapping[str, Any]:
+    """Return the ``Job`` columns code declares for the job ``name`` (empty if none)."""
     entry = _registry.get(name)
     if entry is None:
-        return None
-    if name not in _synced:
-        return sync(entry)
-    return Job.objects.filter(name=name).first() or sync(entry)
+        return {}
+    return {"handler": entry.spec.path, **entry.spec.columns}
+
+
+def code_owned(name: str, values: Mapping[str, Any]) -> dict[str, str]:
+    """Return field -> why it is refused, for each of ``values`` that code declares otherwise.
+
+    What a job's declaration names, code owns: a change made elsewhere would be
+    written over at the next sync, so the admin shows those fields read-only and
+    the API refuses to change them.
+    """
+    entry = _registry.get(name)
+    declared = declared_columns(name)
+    return {
+        field: (
+            f"declared in code by {entry.spec.path} as {declared[field]!r}; "
+            "change it there (code wins at each sync)"
+        )
+        for field, value in values.items()
+        if field in declared and value != declared[field]
+    }

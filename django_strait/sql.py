@@ -14,12 +14,6 @@ EXPLICIT_ONLY = 2**31 - 1
 #: Per psycopg connection: whether it reaches PostgreSQL directly (asked once per session).
 _direct: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
-#: Seconds a worker's connection keeps its prepared statements' plans: then they are
-#: dropped and planned anew. A generic plan made while the runs table was nearly empty
-#: (a sequential scan) is otherwise kept until something invalidates it, however many
-#: runs come; with autovacuum off that can be long.
-PLAN_LIFETIME = 10.0
-
 #: The psycopg connections of a worker's claim and record threads that reach PostgreSQL
 #: directly, and when their prepared plans were last dropped (``time.monotonic()``).
 _worker_plans: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
@@ -55,24 +49,47 @@ def server_bound_cursor(connection: Any) -> Iterator[Any]:
             connection._strait_cursor = cursor
 
 
-def keep_plans(connection: Any, now: float) -> None:
+def keep_plans(connection: Any, now: float, lifetime: float) -> None:
     """Let a worker's database thread prepare its hot statements on ``connection`` (Django's).
 
     Called by the worker before each of its claim and record calls. Only a direct
-    connection (:func:`may_prepare`) is let, and every :data:`PLAN_LIFETIME` seconds
-    its prepared statements are deallocated (psycopg forgets them too), so that
-    their plans follow the runs table as it grows and shrinks.
+    connection (:func:`may_prepare`) is let, and every ``lifetime`` seconds
+    (``STRAIT["PLAN_LIFETIME"]``) its prepared statements are dropped
+    (:func:`drop_plans`), so that their plans follow the runs table as it grows and
+    shrinks: a generic plan made while the table was nearly empty (a sequential scan)
+    is otherwise kept until something invalidates it, however many runs come.
     """
     if not may_prepare(connection):
         return
     pg = connection.connection
     since = _worker_plans.get(pg)
-    if since is not None and now - since >= PLAN_LIFETIME:
+    if since is not None and now - since >= lifetime:
         with connection.wrap_database_errors:
-            pg.execute("DEALLOCATE ALL")
+            drop_plans(pg)
         since = None
     if since is None:
         _worker_plans[pg] = now
+
+
+def drop_plans(pg: Any) -> None:
+    """Deallocate every statement psycopg prepared on psycopg connection ``pg``, through psycopg.
+
+    The statements are psycopg's: it names them (``_pg3_N``) and executes them by
+    name for as long as it believes them prepared. So they must be dropped by
+    psycopg, never behind its back. A ``DEALLOCATE ALL`` of ours was missed: psycopg
+    3.3.9 looks at the command only of a query new to its statement counts, so once
+    one drop had found nothing prepared (an idle record thread's heartbeat, the
+    process watch), that text stayed counted and the next drop went unseen; releases
+    up to 3.3.4 never look for it. psycopg then executed a ``_pg3_N`` the server no
+    longer had ("prepared statement ... does not exist"), and a record was refused.
+    psycopg forgets and deallocates everything it prepared whenever a transaction of
+    its own rolls back (what the transaction changed might invalidate them), so an
+    empty one is rolled back: two commands, and ``DEALLOCATE ALL`` when anything was
+    prepared, once per lifetime. (Should a psycopg stop doing so, plans would only live
+    longer; tests/integration/test_prepared_statements.py would say so.)
+    """
+    with pg.transaction(force_rollback=True):
+        pass
 
 
 def prepares(connection: Any) -> bool:

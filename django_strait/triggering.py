@@ -5,13 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.utils import timezone
 
-from django_strait import bounds, registry, signals
+from django_strait import bounds, registry, signals, syncing
 from django_strait.conf import strait_settings
 from django_strait.models import Job, JobRun
 from django_strait.retry import (
@@ -92,11 +92,27 @@ def trigger(
         )  # fmt: skip
         if run is not None:
             signals.send_enqueued(name, [run], using=storage.alias)
+            if AFTER_TRIGGER:
+                after_trigger([run])
             return run
     opts = _options(name, delay, run_at, priority, queue, max_attempts, retry)
     run = storage.insert_one(opts.new_run(check_payload(payload), key))
     signals.send_enqueued(opts.job.name, [run], using=storage.alias)
+    if AFTER_TRIGGER:
+        after_trigger([run])
     return run
+
+
+#: Called with what each ``trigger()``, ``trigger_many()`` and ``trigger_workflow()``
+#: made, in the caller's transaction, before it is returned: the immediate mode of
+#: ``django_strait.testing`` runs the runs there. Empty outside that mode.
+AFTER_TRIGGER: list[Callable[[Sequence[Any]], object]] = []
+
+
+def after_trigger(made: Sequence[Any]) -> None:
+    """Call the ``AFTER_TRIGGER`` functions with what a trigger made."""
+    for hook in list(AFTER_TRIGGER):
+        hook(made)
 
 
 def trigger_external(
@@ -131,7 +147,7 @@ def trigger_external(
 
 def _may_insert_by_name(name: Any) -> bool:
     # Once a @job handler's row has been synced in this process (or it is no @job).
-    return isinstance(name, str) and registry.is_synced_or_plain(name)
+    return isinstance(name, str) and syncing.is_synced_or_plain(name)
 
 
 def trigger_many(
@@ -163,6 +179,8 @@ def trigger_many(
         for run in runs:
             run.idempotency_hit = False
         signals.send_enqueued(opts.job.name, runs, using=storage.alias)
+        if AFTER_TRIGGER:
+            after_trigger(runs)
         return runs
     # Keys already used return the run that holds them, in the caller's order.
     by_key = {
@@ -173,7 +191,10 @@ def trigger_many(
         run.idempotency_hit = run.pk not in created
     made = [r for r in by_key.values() if r.pk in created]
     signals.send_enqueued(opts.job.name, made, using=storage.alias)
-    return [by_key[k] for k in keys]
+    ordered = [by_key[k] for k in keys]
+    if AFTER_TRIGGER:
+        after_trigger(ordered)
+    return ordered
 
 
 def _options(name, delay, run_at, priority, queue, max_attempts, retry) -> RunOptions:
@@ -193,7 +214,7 @@ def resolve_job(name: Any) -> Job:
     """Return the ``Job`` named ``name``, creating it first for a ``@job`` handler."""
     if not isinstance(name, str) or not name:
         raise TriggerError("name", f"must be a job name (a non-empty string), got {name!r}")
-    job = registry.synced_row(name) or Job.objects.filter(name=name).first()
+    job = syncing.synced_row(name) or Job.objects.filter(name=name).first()
     if job is None:
         known = sorted(
             set(Job.objects.values_list("name", flat=True)[:20]) | set(registry.registered())

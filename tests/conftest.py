@@ -86,6 +86,14 @@ class LocalServer:
             return Counter(r.json["run_id"] for r in self.requests)
 
 
+@pytest.fixture(autouse=True)
+def forget_unreadable_rows() -> None:
+    """Each test starts with no memory of rows set aside (ids repeat from test to test)."""
+    from django_strait import rows
+
+    rows.forget()
+
+
 @pytest.fixture
 def http_server() -> Iterator[LocalServer]:
     server = LocalServer()

@@ -20,9 +20,11 @@ from django.utils.safestring import SafeString
 
 from django_strait.admin import charts
 from django_strait.admin.inputs import GuardedInput
+from django_strait.admin.unreadable import ReadsRowsAside, problems_of, say_problems
 from django_strait.models import BudgetLedger, Project
 from django_strait.models.budget import COST_FIELD
 from django_strait.resilience.budgets import today
+from django_strait.rows import read, readable_instants
 
 #: How many days of ledger a project's page shows.
 HISTORY_DAYS = 14
@@ -57,7 +59,7 @@ def projects_today(queryset: QuerySet[Project], now: dt.datetime | None = None) 
 
 
 @admin.register(Project)
-class ProjectAdmin(GuardedInput, admin.ModelAdmin):
+class ProjectAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
     """Projects: a daily budget shared by the jobs that name the project."""
 
     list_display = (
@@ -104,12 +106,15 @@ class ProjectAdmin(GuardedInput, admin.ModelAdmin):
     def recent_days(self, project: Project) -> SafeString | str:
         if project.pk is None:
             return "-"
+        if problems_of(project):
+            return f"Not drawn: {say_problems(problems_of(project))}."
         since = today() - dt.timedelta(days=HISTORY_DAYS - 1)
-        rows = project.ledger.filter(day__gte=since).order_by("-day")
+        rows = project.ledger.filter(readable_instants("day", dates=True), day__gte=since)
+        found = read(rows.order_by("-day"))  # a day that cannot be read is left out, logged
         lines = format_html_join(
             "",
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            (_ledger_cells(project, row) for row in rows),
+            (_ledger_cells(project, row) for row in found.rows),
         )
         if not lines:
             return "Nothing reserved or spent in this time."

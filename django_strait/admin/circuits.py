@@ -12,6 +12,7 @@ from django.utils.safestring import SafeString
 
 from django_strait.admin import display, endpoints
 from django_strait.admin.inputs import GuardedInput
+from django_strait.admin.unreadable import ReadsRowsAside
 from django_strait.circuits import reset_circuit, reset_health
 from django_strait.models import CircuitState, EndpointCircuit, EndpointHealth, HealthLevel
 
@@ -77,7 +78,9 @@ def unhealthy_scores(urls: list[str]) -> dict[str, float]:
 
 
 @admin.register(EndpointCircuit)
-class EndpointCircuitAdmin(GuardedInput, display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin):
+class EndpointCircuitAdmin(
+    GuardedInput, ReadsRowsAside, display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin
+):
     """Circuits, one per endpoint URL; rows are written by the workers."""
 
     list_display = (
@@ -91,12 +94,12 @@ class EndpointCircuitAdmin(GuardedInput, display.AutoRefresh, ResetCircuitsMixin
 
     @admin.display(description="endpoint URL", ordering="endpoint_url")
     def endpoint(self, circuit: EndpointCircuit) -> SafeString | str:
-        return display.cut(circuit.endpoint_url, 48)
+        return display.cut(circuit.endpoint_url, 26)
 
     @admin.display(description="state", ordering="state")
     def state_badge(self, circuit: EndpointCircuit) -> SafeString:
         colour = endpoints.CIRCUIT_COLOURS.get(circuit.state)
-        return display.badge(CircuitState(circuit.state).label, colour)
+        return display.badge(display.label(CircuitState, circuit.state), colour)
 
     @admin.display(description="opened", ordering="opened_at")
     def opened(self, circuit: EndpointCircuit) -> SafeString | str:

@@ -17,7 +17,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from django_strait.admin import actions, display
-from django_strait.admin.filters import ErrorTypeFilter, QueueFilter
+from django_strait.admin.filters import ByNameOfListedFilter, ErrorTypeFilter, QueueFilter
 from django_strait.admin.inputs import row_id
 from django_strait.admin.runs import JobRunAdmin
 from django_strait.models import DeadLetter, Job, JobRun
@@ -82,7 +82,13 @@ class DeadLetterAdmin(JobRunAdmin):
     list_display = (
         "id", "job_name", "error_type_cut", "error_summary", "attempts", "finished", "replays",
     )  # fmt: skip
-    list_filter = ("job", ErrorTypeFilter, QueueFilter, ("finished_at", admin.DateFieldListFilter))
+    list_filter = (
+        # Only the jobs that have dead letters (from the dead-letter index), by name alone.
+        ("job", ByNameOfListedFilter),
+        ErrorTypeFilter,
+        QueueFilter,
+        ("finished_at", admin.DateFieldListFilter),
+    )
     list_deferred = ("payload", "result", "retry_overrides")
     sortable_by = ("id", "finished_at")  # (status, finished_at) is indexed
     actions = ("replay_selected", "discard_selected")
@@ -90,7 +96,7 @@ class DeadLetterAdmin(JobRunAdmin):
 
     @admin.display(description="last error")
     def error_summary(self, run: JobRun) -> SafeString | str:
-        return display.cut(run.last_error, 48)
+        return display.cut(run.last_error, 20, lines=2)
 
     @admin.display(description="replays")
     def replays(self, run: JobRun) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.db.models import Choices
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
@@ -26,6 +27,15 @@ BADGE_COLOURS = {
 }
 
 
+def label(choices: type[Choices], value: Any) -> str:
+    """The label of a stored choice; the stored text itself when it is none of them (a row
+    written around validation), so that showing it never fails."""
+    try:
+        return str(choices(value).label)
+    except ValueError:
+        return str(value)
+
+
 def badge(text: str, colour: str | None = None) -> SafeString:
     """A status as a small coloured label (white on the status colour)."""
     return format_html(
@@ -36,13 +46,35 @@ def badge(text: str, colour: str | None = None) -> SafeString:
     )
 
 
-def cut(text: str | None, length: int = 40) -> SafeString | str:
-    """A long value cut to ``length`` characters with "…", the whole of it on hover."""
+#: A cut value's box: never wider than ``length`` average characters (0.55 em each
+#: in the admin's sans-serif), whatever its letters, cut by the browser with "…"
+#: (issue 39: a count of characters let wide letters push a list past 1366 px).
+CUT_STYLE = (
+    "display: inline-block; max-width: {:.1f}em; overflow: hidden; text-overflow: ellipsis; "
+    "white-space: nowrap; vertical-align: bottom"
+)
+EM_PER_CHARACTER = 0.55
+#: The same, over up to ``lines`` lines (free text such as an error), the last one cut.
+CUT_LINES_STYLE = (
+    "display: -webkit-box; -webkit-box-orient: vertical; -webkit-line-clamp: {}; "
+    "max-width: {:.1f}em; overflow: hidden; overflow-wrap: anywhere; white-space: normal"
+)
+#: The most of a cut value a page carries in its cell (the whole of it is in the title).
+CUT_TEXT_MAX = 500
+
+
+def cut(text: str | None, length: int = 40, *, lines: int = 1) -> SafeString | str:
+    """A long value cut to about ``length`` characters with "…", the whole of it on hover.
+
+    ``lines`` > 1 lets free text wrap over that many lines of ``length``, the last cut.
+    """
     if not text:
         return "-"
     if len(text) <= length:
         return text
-    return format_html('<span title="{}">{}…</span>', text, text[: length - 1])
+    width = length * EM_PER_CHARACTER
+    style = CUT_STYLE.format(width) if lines == 1 else CUT_LINES_STYLE.format(lines, width)
+    return format_html('<span title="{}" style="{}">{}</span>', text, style, text[:CUT_TEXT_MAX])
 
 
 def moment(at: dt.datetime | None, now: dt.datetime | None = None) -> SafeString | str:

@@ -25,6 +25,7 @@ from django_strait.admin import charts, display, endpoints, series
 from django_strait.admin.charts import Series
 from django_strait.admin.overview import percentile_series
 from django_strait.models import EndpointCircuit, EndpointHealth, HealthSample, Job
+from django_strait.rows import read, readable_instants
 
 SUCCESS_COLOUR, RATIO_COLOUR, HEALTH_COLOUR = "#2e7d32", "#6a1b9a", "#447e9b"
 
@@ -43,7 +44,7 @@ class Panel:
 def job_stats_view(request: HttpRequest, site: AdminSite, job_id: int) -> HttpResponse:
     """The charts of one job."""
     _may_view(request)
-    job = get_object_or_404(Job, pk=job_id)
+    job = get_object_or_404(Job.objects.only("pk", "name"), pk=job_id)
     minutes = series.minutes_of(timezone.now())
     labels = series.labels(minutes)
     outcomes = series.outcome_counts(minutes, None, job_id=job.pk)
@@ -75,14 +76,19 @@ def endpoint_stats_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
     """The charts of one endpoint URL (``?url=``)."""
     _may_view(request)
     url = request.GET.get("url", "")
-    health = EndpointHealth.objects.filter(endpoint_url=url).first()
+    # What the page shows of the health row; one that cannot be read shows as unknown.
+    shown = ("level", "score", "success_rate", "failure_rate")
+    found = read(EndpointHealth.objects.filter(endpoint_url=url).only(*shown), stand_ins=True)
+    health = found.rows[0] if found.rows else None
     if health is None and not EndpointCircuit.objects.filter(endpoint_url=url).exists():
         raise Http404("no endpoint with that URL has answered a run")
     minutes = series.minutes_of(timezone.now())
     labels = series.labels(minutes)
     latency = series.latency(minutes, None, endpoint=url)
     scores = dict(
-        HealthSample.objects.filter(endpoint_url=url, at__gte=minutes[0]).values_list("at", "score")
+        HealthSample.objects.filter(
+            readable_instants("at"), endpoint_url=url, at__gte=minutes[0]
+        ).values_list("at", "score")
     )
     score = [Series("health score", [scores.get(m) for m in minutes], HEALTH_COLOUR)]
     panels = [

@@ -16,9 +16,10 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from django_strait.admin import charts
+from django_strait.admin import charts, display
 from django_strait.models import CircuitState, EndpointCircuit, EndpointHealth, HealthSample
 from django_strait.models.health import health_subqueries
+from django_strait.rows import readable_instants
 
 #: How far back a sparkline looks (the sampler writes one score a minute).
 SPARKLINE_WINDOW = dt.timedelta(minutes=60)
@@ -106,7 +107,7 @@ def show_circuit(url: str, state: str | None) -> SafeString | str:
     return format_html(
         '<a class="strait-circuit strait-circuit-{}" href="{}?{}" style="color: {}">{}</a>',
         state, link, urlencode({"endpoint_url__exact": url}),
-        CIRCUIT_COLOURS.get(state, charts.OTHER_COLOUR), CircuitState(state).label,
+        CIRCUIT_COLOURS.get(state, charts.OTHER_COLOUR), display.label(CircuitState, state),
     )  # fmt: skip
 
 
@@ -116,7 +117,7 @@ def read_sparklines(
     """Return the scores of each URL over the sparkline window, oldest first: one query."""
     rows = (
         HealthSample.objects.using(using)
-        .filter(endpoint_url__in=set(urls), at__gt=now - SPARKLINE_WINDOW)
+        .filter(readable_instants("at"), endpoint_url__in=set(urls), at__gt=now - SPARKLINE_WINDOW)
         .order_by("endpoint_url", "at")
         .values_list("endpoint_url", "score")
     )

@@ -22,10 +22,11 @@ from django.utils.safestring import SafeString
 from django_strait.admin import charts, display, endpoints
 from django_strait.admin.circuits import ResetCircuitsMixin
 from django_strait.admin.inputs import GuardedInput
+from django_strait.admin.unreadable import ReadsRowsAside, SetsAside
 from django_strait.models import EndpointHealth
 
 
-class HealthChangeList(ChangeList):
+class HealthChangeList(SetsAside):
     """The health list, with the sparklines of the listed endpoints read in one query."""
 
     def get_results(self, request: HttpRequest) -> None:
@@ -37,7 +38,9 @@ class HealthChangeList(ChangeList):
 
 
 @admin.register(EndpointHealth)
-class EndpointHealthAdmin(GuardedInput, display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin):
+class EndpointHealthAdmin(
+    GuardedInput, ReadsRowsAside, display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin
+):
     """Endpoint health, one row per endpoint URL, worst first."""
 
     list_display = (
@@ -61,7 +64,7 @@ class EndpointHealthAdmin(GuardedInput, display.AutoRefresh, ResetCircuitsMixin,
 
     @admin.display(description="endpoint URL", ordering="endpoint_url")
     def endpoint(self, row: EndpointHealth) -> SafeString | str:
-        return display.cut(row.endpoint_url, 32)
+        return display.cut(row.endpoint_url, 26)
 
     @admin.display(description="score", ordering="score")
     def score_display(self, row: EndpointHealth) -> SafeString:

@@ -22,13 +22,16 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from django_strait import registry
 from django_strait.admin import display, endpoints
 from django_strait.admin.drilldown import endpoint_stats_view, job_stats_view
 from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
 from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.overview import overview_view
+from django_strait.admin.unreadable import ReadsRowsAside, SetsAside, say_problems
 from django_strait.database import alias
 from django_strait.models import Job, JobPresetRecommendation, JobRun, RunRollup
+from django_strait.rows import read, readable_instants
 from django_strait.states import TERMINAL, RunStatus
 from django_strait.triggering import TriggerError, trigger
 
@@ -54,6 +57,7 @@ def read_job_stats(job_ids: Iterable[int], now: dt.datetime) -> dict[int, JobSta
     """Return the stats of each job over the window: one grouped query on the rollups."""
     rows = (
         RunRollup.objects.filter(job_id__in=list(job_ids), minute__gte=now - STATS_WINDOW)
+        .filter(readable_instants("minute"))
         .values_list("job_id", "status")
         .annotate(n=Sum("count"), last=Max("minute"))
         .order_by()
@@ -77,7 +81,7 @@ def _stats(rows: Sequence[tuple[str, int, dt.datetime]]) -> JobStats:
     return JobStats(finished=finished, succeeded=succeeded, last_status=last_status)
 
 
-class JobChangeList(ChangeList):
+class JobChangeList(SetsAside):
     """The job list, with each listed job's stats read in one query."""
 
     def get_results(self, request: HttpRequest) -> None:
@@ -88,7 +92,7 @@ class JobChangeList(ChangeList):
 
 
 @admin.register(Job)
-class JobAdmin(GuardedInput, admin.ModelAdmin):
+class JobAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
     """Jobs: what runs, where, and how it retries; pause and resume."""
 
     list_display = (
@@ -136,7 +140,12 @@ class JobAdmin(GuardedInput, admin.ModelAdmin):
     @admin.display(description="recommended preset")
     def recommended_preset(self, job: Job) -> str:
         """The preset the job's runs start at after an OOM kill, while it lasts (24 h)."""
-        rec = JobPresetRecommendation.objects.filter(job_id=job.pk).first() if job.pk else None
+        if job.pk is None:
+            return "-"
+        found = read(JobPresetRecommendation.objects.filter(job_id=job.pk))
+        if found.unreadable:
+            return f"cannot be shown: {say_problems(found.unreadable)}"
+        rec = found.rows[0] if found.rows else None
         if rec is None or rec.expires_at <= timezone.now():
             return "-"
         return (
@@ -156,6 +165,20 @@ class JobAdmin(GuardedInput, admin.ModelAdmin):
         names = job.headers if isinstance(job.headers, dict) else {}
         return format_html_join("", "{}: {}<br>", ((name, MASK) for name in names)) or "-"
 
+    @admin.display(description="schedule")
+    def schedule_from_code(self, job: Job) -> str:
+        """A schedule that code owns, saying so (read-only, like what else code declares)."""
+        entry = registry.get(job.name)
+        where = f" by {entry.spec.path}" if entry is not None else ""
+        return f"{job.schedule or '-'} (declared in code{where}: change it there)"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> list[str]:
+        # What code declares, code owns: each sync writes it again (docs/schedules.md).
+        found = list(super().get_readonly_fields(request, obj))
+        declared = declared_fields(obj)
+        extra = ["schedule_from_code"] if "schedule" in declared else []
+        return found + [f for f in [*declared, *extra] if f not in found]
+
     def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> list[Any]:
         # Django shows a read-only page's fields with their values: show the secret's
         # state and the header names instead. An editable page can clear the secret.
@@ -165,6 +188,8 @@ class JobAdmin(GuardedInput, admin.ModelAdmin):
             swap = {"signing_secret": ("signing_secret", "clear_signing_secret")}
         else:
             swap = {}
+        if "schedule" in declared_fields(obj):
+            swap["schedule"] = ("schedule_from_code",)
         return [
             (title, {**options, "fields": _swapped(options["fields"], swap)})
             for title, options in super().get_fieldsets(request, obj)
@@ -278,9 +303,16 @@ class JobAdmin(GuardedInput, admin.ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
+        # Only the two columns the page's note needs: a row another column of which cannot
+        # be read (JSON nested 5,000 deep in its headers) must still open, to be mended.
+        rows = Job.objects.filter(pk=object_id) if object_id.isdigit() else Job.objects.none()
+        job = rows.only("name", "schedule_in_code").first()
+        entry = registry.get(job.name) if job is not None else None
         context = {
             **(extra_context or {}),
             "strait_can_trigger": self.has_trigger_permission(request),
+            "strait_declared_by": entry.spec.path if entry is not None else "",
+            "strait_declared": [Job._meta.get_field(f).verbose_name for f in declared_fields(job)],
         }
         return super().change_view(request, object_id, form_url, context)
 
@@ -314,6 +346,16 @@ class JobAdmin(GuardedInput, admin.ModelAdmin):
         except TriggerError as exc:
             form.add_trigger_error(exc)
             return None
+
+
+def declared_fields(job: Job | None) -> list[str]:
+    """The fields of ``job`` that code declares (its ``@job``), which the admin does not edit."""
+    if job is None:
+        return []
+    fields = list(registry.declared_columns(job.name))
+    if job.schedule_in_code:  # declared by code this process may not have imported
+        fields += [f for f in registry.SCHEDULE_COLUMNS if f not in fields]
+    return fields
 
 
 def queued_message(runs: Sequence[JobRun]) -> SafeString:

@@ -30,6 +30,7 @@ from django_strait.conf import strait_settings
 from django_strait.duties.registry import alive_since
 from django_strait.metrics.database import QueueGauge, dead_letters_by_job, queue_gauges
 from django_strait.models import EndpointHealth, Job, Project, RunRollup, WorkerProcess
+from django_strait.rows import read, readable_instants
 
 #: At most this many endpoints (the least healthy first) and projects are shown.
 MOST_SHOWN = 20
@@ -94,7 +95,8 @@ def read_overview(now: dt.datetime | None = None, using: str | None = None) -> O
     throughput, outcomes, counts = _throughput(now, using)
     minutes = series.minutes_of(now)
     since = alive_since(now, strait_settings.STALE_AFTER)
-    workers = tuple(WorkerProcess.objects.using(using).filter(last_seen_at__gte=since)[:50])
+    alive = WorkerProcess.objects.using(using).filter(readable_instants("last_seen_at"))
+    workers = tuple(read(alive.filter(last_seen_at__gte=since)[:50]).rows)
     return Overview(
         now=now,
         throughput=throughput,
@@ -128,7 +130,7 @@ def _throughput(now: dt.datetime, using: str) -> tuple[tuple[Column, ...], tuple
 def _busy_jobs(minutes: list[dt.datetime], using: str) -> tuple[tuple[int, str, int], ...]:
     rows = (
         RunRollup.objects.using(using)
-        .filter(minute__gte=minutes[0])
+        .filter(readable_instants("minute"), minute__gte=minutes[0])
         .values_list("job_id", "job__name")
         .annotate(n=Sum("count"))
         .order_by("-n", "job__name")[:MOST_SHOWN]
@@ -157,7 +159,9 @@ def _endpoints(now: dt.datetime, using: str) -> tuple[EndpointRow, ...]:
 
 def _budgets(now: dt.datetime, using: str) -> tuple[ProjectRow, ...]:
     projects = projects_today(Project.objects.using(using).order_by("name"), now)[:MOST_SHOWN]
-    return tuple(ProjectRow(p.name, budget_day(p)) for p in projects)
+    # A project whose budget or ledger cannot be read is left out here (and logged);
+    # the projects' list shows it, and what cannot be read.
+    return tuple(ProjectRow(p.name, budget_day(p)) for p in read(projects).rows)
 
 
 THROUGHPUT_COLOURS = ("#447e9b", "#2e7d32")

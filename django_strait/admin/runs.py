@@ -24,12 +24,14 @@ from django.utils.safestring import SafeString
 
 from django_strait import transitions
 from django_strait.admin import actions, display, timeline
-from django_strait.admin.filters import ErrorTypeFilter, QueueFilter
+from django_strait.admin.filters import ByNameFilter, ErrorTypeFilter, QueueFilter
 from django_strait.admin.forms import ReplayPayloadForm
 from django_strait.admin.inlines import HistoryInline
 from django_strait.admin.inputs import GuardedInput
+from django_strait.admin.unreadable import ReadsRowsAside, SetsAside, unshown
 from django_strait.admin.webhooks import WebhookDeliveryInline
-from django_strait.models import JobRun, RunAttempt, RunHold, WorkflowStepRun
+from django_strait.models import Job, JobRun, RunAttempt, RunHold, WorkflowStepRun
+from django_strait.rows import read
 from django_strait.states import Transition
 from django_strait.storage import backend
 from django_strait.triggering import TriggerError
@@ -162,7 +164,7 @@ class EstimatedCountPaginator(Paginator):
         return super()._get_page(object_list, number, paginator)
 
 
-class RunChangeList(ChangeList):
+class RunChangeList(SetsAside):
     """The run list, without the large columns that it never shows."""
 
     def get_results(self, request: HttpRequest) -> None:
@@ -189,14 +191,15 @@ def pretty_json(value: Any) -> str:
 
 
 @admin.register(JobRun)
-class JobRunAdmin(GuardedInput, display.AutoRefresh, admin.ModelAdmin):
+class JobRunAdmin(GuardedInput, ReadsRowsAside, display.AutoRefresh, admin.ModelAdmin):
     """Every run: filter, search, inspect, and replay / cancel / discard through transitions."""
 
     list_display = (
         "id", "job_name", "status_badge", "attempts", "available", "error_type_cut", "finished",
     )  # fmt: skip
     list_filter = (
-        "status", "job", QueueFilter, ErrorTypeFilter, ("created_at", admin.DateFieldListFilter),
+        "status", ("job", ByNameFilter), QueueFilter, ErrorTypeFilter,
+        ("created_at", admin.DateFieldListFilter),
     )  # fmt: skip
     list_select_related = ("job",)
     #: Columns the list never shows, left unread (payloads and results can be large).
@@ -255,6 +258,11 @@ class JobRunAdmin(GuardedInput, display.AutoRefresh, admin.ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RunChangeList
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[JobRun]:
+        # Of the job, only its name (the title, the job column): a job row that cannot be
+        # read does not close its runs' pages.
+        return super().get_queryset(request).select_related("job").defer(*unshown("job", Job))
+
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet, search_term: str
     ) -> tuple[QuerySet, bool]:
@@ -271,7 +279,7 @@ class JobRunAdmin(GuardedInput, display.AutoRefresh, admin.ModelAdmin):
 
     @admin.display(description="job")
     def job_name(self, run: JobRun) -> SafeString | str:
-        return display.cut(run.job.name, 24)
+        return display.cut(run.job.name, 18)
 
     @admin.display(description="status")
     def status_badge(self, run: JobRun) -> SafeString:
@@ -287,7 +295,7 @@ class JobRunAdmin(GuardedInput, display.AutoRefresh, admin.ModelAdmin):
 
     @admin.display(description="error type")
     def error_type_cut(self, run: JobRun) -> SafeString | str:
-        return display.cut(run.error_type, 24)
+        return display.cut(run.error_type, 16)
 
     @admin.display(description="created")
     def created(self, run: JobRun) -> SafeString | str:
@@ -382,10 +390,10 @@ class JobRunAdmin(GuardedInput, display.AutoRefresh, admin.ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        run = self._titled(object_id)
+        title = self._titled(object_id)
         context = {
             **(extra_context or {}),
-            **({"title": str(run), "subtitle": None} if run is not None else {}),
+            **({"title": title, "subtitle": None} if title is not None else {}),
             "show_save": False,
             "show_save_and_continue": False,
             "show_save_and_add_another": False,
@@ -416,32 +424,35 @@ class JobRunAdmin(GuardedInput, display.AutoRefresh, admin.ModelAdmin):
             )
         return buttons
 
-    def _titled(self, object_id: str) -> JobRun | None:
-        """The run with its job's name, for the page's title: "run 10 of partner-webhook (completed)"."""
+    def _titled(self, object_id: str) -> str | None:
+        """The page's title: "run 10 of partner-webhook (completed)" (None: no such run).
+
+        Read as values, not as a run and its job: a job row that cannot be read must not
+        keep its runs' pages closed.
+        """
         if not str(object_id).isdigit():
             return None
-        return (
-            JobRun.objects.select_related("job")
-            .only("pk", "status", "job__name")
-            .filter(pk=object_id)
-            .first()
-        )
+        found = JobRun.objects.filter(pk=object_id).values_list("pk", "status", "job__name")
+        row = found.first()
+        return None if row is None else f"run {row[0]} of {row[2]} ({row[1]})"
 
     def _timeline(self, object_id: str) -> str:
         """The run's timeline (attempts, holds, waits), or "" when there is no such run."""
         if not str(object_id).isdigit():
             return ""
-        run = (
-            JobRun.objects.filter(pk=object_id)
-            .only("created_at", "finished_at", "status", "available_at")
-            .first()
+        found = read(
+            JobRun.objects.filter(pk=object_id).only(
+                "created_at", "finished_at", "status", "available_at"
+            )
         )
-        if run is None:
-            return ""
+        if not found.rows:
+            return ""  # no such run, or one whose times cannot be read (its page says which)
+        run = found.rows[0]
         line = timeline.build(
             run,
-            RunAttempt.objects.filter(run_id=run.pk).defer("response_excerpt"),
-            RunHold.objects.filter(run_id=run.pk),
+            # An attempt or a hold that cannot be read is left out of the picture (and logged).
+            read(RunAttempt.objects.filter(run_id=run.pk).defer("response_excerpt")).rows,
+            read(RunHold.objects.filter(run_id=run.pk)).rows,
             now=timezone.now(),
         )
         return render_to_string(

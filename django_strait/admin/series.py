@@ -20,6 +20,7 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from django_strait.models import QueueSample, RunAttempt, RunRollup
+from django_strait.rows import readable_instants
 from django_strait.states import TERMINAL, RunStatus
 
 #: The window every series covers, one point a minute.
@@ -49,7 +50,9 @@ def outcome_counts(
     minutes: Sequence[dt.datetime], using: str | None, job_id: int | None = None
 ) -> dict[dt.datetime, dict[str, int]]:
     """Attempts that ended in each minute, by where they left their run (the rollups)."""
-    rows = RunRollup.objects.using(using).filter(minute__gte=minutes[0])
+    rows = RunRollup.objects.using(using).filter(
+        readable_instants("minute"), minute__gte=minutes[0]
+    )
     if job_id is not None:
         rows = rows.filter(job_id=job_id)
     counts: dict[dt.datetime, dict[str, int]] = {m: {} for m in minutes}
@@ -115,7 +118,9 @@ def latency(
     endpoint: str | None = None,
 ) -> Latency:
     """Read the window's attempts (of a job, or at an endpoint) and summarize them per minute."""
-    rows = RunAttempt.objects.using(using).filter(started_at__gte=minutes[0])
+    rows = RunAttempt.objects.using(using).filter(
+        readable_instants("started_at"), started_at__gte=minutes[0]
+    )
     if job_id is not None:
         rows = rows.filter(run__job_id=job_id)
     if endpoint is not None:
@@ -157,7 +162,7 @@ def queue_lag(
     minutes: Sequence[dt.datetime], using: str | None, most: int = 5
 ) -> dict[str, list[float | None]]:
     """Each queue's sampled lag per minute (seconds), the ``most`` laggiest queues only."""
-    rows = QueueSample.objects.using(using).filter(at__gte=minutes[0])
+    rows = QueueSample.objects.using(using).filter(readable_instants("at"), at__gte=minutes[0])
     by_queue: dict[str, dict[dt.datetime, float]] = defaultdict(dict)
     for queue, at, lag in rows.values_list("queue", "at", "lag_seconds"):
         by_queue[queue][at] = lag

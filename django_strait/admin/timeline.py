@@ -37,6 +37,8 @@ HOLD_COLOURS = {
     "health": "#ff7043",
     "limit": "#5c6bc0",
     "budget": "#00897b",
+    # Left for a worker that has the job's handler (a rolling deploy).
+    "handler": "#7cb342",
 }
 WAIT_COLOUR = "#90a4ae"
 SHORT_CIRCUITED = "short_circuited"

@@ -21,14 +21,17 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_strait.admin import actions
+from django_strait.admin import actions, display
 from django_strait.admin.charts import OTHER_COLOUR
 from django_strait.admin.dagpicture import Box, draw
+from django_strait.admin.filters import ByNameFilter
 from django_strait.admin.inlines import HistoryInline
 from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.runs import pretty_json
+from django_strait.admin.unreadable import ReadsRowsAside, unshown
 from django_strait.admin.webhooks import WebhookDeliveryInline
 from django_strait.models import (
+    Job,
     JobRun,
     StepRunStatus,
     Workflow,
@@ -37,6 +40,7 @@ from django_strait.models import (
     WorkflowStep,
     WorkflowStepRun,
 )
+from django_strait.rows import read
 from django_strait.states import Transition
 from django_strait.workflows import cancel_workflow_run
 
@@ -58,7 +62,7 @@ def badge(status: str) -> SafeString:
     )  # fmt: skip
 
 
-class ReadOnlyAdmin(GuardedInput, admin.ModelAdmin):
+class ReadOnlyAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
     """Nothing is added, changed or deleted here: code and the workflow engine write these."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -83,11 +87,11 @@ class WorkflowStepInline(HistoryInline):
     ordering = ("id",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        return super().get_queryset(request).select_related("job")
+        return super().get_queryset(request).select_related("job").defer(*unshown("job", Job))
 
     @admin.display(description="depends on")
     def parents(self, step: WorkflowStep) -> str:
-        return ", ".join(step.depends_on) or "-"
+        return ", ".join(_parents(step)) or "-"
 
 
 @admin.register(Workflow)
@@ -112,8 +116,8 @@ class WorkflowAdmin(ReadOnlyAdmin):
 class WorkflowRunAdmin(ReadOnlyAdmin):
     """Workflow runs: filter by status, see the DAG, cancel, replay the failed step."""
 
-    list_display = ("id", "workflow", "status_badge", "created_at", "finished_at")
-    list_filter = ("status", "workflow")
+    list_display = ("id", "workflow_name", "status_badge", "created", "finished")
+    list_filter = ("status", ("workflow", ByNameFilter))
     list_select_related = ("workflow",)
     sortable_by: tuple[str, ...] = ("id",)
     search_fields = ("id", "idempotency_key")
@@ -128,7 +132,8 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        return super().get_queryset(request).select_related("workflow").defer("payload")
+        rows = super().get_queryset(request).select_related("workflow")
+        return rows.defer("payload", *unshown("workflow", Workflow))
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet, search_term: str
@@ -144,6 +149,18 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
     @admin.display(description="status", ordering="status")
     def status_badge(self, wr: WorkflowRun) -> SafeString:
         return badge(wr.status)
+
+    @admin.display(description="workflow")
+    def workflow_name(self, wr: WorkflowRun) -> SafeString | str:
+        return display.cut(wr.workflow.name, 24)
+
+    @admin.display(description="created")
+    def created(self, wr: WorkflowRun) -> SafeString | str:
+        return display.moment(wr.created_at)
+
+    @admin.display(description="finished")
+    def finished(self, wr: WorkflowRun) -> SafeString | str:
+        return display.moment(wr.finished_at)
 
     @admin.display(description="payload")
     def payload_json(self, wr: WorkflowRun) -> str:
@@ -260,7 +277,10 @@ def step_runs(wr_id: int) -> list[WorkflowStepRun]:
     The runs' payloads and results are left unread: a wide workflow's page must
     not carry every step's result.
     """
-    return list(WorkflowStepRun.objects.filter(workflow_run_id=wr_id).summaries())
+    # A step run (or its step) that cannot be read stands in with the bad fields empty.
+    return read(
+        WorkflowStepRun.objects.filter(workflow_run_id=wr_id).summaries(), stand_ins=True
+    ).rows
 
 
 def replayable(steps: list[WorkflowStepRun]) -> list[int]:
@@ -286,7 +306,13 @@ def _box(sr: WorkflowStepRun) -> Box:
         detail = f"attempt {sr.run.attempt}"
         if sr.run.error_type:
             detail += f", {sr.run.error_type}"
-    return Box(sr.step.name, sr.step.depends_on, sr.status, detail, _run_url(sr))
+    return Box(sr.step.name, _parents(sr.step), sr.status, detail, _run_url(sr))
+
+
+def _parents(step: WorkflowStep) -> list[str]:
+    """A step's parents by name ([] when its ``depends_on`` cannot be read)."""
+    names = step.depends_on
+    return [str(n) for n in names] if isinstance(names, list) else []
 
 
 def _row(sr: WorkflowStepRun) -> dict[str, Any]:
@@ -295,7 +321,7 @@ def _row(sr: WorkflowStepRun) -> dict[str, Any]:
         "name": sr.step.name,
         "status": sr.status,
         "job": sr.step.job.name,
-        "depends_on": ", ".join(sr.step.depends_on),
+        "depends_on": ", ".join(_parents(sr.step)),
         "run_id": run.pk if run else None,
         "run_status": run.status if run else "",
         "attempt": run.attempt if run else "",

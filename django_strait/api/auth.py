@@ -184,6 +184,20 @@ def credential(request: Request, keyword: str) -> str | None:
 
 
 _PRINTABLE = re.compile(rb"[\x21-\x7e]+")
+#: The form of a key's prefix (``issue_key``): what a failed attempt may be counted by.
+_PREFIX = re.compile(rb"[A-Za-z0-9]{%d}" % PREFIX_LENGTH)
+#: The schemes that carry an API key (the OJS binding reads keys as ``Bearer``).
+_KEY_SCHEMES = (KEYWORD.lower().encode(), b"bearer")
+
+
+def presented_prefix(request: Request) -> str | None:
+    """Return the key prefix an ``Api-Key`` or ``Bearer`` credential names, if it has a
+    prefix's form (whether or not such a key exists); None for anything else."""
+    parts = get_authorization_header(request).split()
+    if len(parts) != 2 or parts[0].lower() not in _KEY_SCHEMES:
+        return None
+    prefix = parts[1].partition(b".")[0]
+    return prefix.decode("ascii") if _PREFIX.fullmatch(prefix) else None
 
 
 class ApiKeyAuthentication(BaseAuthentication):

@@ -21,7 +21,7 @@ from django_strait.api.auth import (
     StraitTokenAuthentication,
 )
 from django_strait.api.errors import InvalidField, OutsideQueues, strait_exception_handler
-from django_strait.api.pagination import MAX_ID
+from django_strait.api.pagination import MAX_ID, one
 from django_strait.api.parsers import LimitedJSONParser, refuse_declared_size
 from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
 from django_strait.models import JobRun
@@ -52,7 +52,6 @@ class StraitAPIView(APIView):
     scope = QueueScope()
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        AuthFailureThrottle().refuse_if_over(request)  # before authenticating: see the class
         refuse_declared_size(request)
         super().initial(request, *args, **kwargs)
         refuse_nul(request, kwargs, named=self.named)
@@ -74,7 +73,7 @@ class StraitAPIView(APIView):
 
     def handle_exception(self, exc: Exception) -> Any:
         if isinstance(exc, exceptions.AuthenticationFailed):
-            AuthFailureThrottle().count(self.request)
+            exc = AuthFailureThrottle().failed(self.request) or exc
         return super().handle_exception(exc)
 
     def get_exception_handler(self):
@@ -126,7 +125,7 @@ def who(request: Request) -> str:
 def find_run(pk: int, runs=None) -> JobRun:
     """Return run ``pk`` from ``runs`` (all runs by default), or raise a 404 naming it."""
     runs = JobRun.objects.all() if runs is None else runs
-    run = runs.filter(pk=pk).first() if pk <= MAX_ID else None
+    run = one(runs.filter(pk=pk)) if pk <= MAX_ID else None
     if run is None:
         raise exceptions.NotFound(f"no run with id {pk}")
     return run

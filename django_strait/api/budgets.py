@@ -15,11 +15,12 @@ from django_strait.api.auth import Rule
 from django_strait.api.base import StraitAPIView
 from django_strait.api.filters import PAGING, refuse_unknown
 from django_strait.api.inputs import integer
-from django_strait.api.pagination import Keyset, page_serializer, paginate
+from django_strait.api.pagination import Keyset, one, page_serializer, paginate, said
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import BudgetHistorySerializer, BudgetSerializer
 from django_strait.models import BudgetLedger, Project
 from django_strait.resilience.budgets import today
+from django_strait.rows import SetAside, Unreadable, problem_of, read
 
 # As circuits: whoever may read the jobs may read what their projects spent.
 READ = Rule("jobs:read", "django_strait.view_project")
@@ -49,6 +50,17 @@ def _today_of(project: Project, ledger: BudgetLedger | None, day: dt.date) -> di
     }
 
 
+def _shown_today(project: Project, ledger: BudgetLedger | None, day: dt.date) -> dict[str, Any]:
+    """A project's today, or, when its row or its ledger cannot be read, its name and why."""
+    problems = [*getattr(project, "unreadable", ()), *getattr(ledger, "unreadable", ())]
+    if not problems:
+        try:
+            return BudgetSerializer(_today_of(project, ledger, day)).data
+        except Exception as exc:
+            problems = [Unreadable(Project._meta.db_table, project.pk, "", problem_of(exc))]
+    return {"name": project.name, "unreadable": said(problems)}
+
+
 class BudgetListView(StraitAPIView):
     """GET budgets/: every project, by name, with what it spent and holds today."""
 
@@ -63,18 +75,19 @@ class BudgetListView(StraitAPIView):
         refuse_unknown(request.query_params, PAGING)
         page = paginate(Project.objects.all(), Keyset("name", kind=str), request)
         day = today()
-        ledgers = {
-            row.project_id: row
-            for row in BudgetLedger.objects.filter(project__in=page.rows, day=day)
-        }
-        data = [_today_of(p, ledgers.get(p.pk), day) for p in page.rows]
-        return Response({"results": BudgetSerializer(data, many=True).data, "next": page.next_url})
+        found = read(BudgetLedger.objects.filter(project__in=page.rows, day=day), stand_ins=True)
+        ledgers = {row.project_id: row for row in found.rows}
+        data = [_shown_today(p, ledgers.get(p.pk), day) for p in page.rows]
+        return Response({"results": data, "next": page.next_url})
 
 
 def history(project: Project, days: int, until: dt.date) -> list[dict[str, Any]]:
     """Return the project's ledger for the ``days`` days up to ``until``, newest first."""
     first = until - dt.timedelta(days=days - 1)
-    rows = {r.day: r for r in project.ledger.filter(day__gte=first, day__lte=until)}
+    found = read(project.ledger.filter(day__gte=first, day__lte=until))
+    if found.unreadable:
+        raise SetAside(found.unreadable)
+    rows = {r.day: r for r in found.rows}
     return [_day(rows.get(until - dt.timedelta(days=n)), until - dt.timedelta(days=n))
             for n in range(days)]  # fmt: skip
 
@@ -103,13 +116,22 @@ class BudgetView(StraitAPIView):
     def get(self, request: Request, project: str) -> Response:
         refuse_unknown(request.query_params, ("days",))
         days = integer(request.query_params, "days", default=DEFAULT_DAYS, low=1, high=MAX_DAYS)
-        found = Project.objects.filter(name=project).first()
+        found = one(Project.objects.filter(name=project))
         if found is None:
             raise exceptions.NotFound(f"no project named {project!r}")
-        data = {
-            "name": found.name,
-            "daily_budget": found.daily_budget,
-            "soft_limit_ratio": found.soft_limit_ratio,
-            "days": history(found, days, today()),
-        }
-        return Response(BudgetHistorySerializer(data).data)
+        try:
+            data = {
+                "name": found.name,
+                "daily_budget": found.daily_budget,
+                "soft_limit_ratio": found.soft_limit_ratio,
+                "days": history(found, days, today()),
+            }
+            shown = BudgetHistorySerializer(data).data
+        except SetAside as exc:  # a day of its ledger cannot be read
+            return Response({"name": found.name, "unreadable": said(exc.problems)})
+        except Exception as exc:
+            problems = [Unreadable(Project._meta.db_table, found.pk, "", problem_of(exc))]
+            return Response({"name": found.name, "unreadable": said(problems)})
+        if getattr(found, "unreadable", None):
+            shown["unreadable"] = said(found.unreadable)
+        return Response(shown)

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from django_strait.api.auth import Rule
 from django_strait.api.base import StraitAPIView, who
 from django_strait.api.filters import PAGING, refuse_unknown
-from django_strait.api.pagination import Keyset, page_serializer, paginate
+from django_strait.api.pagination import Keyset, page_serializer, paginate, shown
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import CircuitResetSerializer, CircuitSerializer
 from django_strait.circuits import reset_circuit
@@ -50,7 +50,7 @@ class CircuitListView(StraitAPIView):
     def get(self, request: Request) -> Response:
         refuse_unknown(request.query_params, PAGING)
         page = paginate(with_health(EndpointCircuit.objects.all()), FIRST_SEEN, request)
-        data = CircuitSerializer(page.rows, many=True).data
+        data = shown(CircuitSerializer, page.rows)
         return Response({"results": data, "next": page.next_url})
 
 

@@ -13,7 +13,7 @@ from django_strait.api.auth import Rule
 from django_strait.api.base import StraitAPIView, find_run, who
 from django_strait.api.errors import Conflict
 from django_strait.api.filters import run_condition
-from django_strait.api.pagination import paginate
+from django_strait.api.pagination import paginate, shown
 from django_strait.api.runs import NEWEST_FIRST, RunPage, filter_parameters, replay, with_attempts
 from django_strait.api.schema import documented, errors
 from django_strait.api.serializers import (
@@ -53,7 +53,7 @@ class DeadLetterListView(StraitAPIView):
         condition = run_condition(request.query_params, allowed=DLQ_FILTERS)
         runs = self.runs(DeadLetter.objects.filter(condition)).select_related("job")
         page = paginate(runs, NEWEST_FIRST, request)
-        data = RunSummarySerializer(page.rows, many=True).data
+        data = shown(RunSummarySerializer, page.rows)
         return Response({"results": data, "next": page.next_url})
 
 

@@ -12,7 +12,7 @@ from django_strait.api.auth import Rule
 from django_strait.api.base import StraitAPIView
 from django_strait.api.errors import InvalidField
 from django_strait.api.filters import PAGING, listed, refuse_unknown
-from django_strait.api.pagination import Keyset, page_serializer, paginate
+from django_strait.api.pagination import Keyset, page_serializer, paginate, shown
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import HealthSerializer
 from django_strait.models import EndpointHealth, HealthLevel
@@ -58,5 +58,5 @@ class HealthListView(StraitAPIView):
         if wanted is not None:
             rows = rows.filter(level__in=wanted)
         page = paginate(rows, FIRST_SEEN, request)
-        data = HealthSerializer(page.rows, many=True).data
+        data = shown(HealthSerializer, page.rows)
         return Response({"results": data, "next": page.next_url})

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from django_strait.api.auth import QueueScope, Rule
 from django_strait.api.base import StraitAPIView
 from django_strait.api.errors import InvalidField, UnknownJob
-from django_strait.api.pagination import Keyset, page_serializer, paginate
+from django_strait.api.pagination import Keyset, one, page_serializer, paginate, shown
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import (
     IDEMPOTENCY_HEADER,
@@ -47,7 +47,7 @@ JobPage = page_serializer("JobPage", JobSerializer)
 
 def find_job(name: str, scope: QueueScope) -> Job:
     """Return the job named ``name`` (if its queue is in ``scope``), or raise a 404 naming it."""
-    job = scope.only(Job.objects.filter(name=name)).first()
+    job = one(scope.only(Job.objects.filter(name=name)))
     if job is None:
         raise UnknownJob(f"no job named {name!r}")
     return job
@@ -68,9 +68,7 @@ class JobListView(StraitAPIView):
         if unknown:
             raise InvalidField(unknown[0], "unknown parameter; allowed: cursor, limit")
         page = paginate(self.scope.only(Job.objects.all()), Keyset("name", kind=str), request)
-        return Response(
-            {"results": JobSerializer(page.rows, many=True).data, "next": page.next_url}
-        )
+        return Response({"results": shown(JobSerializer, page.rows), "next": page.next_url})
 
     @documented(
         operation_id="jobs_create",
@@ -97,7 +95,7 @@ class JobView(StraitAPIView):
 
     @documented(operation_id="jobs_retrieve", responses={200: JobSerializer, **errors(404)})
     def get(self, request: Request, name: str) -> Response:
-        return Response(JobSerializer(find_job(name, self.scope)).data)
+        return Response(shown(JobSerializer, [find_job(name, self.scope)])[0])
 
     @documented(
         operation_id="jobs_update",

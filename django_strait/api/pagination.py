@@ -20,6 +20,7 @@ from rest_framework.utils.urls import replace_query_param
 from django_strait.api.errors import InvalidField
 from django_strait.api.inputs import integer
 from django_strait.json_text import loads
+from django_strait.rows import Unreadable, problem_of, read
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -56,7 +57,9 @@ def paginate(rows: QuerySet, keyset: Keyset, request: Request) -> Page:
     cursor = request.query_params.get("cursor")
     if cursor:
         rows = keyset.after(rows, _decode(cursor, keyset.kind))
-    fetched = list(keyset.order(rows)[: limit + 1])
+    # A row that cannot be read stands in its place (its bad fields None, its problems
+    # in ``unreadable``): the page and the pages after it still answer.
+    fetched = read(keyset.order(rows)[: limit + 1], stand_ins=True).rows
     if len(fetched) <= limit:
         return Page(fetched, None)
     last = getattr(fetched[limit - 1], keyset.field)
@@ -96,3 +99,38 @@ def page_serializer(name: str, item: type[serializers.Serializer]) -> type[seria
         "next": serializers.URLField(allow_null=True, help_text="The next page; null on the last."),
     }
     return type(name, (serializers.Serializer,), fields)
+
+
+def shown(serializer: type[serializers.Serializer], rows: Sequence[Any], **options: Any) -> list:
+    """``rows`` as ``serializer`` shows them; a row that could not be read whole also says
+    what cannot be (``"unreadable": {field: problem}``, its fields null), and a row that
+    cannot be shown at all is its id and that. One bad row never fails the page.
+    """
+    try:
+        data = list(serializer(rows, many=True, **options).data)
+    except Exception:
+        data = [_shown_alone(serializer, row, options) for row in rows]
+    for item, row in zip(data, rows, strict=True):
+        problems = getattr(row, "unreadable", None)
+        if problems and "unreadable" not in item:
+            item["unreadable"] = said(problems)
+    return data
+
+
+def _shown_alone(serializer: type[serializers.Serializer], row: Any, options: dict) -> Any:
+    try:
+        return serializer(row, **options).data
+    except Exception as exc:
+        problems = [*getattr(row, "unreadable", ()), Unreadable("", row.pk, "", problem_of(exc))]
+        return {"id": row.pk, "unreadable": said(problems)}
+
+
+def said(problems: Sequence[Unreadable]) -> dict[str, str]:
+    """Problems as the API says them: by field ("row" when none), the table, id and what."""
+    return {p.field or "row": str(p) if p.table else p.problem for p in problems}
+
+
+def one(rows: QuerySet) -> Any:
+    """The first of ``rows``, read or stood in for (see :func:`shown`); None if there is none."""
+    found = read(rows[:1], stand_ins=True).rows
+    return found[0] if found else None

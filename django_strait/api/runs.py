@@ -15,7 +15,7 @@ from django_strait.api.auth import Rule
 from django_strait.api.base import StraitAPIView, find_run, who
 from django_strait.api.errors import Conflict, InvalidField
 from django_strait.api.filters import RUN_FILTERS, run_condition
-from django_strait.api.pagination import Keyset, page_serializer, paginate
+from django_strait.api.pagination import Keyset, page_serializer, paginate, shown
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import ReplaySerializer, RunSerializer, RunSummarySerializer
 from django_strait.models import JobRun, RunAttempt
@@ -70,7 +70,7 @@ class RunListView(StraitAPIView):
         runs = self.runs(JobRun.objects.filter(run_condition(request.query_params)))
         runs = runs.select_related("job")
         page = paginate(runs, NEWEST_FIRST, request)
-        data = RunSummarySerializer(page.rows, many=True).data
+        data = shown(RunSummarySerializer, page.rows)
         return Response({"results": data, "next": page.next_url})
 
 
@@ -81,7 +81,7 @@ class RunView(StraitAPIView):
 
     @documented(operation_id="runs_retrieve", responses={200: RunSerializer, **errors(404)})
     def get(self, request: Request, pk: int) -> Response:
-        return Response(RunSerializer(find_run(pk, self.runs(with_attempts()))).data)
+        return Response(shown(RunSerializer, [find_run(pk, self.runs(with_attempts()))])[0])
 
 
 class CancelView(StraitAPIView):

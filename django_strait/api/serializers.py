@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError as ModelValidationError
 from django.utils import timezone
 from rest_framework import serializers
 
+from django_strait import registry
 from django_strait.api.inputs import DATETIME_SYNTAX, instant_or_none, shown
 from django_strait.models import (
     CircuitState,
@@ -259,6 +260,10 @@ class JobSerializer(StrictSerializerMixin, serializers.ModelSerializer):
         return sorted(job.headers) if isinstance(job.headers, dict) else []
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        name = self.instance.name if self.instance else attrs.get("name")
+        owned = registry.code_owned(name, attrs) if isinstance(name, str) else {}
+        if owned:
+            raise serializers.ValidationError(owned)
         candidate = (
             Job(**{f: getattr(self.instance, f) for f in JOB_FIELDS}) if self.instance else Job()
         )

@@ -1,5 +1,5 @@
 """Throttles read from ``strait_settings``: a global rate per client, a stricter one to trigger,
-and one for failed authentications per client address, checked before authenticating.
+and one for failed authentications per client address and presented key prefix.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 
-from django_strait.api.auth import KeyHolder
+from django_strait.api.auth import KeyHolder, presented_prefix
 from django_strait.conf import strait_settings
 
 
@@ -69,38 +69,47 @@ class TriggerThrottle(_StraitThrottle):
 
 
 class AuthFailureThrottle(_StraitThrottle):
-    """Failed authentications, per address: ``STRAIT["API_AUTH_FAILURE_THROTTLE_RATE"]``.
+    """Failed authentications, per address and per presented key prefix:
+    ``STRAIT["API_AUTH_FAILURE_THROTTLE_RATE"]``.
 
-    DRF authenticates before it throttles, and a failure ends the request: this one
-    is counted where authentication fails and checked before authenticating, so an
-    address over the rate gets 429 whatever credentials it sends next.
+    A valid credential always passes, whatever failed before it from its address (a
+    NAT shared with a broken client) or against its key, and resets nothing. A failed
+    one is counted against its address, and against the key prefix it names (guesses
+    at one key from many addresses); over the rate on either, it is answered 429 with
+    ``Retry-After`` instead of 401, and counted still, so a client that keeps failing
+    stays throttled. Guessing gains nothing either way: a key's secret is 256 random
+    bits, a token's 160 (docs/security.md, "Bad input to the REST API").
     """
 
     scope = "strait-auth-failure"
     setting = "API_AUTH_FAILURE_THROTTLE_RATE"
 
-    def get_cache_key(self, request: Request, view: Any) -> str | None:
-        return self.cache_format % {"scope": self.scope, "ident": client_address(request)}
-
-    def refuse_if_over(self, request: Request) -> None:
-        """Raise ``Throttled`` if the request's address failed too often lately."""
-        if self.rate is None or len(self._recent(request)) < self.num_requests:
-            return
-        oldest_that_counts = self.history[self.num_requests - 1]
-        raise exceptions.Throttled(
-            max(1, math.ceil(oldest_that_counts + self.duration - self.now)),
-            detail=f"too many failed authentications from this address: more than {self.rate} "
-            "(STRAIT['API_AUTH_FAILURE_THROTTLE_RATE']).",
+    def failed(self, request: Request) -> exceptions.Throttled | None:
+        """Count one failed authentication of ``request``; return the 429 to answer
+        instead of its 401 when its address or key prefix failed too often lately."""
+        if self.rate is None:
+            return None
+        idents = [f"addr-{client_address(request)}"]
+        prefix = presented_prefix(request)
+        if prefix is not None:
+            idents.append(f"prefix-{prefix}")
+        waits = [wait for ident in idents if (wait := self._count(ident)) is not None]
+        if not waits:
+            return None
+        return exceptions.Throttled(
+            max(waits),
+            detail="too many failed authentications from this address or with this key: "
+            f"more than {self.rate} (STRAIT['API_AUTH_FAILURE_THROTTLE_RATE']).",
         )
 
-    def count(self, request: Request) -> None:
-        """Count one failed authentication of the request's address."""
-        if self.rate is not None:
-            self._recent(request).insert(0, self.now)
-            self.cache.set(self.key, self.history, self.duration)
-
-    def _recent(self, request: Request) -> list[float]:
-        self.key = self.get_cache_key(request, None)
-        self.now = self.timer()
-        self.history = [t for t in self.cache.get(self.key, []) if t > self.now - self.duration]
-        return self.history
+    def _count(self, ident: str) -> int | None:
+        """Note a failure of ``ident``; seconds until it is under the rate again, or None."""
+        key = self.cache_format % {"scope": self.scope, "ident": ident}
+        now = self.timer()
+        recent = [t for t in self.cache.get(key, []) if t > now - self.duration]
+        # The newest failures only: a flood keeps the window full without growing it.
+        recent = [now, *recent][: self.num_requests + 1]
+        self.cache.set(key, recent, self.duration)
+        if len(recent) <= self.num_requests:
+            return None
+        return max(1, math.ceil(recent[self.num_requests - 1] + self.duration - now))

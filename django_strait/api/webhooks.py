@@ -10,9 +10,11 @@ from rest_framework.response import Response
 
 from django_strait.api.auth import Rule
 from django_strait.api.base import MAX_ID, StraitAPIView, find_run, who
+from django_strait.api.pagination import shown
 from django_strait.api.schema import documented, errors
 from django_strait.api.serializers import DeliveryListSerializer, DeliverySerializer
 from django_strait.models import WebhookDelivery
+from django_strait.rows import read
 from django_strait.webhooks.redelivery import redeliver
 
 logger = logging.getLogger(__name__)
@@ -31,8 +33,8 @@ class RunDeliveriesView(StraitAPIView):
     )
     def get(self, request: Request, pk: int) -> Response:
         run = find_run(pk, self.runs())
-        deliveries = WebhookDelivery.objects.filter(run=run).order_by("id")
-        return Response({"results": DeliverySerializer(deliveries, many=True).data})
+        deliveries = read(WebhookDelivery.objects.filter(run=run).order_by("id"), stand_ins=True)
+        return Response({"results": shown(DeliverySerializer, deliveries.rows)})
 
 
 class RedeliverView(StraitAPIView):

@@ -17,7 +17,7 @@ from django_strait.api.base import StraitAPIView, who
 from django_strait.api.errors import Conflict, InvalidField
 from django_strait.api.filters import PAGING, listed, refuse_unknown
 from django_strait.api.jobs import IDEMPOTENCY_PARAMETER
-from django_strait.api.pagination import MAX_ID, Keyset, page_serializer, paginate
+from django_strait.api.pagination import MAX_ID, Keyset, one, page_serializer, paginate, shown
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import (
     IDEMPOTENCY_HEADER,
@@ -64,7 +64,7 @@ def with_steps(runs: QuerySet | None = None) -> QuerySet:
 def find_workflow_run(pk: int, runs: QuerySet | None = None) -> WorkflowRun:
     """Return workflow run ``pk``, or raise a 404 naming it."""
     runs = WorkflowRun.objects.all() if runs is None else runs
-    wr = runs.filter(pk=pk).first() if pk <= MAX_ID else None
+    wr = one(runs.filter(pk=pk)) if pk <= MAX_ID else None
     if wr is None:
         raise exceptions.NotFound(f"no workflow run with id {pk}")
     return wr
@@ -159,7 +159,7 @@ class WorkflowRunListView(StraitAPIView):
     def get(self, request: Request) -> Response:
         runs = WorkflowRun.objects.filter(list_condition(request.query_params))
         page = paginate(runs.select_related("workflow"), NEWEST_FIRST, request)
-        data = WorkflowRunSummarySerializer(page.rows, many=True).data
+        data = shown(WorkflowRunSummarySerializer, page.rows)
         return Response({"results": data, "next": page.next_url})
 
 
@@ -174,7 +174,7 @@ class WorkflowRunView(StraitAPIView):
         responses={200: WorkflowRunSerializer, **errors(404)},
     )
     def get(self, request: Request, pk: int) -> Response:
-        return Response(WorkflowRunSerializer(find_workflow_run(pk, with_steps())).data)
+        return Response(shown(WorkflowRunSerializer, [find_workflow_run(pk, with_steps())])[0])
 
 
 class WorkflowRunCancelView(StraitAPIView):

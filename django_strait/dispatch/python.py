@@ -142,7 +142,9 @@ async def run_python(
     return _returned(value, max_result_bytes, _elapsed_ms(started))
 
 
-def _call_in_thread(func: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+def _call_in_thread(
+    func: Callable[..., Any], args: tuple[Any, ...], close: bool = True
+) -> tuple[bool, Any]:
     # The exception travels back as a value: a StopIteration raised through the
     # executor's future would never resolve the awaiting asyncio future.
     try:
@@ -150,7 +152,8 @@ def _call_in_thread(func: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bo
     except BaseException as exc:
         return False, exc
     finally:
-        _close_old_connections()
+        if close:
+            _close_old_connections()
 
 
 def _close_old_connections() -> None:
@@ -266,15 +269,18 @@ def call_sync(
     context: RunContext,
     *,
     max_result_bytes: int = 65536,
+    close_connections: bool = True,
 ) -> Outcome | Awaitable[Any]:
     """Call a plain-function handler in the calling thread and describe what it did.
 
     For the worker's own handler threads: no future or loop hop per call. If the
     handler returned an awaitable, that is returned for the loop to ``settle()``.
+    ``close_connections=False`` leaves the thread's database connections alone
+    afterwards: the caller's thread is not a worker's (a test's transaction).
     """
     started = time.perf_counter()
     args = (payload, context) if _plan(func).wants_context else (payload,)
-    returned, value = _call_in_thread(func, args)
+    returned, value = _call_in_thread(func, args, close_connections)
     if not returned:
         return _raised(value, _elapsed_ms(started))
     if inspect.isawaitable(value):

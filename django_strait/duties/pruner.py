@@ -26,6 +26,7 @@ from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
 from django_strait.models import Job, JobRun, WebhookDelivery
 from django_strait.models.webhook import UNDELIVERED
+from django_strait.rows import read
 from django_strait.states import RunStatus
 from django_strait.storage import backend
 from django_strait.storage.values import HistoryDay
@@ -88,8 +89,18 @@ def past_retention(
         runs = runs.filter(job__name=selection.job)
     if selection.older_than is not None:
         return runs.filter(finished_at__lt=now - dt.timedelta(seconds=selection.older_than))
-    own = Job.objects.using(using).filter(retention_days__isnull=False)
-    return runs.filter(_cutoffs(own.values_list("pk", "retention_days"), selection, now))
+    own, kept = retentions(using)
+    return runs.filter(_cutoffs(own.items(), selection, now)).exclude(job_id__in=kept)
+
+
+def retentions(using: str | None) -> tuple[dict[int, int], set[int]]:
+    """The jobs' own ``retention_days`` by job id, and the jobs whose value cannot be read
+    or is out of bounds: their runs are kept (a bad value never deletes), and logged."""
+    rows = Job.objects.using(using).filter(retention_days__isnull=False).only("retention_days")
+    found = read(rows, bounded=("retention_days",))
+    return {job.pk: job.retention_days for job in found.rows}, {
+        problem.pk for problem in found.unreadable
+    }
 
 
 def _cutoffs(own_days, selection: PruneSelection, now: dt.datetime) -> Q:
@@ -139,12 +150,12 @@ def whole_days(
     storage = backend(using)
     if selection.older_than is not None:
         return storage.history_days(now - dt.timedelta(seconds=selection.older_than), counted)
-    own = dict(Job.objects.using(using).filter(retention_days__isnull=False).values_list(
-        "pk", "retention_days"
-    ))  # fmt: skip
+    own, kept = retentions(using)
     shortest = min([selection.default_days, *own.values()])
     due = []
     for day in storage.history_days(now - dt.timedelta(days=shortest), counted):
+        if day.job_ids & kept:
+            continue  # a job whose retention cannot be read keeps its runs: row by row
         longest = max(
             (own.get(job, selection.default_days) for job in day.job_ids),
             default=selection.default_days,
@@ -246,5 +257,8 @@ class Pruner:
         if not ids:
             return 0
         # The whole filter again: a run replayed since the SELECT is no longer prunable.
-        _, by_model = prunable(selection, now, using=self.using).filter(pk__in=ids).delete()
+        # Only ids are loaded to find what goes with them: a run whose other columns
+        # cannot be read ('-infinity', deep JSON) is deleted like any other.
+        gone = prunable(selection, now, using=self.using).filter(pk__in=ids).only("pk")
+        _, by_model = gone.delete()
         return by_model.get(JobRun._meta.label, 0)

@@ -14,9 +14,11 @@ import os
 import socket
 from collections.abc import Sequence
 
+from django.db.models import Q
 from django.utils import timezone
 
 from django_strait.models import JobRun, WorkerProcess
+from django_strait.rows import LATEST
 from django_strait.states import IN_FLIGHT
 
 
@@ -79,6 +81,9 @@ def forget_silent(before: dt.datetime, *, using: str | None = None) -> int:
         .filter(status__in=IN_FLIGHT, heartbeat_at__gte=before)
         .values("claimed_by")
     )
-    silent = WorkerProcess.objects.using(using).filter(last_seen_at__lt=before)
+    # A last sighting no reader can hold ('infinity', written by hand) is no sign of life.
+    silent = WorkerProcess.objects.using(using).filter(
+        Q(last_seen_at__lt=before) | Q(last_seen_at__gt=LATEST)
+    )
     deleted, _ = silent.exclude(worker_id__in=heartbeating).delete()
     return deleted

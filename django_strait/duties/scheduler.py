@@ -22,6 +22,7 @@ from django_strait.database import alias
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
 from django_strait.models import Job, JobRun
+from django_strait.rows import read
 from django_strait.triggering import trigger
 
 logger = logging.getLogger(__name__)
@@ -72,7 +73,11 @@ class Scheduler:
             if not leading:
                 return DutyResult(self.name, led=False)
             counts = Counter(fired=0, skipped_overlap=0, skipped_missed=0, jobs=0, errors=0)
-            for job in self._scheduled_jobs():
+            # A job row that cannot be read is set aside (logged, its schedule not run);
+            # every other schedule fires.
+            found = read(self._scheduled_jobs())
+            counts["errors"] += len({problem.pk for problem in found.unreadable})
+            for job in found.rows:
                 self._round_for(job, now, counts)
         return DutyResult(self.name, led=True, counts=dict(counts), looked_at=("jobs",))
 
@@ -91,7 +96,7 @@ class Scheduler:
                     self._fire_due(job, now, counts)
                 else:
                     self._drop_paused(job, now)
-        except ValueError as exc:  # bad stored schedule/timezone, or trigger refused
+        except Exception as exc:  # a bad stored schedule or timezone, a refused trigger...
             counts["errors"] += 1
             logger.error(
                 "schedule of job %s not run this round: %s",

@@ -35,6 +35,7 @@ from django_strait.models import (
     WorkflowRun,
     WorkflowRunStatus,
 )
+from django_strait.rows import readable_instants
 from django_strait.states import IN_FLIGHT, RunStatus
 from django_strait.storage import backend
 from django_strait.storage import webhooks as outbox
@@ -161,12 +162,14 @@ def _budgets(using: str, now: dt.datetime) -> tuple[BudgetGauge, ...]:
 def queued_by_queue(using: str, now: dt.datetime):
     """The queued runs' per-queue aggregate: one pass over the claim index."""
     due = Q(available_at__lte=now)
+    # A due time no reader can hold ('-infinity', written by hand) is counted, not aged.
+    aged = due & readable_instants("available_at")
     return (
         JobRun.objects.using(using)
         .filter(status=RunStatus.QUEUED)
         .values("queue")
         .annotate(
-            depth=Count("id"), due=Count("id", filter=due), oldest=Min("available_at", filter=due)
+            depth=Count("id"), due=Count("id", filter=due), oldest=Min("available_at", filter=aged)
         )
         .order_by()
     )

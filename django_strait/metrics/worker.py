@@ -3,22 +3,43 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from http import HTTPStatus
+from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 from django_strait.presets import OOM_OUTCOME
 from django_strait.signals import workflow_completed, workflow_failed
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
     from django_strait.storage.values import Record, Recorded
     from django_strait.worker.webhooks import Sent
 
 logger = logging.getLogger(__name__)
+
+#: A probe path's answer: its HTTP status and one line of text.
+Probe = Callable[[], tuple[int, str]]
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """One thread per scrape or probe, none of them keeping the process alive."""
+
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        """Log nothing per request: probes come every few seconds."""
+
 
 #: Seconds from a run's end to its webhook's delivery: from at once to a day of retries.
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600, 86400)
@@ -148,11 +169,36 @@ class WorkerMetrics:
         """Report ``count()`` as the pool's gauge of child processes, called at each scrape."""
         self.processes.set_function(count)
 
-    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
-        """Serve these metrics over HTTP on a daemon thread; return the bound port."""
-        self._server, self._thread = start_http_server(port, addr, registry=self.registry)
+    def serve(
+        self, port: int, addr: str = "127.0.0.1", probes: Mapping[str, Probe] | None = None
+    ) -> int:
+        """Serve these metrics over HTTP on a daemon thread; return the bound port.
+
+        ``probes``: more paths (``/livez``), each answered by a function giving its
+        HTTP status and a line of text; every other path serves the metrics.
+        """
+        metrics = make_wsgi_app(self.registry)
+        routes = dict(probes or {})
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+            probe = routes.get(environ.get("PATH_INFO", ""))
+            if probe is None:
+                return metrics(environ, start_response)
+            status, text = probe()
+            body = f"{text}\n".encode()
+            headers = [("Content-Type", "text/plain; charset=utf-8"),
+                       ("Content-Length", str(len(body)))]  # fmt: skip
+            start_response(f"{status} {HTTPStatus(status).phrase}", headers)
+            return [body]
+
+        server_class = _Server6 if ":" in addr else _Server
+        self._server = make_server(addr, port, app, server_class, handler_class=_Quiet)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
         bound = self._server.server_address[1]
-        logger.info("worker metrics at http://%s:%s/metrics", addr, bound)
+        host = f"[{addr}]" if ":" in addr else addr
+        logger.info("worker metrics at http://%s:%s/metrics%s", host, bound,
+                    "".join(f", {path}" for path in routes))  # fmt: skip
         return bound
 
     def close(self) -> None:

@@ -75,7 +75,8 @@ class EndpointHealth(models.Model):
         verbose_name_plural = "endpoint health"
 
     def __str__(self) -> str:
-        return f"{self.endpoint_url}: {self.score:.0f} ({self.level})"
+        score = "-" if self.score is None else f"{self.score:.0f}"
+        return f"{self.endpoint_url}: {score} ({self.level})"
 
 
 def health_subqueries(url_field: str = "endpoint_url") -> tuple[models.Subquery, models.Subquery]:

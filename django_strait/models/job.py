@@ -11,9 +11,10 @@ from django.db.models import Q
 
 from django_strait import bounds, presets
 from django_strait.conf import strait_settings
-from django_strait.cron import ScheduleError, check_schedule, check_timezone
+from django_strait.cron import MissedTicks, Overlap, ScheduleError, check_schedule, check_timezone
 from django_strait.dispatch.addresses import url_problem
 from django_strait.dispatch.headers import header_problems as dispatch_header_problems
+from django_strait.execution import Execution
 from django_strait.handlers import find_handler, handlers
 from django_strait.retry import PolicyError, check_registered, job_partial, resolve
 from django_strait.webhooks import events as webhook_events
@@ -30,28 +31,6 @@ class HttpMethod(models.TextChoices):
 class OnExhaustion(models.TextChoices):
     DEAD_LETTER = "dead_letter", "Dead-letter queue"
     DISCARD = "discard", "Discard"
-
-
-class MissedTicks(models.TextChoices):
-    RUN_ONCE = "run_once", "Run once on recovery"
-    SKIP = "skip", "Skip"
-
-
-class Overlap(models.TextChoices):
-    ALLOW = "allow", "Allow"
-    SKIP = "skip", "Skip while a run is active"
-
-
-class Execution(models.TextChoices):
-    """Where a Python job's handler runs (DESIGN §12)."""
-
-    #: On the worker's threads (or its event loop, for ``async def``): the default.
-    THREAD = "thread", "Worker thread"
-    #: In a child process of the worker's pool, under its preset's memory limit.
-    PROCESS = "process", "Child process (memory preset, hard timeout)"
-    #: By workers outside the project, over the OJS HTTP protocol (DESIGN §15): the
-    #: project's own workers never claim these runs.
-    EXTERNAL = "external", "External worker (OJS)"
 
 
 #: Job names: a slug, or dotted like an OJS type (``email.send``).
@@ -168,6 +147,9 @@ class Job(models.Model):
     )
     #: The last tick the scheduler has acted on (fired or skipped).
     schedule_last_tick = models.DateTimeField(null=True, blank=True, editable=False)
+    #: The schedule was declared in code (``@job(schedule=...)``), which owns it: the
+    #: admin shows it read-only, and code that stops declaring it removes it.
+    schedule_in_code = models.BooleanField(default=False, db_default=False, editable=False)
 
     # Limits across all workers and hosts (DESIGN §5), decided inside the claim transaction.
     max_concurrency = models.PositiveIntegerField(
@@ -272,7 +254,8 @@ def definition_problems(job: Job, *, fields: bool = True) -> dict[str, list[str]
     errors: dict[str, list[str]] = {}
     if fields:
         try:
-            job.clean_fields(exclude=["project"])
+            # Not the fields left unread (a reader's defer()): checking them would read them.
+            job.clean_fields(exclude=["project", *job.get_deferred_fields()])
         except ValidationError as exc:
             errors.update({name: list(messages) for name, messages in exc.message_dict.items()})
     checks = (

@@ -151,7 +151,8 @@ class WorkflowRun(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"workflow run {self.pk} of {self.workflow_id} ({self.status})"
+        # The workflow's name, never its database id: this is what pages and messages show.
+        return f"workflow run {self.pk} of {self.workflow.name} ({self.status})"
 
 
 class StepRunQuerySet(models.QuerySet):

@@ -21,6 +21,7 @@ from django_strait.models import Execution, Job
 from django_strait.models.job import JOB_NAME_VALIDATOR, Overlap
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.present import stamp
+from django_strait.rows import read
 
 
 def register(body: Mapping[str, Any], scope: QueueScope) -> Job:
@@ -99,8 +100,9 @@ def _is_cron(job: Job) -> bool:
 
 def crons(scope: QueueScope) -> list[Job]:
     """Every OJS cron registration firing into a queue of ``scope``, by name."""
-    registered = Job.objects.filter(execution=Execution.EXTERNAL).exclude(schedule="")
-    return [j for j in scope.only(registered) if _is_cron(j)]
+    # A job row that cannot be read is left out (and logged), not every registration.
+    rows = Job.objects.filter(execution=Execution.EXTERNAL).exclude(schedule="")
+    return [j for j in read(scope.only(rows)).rows if _is_cron(j)]
 
 
 def find(name: str, scope: QueueScope) -> Job:

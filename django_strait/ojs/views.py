@@ -37,6 +37,7 @@ from django_strait.json_text import JSONRefused, loads
 from django_strait.ojs import errors, events, inputs, schedules, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
+from django_strait.rows import read
 
 SPEC_VERSION = "1.0"
 #: The level of the suite this server passes (docs/ojs.md): core, reliable, scheduled.
@@ -73,7 +74,6 @@ class OjsView(APIView):
         return JSONRenderer(), strait_settings.OJS_CONTENT_TYPE
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        AuthFailureThrottle().refuse_if_over(request)
         super().initial(request, *args, **kwargs)
         refuse_nul(request, kwargs)
         self.scope = QueueScope.of(request)
@@ -112,7 +112,7 @@ class OjsView(APIView):
 
     def handle_exception(self, exc: Exception) -> Any:
         if isinstance(exc, exceptions.AuthenticationFailed):
-            AuthFailureThrottle().count(self.request)
+            exc = AuthFailureThrottle().failed(self.request) or exc
         return answer(
             self.request,
             _as_ojs(exc).body(request_id(self.request)),
@@ -372,7 +372,8 @@ class DeadLetters(OjsView):
         page_number, per_page = _page(request)
         pages = Paginator(work.dead_letters(self.scope), per_page)
         page = pages.get_page(page_number)
-        bodies = [work.describe(run) for run in page.object_list]
+        # A run that cannot be read is left out of its page (and logged), not the page.
+        bodies = [work.describe(run) for run in read(page.object_list).rows]
         return answer(request, {self.key: bodies, "pagination": {
             "page": page.number, "per_page": per_page, "total": pages.count, "pages": pages.num_pages}})  # fmt: skip
 

@@ -26,6 +26,7 @@ from django_strait.ojs.ids import parse_any, uuid7
 from django_strait.ojs.present import job_body, stamp
 from django_strait.outcome import failure
 from django_strait.retry import PolicyError, resolve
+from django_strait.rows import read
 from django_strait.states import InvalidTransition, RunStatus, Transition
 from django_strait.storage import Claimed
 from django_strait.storage.values import Record
@@ -75,7 +76,9 @@ def find(ident: Any, scope: QueueScope, what: str = "job") -> JobRun:
 def describe(run: JobRun, *, with_errors: bool = True) -> dict[str, Any]:
     """Return ``run`` as an OJS job object, with its error history."""
     attempts = (
-        list(RunAttempt.objects.filter(run=run).order_by("number", "id")) if with_errors else None
+        read(RunAttempt.objects.filter(run=run).order_by("number", "id")).rows
+        if with_errors
+        else None
     )
     return job_body(run, run.job, timezone.now(), attempts)
 

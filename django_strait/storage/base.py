@@ -115,6 +115,13 @@ class Storage(Protocol):
         ``begun``: the claim began their attempts; they get them back.
         """
 
+    def hold_began(self, attempts: Mapping[int, int], reason: str) -> dict[int, dt.datetime]:
+        """Return when each run's current hold period for ``reason`` began.
+
+        ``attempts``: run id -> the attempts the run had when claimed. A run whose
+        latest period is not for ``reason``, or follows another attempt, is left out.
+        """
+
     def waiting(self, *, queues: Sequence[str], now: dt.datetime) -> list[Waiting]:
         """Group the queued runs of ``queues`` that a claim at ``now`` cannot take, by why."""
 

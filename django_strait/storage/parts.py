@@ -35,6 +35,7 @@ from django_strait.models import (
 )
 from django_strait.presets import RECOMMENDATION_TTL_SECS, Chain
 from django_strait.resilience import budgets, health
+from django_strait.rows import read
 from django_strait.states import TERMINAL
 from django_strait.storage import webhooks, workflows
 from django_strait.storage.values import Record, RecordBatch
@@ -82,7 +83,8 @@ class Rollup:
                 groups.setdefault(key, []).append(rec.duration_ms)
         connection = connections[alias]
         with connection.cursor() as cursor:
-            for (minute, job_id, status), durations in groups.items():
+            # In key order, as on PostgreSQL: two workers' records never deadlock on them.
+            for (minute, job_id, status), durations in sorted(groups.items()):
                 stamp = connection.ops.adapt_datetimefield_value(minute)
                 cursor.execute(
                     _ROLLUP_UPSERT, [stamp, job_id, status, len(durations), sum(durations)]
@@ -90,11 +92,16 @@ class Rollup:
 
 
 # Portable upsert (SQLite >= 3.24, PostgreSQL): the ORM has no "add to a counter or insert".
+# Saturating, as record.rollup: a count at its column's limit must not fail the record.
 _ROLLUP_UPSERT = """
 INSERT INTO django_strait_runrollup AS t (minute, job_id, status, count, total_duration_ms)
 VALUES (%s, %s, %s, %s, %s)
 ON CONFLICT (minute, job_id, status) DO UPDATE
-SET count = t.count + excluded.count, total_duration_ms = t.total_duration_ms + excluded.total_duration_ms
+SET count = CASE WHEN t.count > 2147483647 - excluded.count THEN 2147483647
+                 ELSE t.count + excluded.count END,
+    total_duration_ms = CASE WHEN t.total_duration_ms > 9223372036854775807 - excluded.total_duration_ms
+                             THEN 9223372036854775807
+                             ELSE t.total_duration_ms + excluded.total_duration_ms END
 """
 
 
@@ -122,9 +129,9 @@ class Health:
         rows = EndpointHealth.objects.using(alias)
         # A new endpoint starts from the fresh EWMAs, its latency at the batch's own p95;
         # then every row folds alike, locked in URL order (two workers never deadlock).
-        rows.bulk_create([_fresh(s) for s in batch.health], ignore_conflicts=True)
         by_url = {s.endpoint_url: s for s in batch.health}
-        locked = rows.select_for_update().filter(endpoint_url__in=list(by_url))
+        rows.bulk_create([_fresh(by_url[url]) for url in sorted(by_url)], ignore_conflicts=True)
+        locked = rows.select_for_update().filter(endpoint_url__in=list(by_url)).only(*_FOLDED)
         for row in locked.order_by("endpoint_url"):
             s = by_url[row.endpoint_url]
             row.success_rate = health.fold(row.success_rate, s.success, s.keep)
@@ -136,6 +143,10 @@ class Health:
                 update_fields=["success_rate", "failure_rate", "latency_p95_ms", "timeout_ms",
                                "samples", "updated_at"],
             )  # fmt: skip
+
+
+#: The columns the fold reads: a probe time that cannot be read does not stop it.
+_FOLDED = ("endpoint_url", "success_rate", "failure_rate", "latency_p95_ms", "samples")
 
 
 def _fresh(sample: health.Sample) -> EndpointHealth:
@@ -172,6 +183,7 @@ class Ledger:
 
 def settle_ledgers(spends: list[budgets.Spend], alias: str) -> None:
     """Turn reservations into what the attempts cost, on the ledger rows (ORM)."""
+    # by_ledger is in (project, day) order: the rows are locked in it, as on PostgreSQL.
     for (project_id, day), (released, spent) in budgets.by_ledger(spends).items():
         BudgetLedger.objects.using(alias).filter(project_id=project_id, day=day).update(
             reserved=Greatest(F("reserved") - released, Value(ZERO)),
@@ -310,12 +322,14 @@ def _recommend(alias: str, job_id: int, rec: Record, chain: Chain) -> None:
     expires = rec.finished_at + dt.timedelta(seconds=RECOMMENDATION_TTL_SECS)
     fields = {"preset": rec.recommend, "expires_at": expires, "updated_at": rec.finished_at}
     rows.bulk_create([JobPresetRecommendation(job_id=job_id, **fields)], ignore_conflicts=True)
-    row = rows.select_for_update().get(job_id=job_id)
-    lasting = row.expires_at > rec.finished_at and chain.rank(row.preset) > chain.rank(
-        rec.recommend
+    # A row that cannot be read (an expiry of 'infinity') is not lasting: it is rewritten.
+    found = read(rows.select_for_update().filter(job_id=job_id).only("preset", "expires_at"))
+    lasting = any(
+        row.expires_at > rec.finished_at and chain.rank(row.preset) > chain.rank(rec.recommend)
+        for row in found.rows
     )
     if not lasting:
-        rows.filter(pk=row.pk).update(**fields)
+        rows.filter(job_id=job_id).update(**fields)
 
 
 #: The parts every record's statement carries, in order.

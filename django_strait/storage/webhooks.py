@@ -26,6 +26,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from django_strait.models import DeliveryStatus, JobRun, WebhookDelivery, WorkflowRun
+from django_strait.rows import Unreadable, read, readable_instants
 from django_strait.states import TERMINAL
 from django_strait.webhooks.events import RUN_EVENT_FOR_STATUS, WORKFLOW_EVENT_FOR_STATUS
 
@@ -50,9 +51,11 @@ def notify_runs(alias: str, run_ids: Iterable[int], now: dt.datetime) -> int:
         .exclude(job__webhook_url="")
         .values_list("pk", "status", "job__webhook_url", "job__webhook_events")
     )
+    # A job whose webhook columns cannot be read owes nothing (and says so), and the
+    # transition that ended its run still commits.
     owed = [
         WebhookDelivery(run_id=pk, event=event, url=url, next_attempt_at=now, created_at=now)
-        for pk, status, url, wanted in rows
+        for pk, status, url, wanted in read(rows).rows
         if (event := RUN_EVENT_FOR_STATUS[status]) in _events(wanted)
     ]
     WebhookDelivery.objects.using(alias).bulk_create(owed)
@@ -74,7 +77,7 @@ def notify_workflows(alias: str, changes: Sequence[Change], now: dt.datetime) ->
         WebhookDelivery(
             workflow_run_id=pk, event=event, url=url, next_attempt_at=now, created_at=now
         )
-        for pk, url, wanted in rows
+        for pk, url, wanted in read(rows).rows
         if (event := WORKFLOW_EVENT_FOR_STATUS[ended[pk]]) in _events(wanted)
     ]
     WebhookDelivery.objects.using(alias).bulk_create(owed)
@@ -139,10 +142,45 @@ def claim_due(alias: str, limit: int, now: dt.datetime, lease: dt.timedelta) -> 
         if not ids:
             return []
         rows.filter(pk__in=ids).update(next_attempt_at=now + lease)
-    by_run = rows.filter(pk__in=ids, run__isnull=False).values_list(*_RUN_FIELDS)
-    by_workflow = rows.filter(pk__in=ids, run__isnull=True).values_list(*_WORKFLOW_FIELDS)
-    claimed = [_run_due(*row) for row in by_run] + [_workflow_due(*row) for row in by_workflow]
+    by_run = read(rows.filter(pk__in=ids, run__isnull=False).values_list(*_RUN_FIELDS))
+    by_workflow = read(rows.filter(pk__in=ids, run__isnull=True).values_list(*_WORKFLOW_FIELDS))
+    claimed = [_run_due(*row) for row in by_run.rows]
+    claimed += [_workflow_due(*row) for row in by_workflow.rows]
+    claimed += _unreadable_due(alias, by_run.unreadable + by_workflow.unreadable, now)
     return sorted(claimed, key=lambda d: ids.index(d.pk))
+
+
+def _unreadable_due(alias: str, problems: list[Unreadable], now: dt.datetime) -> list[Due]:
+    """Claimed deliveries whose rows (or their runs' rows) cannot be read: each fails
+    without a call, its ``last_error`` naming what cannot be read."""
+    why: dict[int, list[str]] = {}
+    for problem in problems:
+        why.setdefault(problem.pk, []).append(str(problem))
+    found = WebhookDelivery.objects.using(alias).filter(pk__in=list(why))
+    return [
+        Due(
+            pk,
+            str(delivery_id),
+            event,
+            url,
+            attempt,
+            now,
+            0,
+            None,
+            None,
+            0,
+            None,
+            "",
+            "",
+            None,
+            "",
+            None,
+            f"the row cannot be read: {'; '.join(why[pk])}",
+        )  # fmt: skip
+        for pk, delivery_id, event, url, attempt in found.values_list(
+            "pk", "delivery_id", "event", "url", "attempt"
+        )
+    ]
 
 
 def _run_due(
@@ -236,5 +274,6 @@ def lag(alias: str, now: dt.datetime) -> tuple[int, float]:
     due = WebhookDelivery.objects.using(alias).filter(
         status=DeliveryStatus.PENDING, next_attempt_at__lte=now
     )
-    oldest = due.order_by("next_attempt_at").values_list("next_attempt_at", flat=True).first()
+    aged = due.filter(readable_instants("next_attempt_at")).order_by("next_attempt_at")
+    oldest = aged.values_list("next_attempt_at", flat=True).first()
     return due.count(), 0.0 if oldest is None else max((now - oldest).total_seconds(), 0.0)

@@ -22,6 +22,7 @@ DAGs and batchings, that both ways agree with ``dag.settle``.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.utils import dateparse, timezone
 
-from django_strait import dag, signals
+from django_strait import dag, rows, signals
 from django_strait.models import (
     Job,
     JobRun,
@@ -41,11 +42,13 @@ from django_strait.models import (
     WorkflowStep,
     WorkflowStepRun,
 )
-from django_strait.retry import STEP_FIELDS, step_partial
+from django_strait.retry import STEP_FIELDS, PolicyError, step_partial
 from django_strait.sql import listed
 from django_strait.states import LIVE, RunStatus
 from django_strait.storage import columns, webhooks
 from django_strait.storage.values import json_column
+
+logger = logging.getLogger(__name__)
 
 #: A step run's status for each status of its JobRun.
 STEP_STATUS = {
@@ -85,8 +88,8 @@ def advance(alias: str, run_ids: Iterable[int], now: dt.datetime) -> list[Change
             moved.setdefault(row[1], []).append(_Moved(*row))
         if not moved:
             return []  # plain runs: one query
-        locked = _lock(alias, sorted(moved))
-        changes = [c for wr in locked for c in _step_forward(alias, wr, moved[wr.pk], now)]
+        locked, changes = _lock(alias, sorted(moved), now)
+        changes += [c for wr in locked for c in _guarded(alias, wr, now, moved[wr.pk])]
         _announce(alias, changes, now)
     return changes
 
@@ -107,8 +110,8 @@ def advance_recorded(
     if not moved:
         return []
     with transaction.atomic(using=alias, savepoint=False):
-        locked = _lock(alias, sorted(moved))
-        changes = [c for wr in locked for c in _step_forward(alias, wr, moved[wr.pk], now)]
+        locked, changes = _lock(alias, sorted(moved), now)
+        changes += [c for wr in locked for c in _guarded(alias, wr, now, moved[wr.pk])]
         _announce(alias, changes, now)
     return changes
 
@@ -116,13 +119,40 @@ def advance_recorded(
 def advance_workflow_runs(alias: str, wr_ids: Iterable[int], now: dt.datetime) -> list[Change]:
     """Lock the workflow runs ``wr_ids`` and move each on, reading all its steps; announce changes after commit."""
     with transaction.atomic(using=alias, savepoint=False):
-        changes = [c for wr in _lock(alias, sorted(wr_ids)) for c in _advance_one(alias, wr, now)]
+        locked, changes = _lock(alias, sorted(wr_ids), now)
+        changes += [c for wr in locked for c in _guarded(alias, wr, now)]
         _announce(alias, changes, now)
     return changes
 
 
-def _lock(alias: str, wr_ids: Sequence[int]) -> list[WorkflowRun]:
-    """Lock workflow runs in id order (their workflow rows stay free for define_workflow).
+def _guarded(
+    alias: str, wr: WorkflowRun, now: dt.datetime, moved: list[_Moved] | None = None
+) -> list[Change]:
+    """Move ``wr`` on (the short way with ``moved``, else the long way); fail it if a row
+    of its own that the move needs cannot be read (its steps, its step runs).
+
+    No savepoint: a move reads what it needs before it writes, and what it wrote before
+    a later read failed (steps that did end) stays true of the failed run.
+    """
+    try:
+        if wr.status not in _RUN_STATUSES:
+            problem = f"is {wr.status!r}, not a workflow run status"
+            raise rows.SetAside(
+                [rows.Unreadable(WorkflowRun._meta.db_table, wr.pk, "status", problem)]
+            )
+        return _step_forward(alias, wr, moved, now) if moved else _advance_one(alias, wr, now)
+    except rows.SetAside as exc:
+        return _fail_unreadable(alias, wr.pk, wr.workflow.name, exc.problems, now)
+
+
+_RUN_STATUSES = frozenset(WorkflowRunStatus.values)
+
+
+def _lock(
+    alias: str, wr_ids: Sequence[int], now: dt.datetime
+) -> tuple[list[WorkflowRun], list[Change]]:
+    """Lock workflow runs in id order (their workflow rows stay free for define_workflow);
+    return them, and the changes of those failed because their row cannot be read.
 
     Raw SQL: it runs once per record batch of steps, and the ORM's select_related
     query cost more to build than to run. Each run's workflow carries its name and
@@ -132,14 +162,85 @@ def _lock(alias: str, wr_ids: Sequence[int]) -> list[WorkflowRun]:
     sql, params = _statement(connection, _LOCK, [Ids(wr_ids)])
     if connection.features.has_select_for_update_of:
         sql += " FOR UPDATE OF wr"
-    runs = list(WorkflowRun.objects.using(alias).raw(sql, params))
+    try:
+        runs = list(WorkflowRun.objects.using(alias).raw(sql, params))
+    except Exception as exc:
+        if not rows.one_rows_doing(alias, exc):
+            raise
+        return _lock_guarded(alias, wr_ids, now)
     for wr in runs:
         wr.workflow = Workflow.from_db(
             alias,
             ["id", "name", "updated_at"],
             [wr.workflow_id, wr.workflow_name, _as_datetime(wr.workflow_updated_at)],
         )
-    return runs
+    return runs, []
+
+
+def _lock_guarded(
+    alias: str, wr_ids: Sequence[int], now: dt.datetime
+) -> tuple[list[WorkflowRun], list[Change]]:
+    """:func:`_lock` when a row cannot be read: the runs that can, and the others failed."""
+    of = {"of": ("self",)} if connections[alias].features.has_select_for_update_of else {}
+    locked = (
+        WorkflowRun.objects.using(alias)
+        .select_for_update(**of)
+        .filter(pk__in=list(wr_ids))
+        .select_related("workflow")
+        .only(*_LOCKED_FIELDS)
+        .order_by("pk")
+    )
+    found = rows.read(locked)
+    names = dict(
+        WorkflowRun.objects.using(alias)
+        .filter(pk__in=[p.pk for p in found.unreadable])
+        .values_list("pk", "workflow__name")
+    )
+    by_run: dict[int, list[rows.Unreadable]] = {}
+    for problem in found.unreadable:
+        by_run.setdefault(problem.pk, []).append(problem)
+    changes = [
+        c
+        for pk, problems in sorted(by_run.items())
+        for c in _fail_unreadable(alias, pk, names.get(pk, ""), problems, now)
+    ]
+    return found.rows, changes
+
+
+#: Each workflow run's fields a move reads (the rest load if read).
+_LOCKED_FIELDS = (
+    "workflow__name", "workflow__updated_at", "payload", "status", "error_type", "last_error",
+    "created_at", "finished_at", "progressed_at", "idempotency_key",
+)  # fmt: skip
+#: The error type of a workflow run failed because a row it needs cannot be read.
+INVALID_ERROR = "workflow.invalid"
+
+
+def _fail_unreadable(
+    alias: str, wr_id: int, name: str, problems: Sequence[rows.Unreadable], now: dt.datetime
+) -> list[Change]:
+    """Fail a workflow run that a row of its own makes impossible to move, saying which.
+
+    The guarded UPDATE writes every column it reads, so an unreadable ``progressed_at``
+    or ``status`` is replaced; the run can be replayed once the row is fixed.
+    """
+    error = "; ".join(map(str, problems))[:2000]
+    moved = (
+        WorkflowRun.objects.using(alias)
+        .filter(pk=wr_id)
+        .exclude(status__in=(WorkflowRunStatus.COMPLETED, WorkflowRunStatus.CANCELED))
+        .update(
+            status=WorkflowRunStatus.FAILED,
+            finished_at=now,
+            progressed_at=now,
+            error_type=INVALID_ERROR,
+            last_error=error,
+        )  # fmt: skip
+    )
+    if not moved:
+        return []
+    logger.error("workflow run %s failed: %s", wr_id, error, extra={"workflow_run_id": wr_id})
+    return [Change(wr_id, name, WorkflowRunStatus.FAILED, INVALID_ERROR, error)]
 
 
 _LOCK = """
@@ -254,9 +355,7 @@ def _graph(alias: str, workflow: Workflow, step_ids: Iterable[int] = ()) -> dict
     cached = _GRAPHS.get(key)
     if cached and cached[0] == workflow.updated_at and all(s in cached[1] for s in step_ids):
         return cached[1]
-    rows = WorkflowStep.objects.using(alias).filter(workflow=workflow).order_by()
-    specs = list(rows.values_list("pk", "name", "depends_on", "continue_on_failure", "job_id",
-                                  "max_attempts", *STEP_FIELDS.values()))  # fmt: skip
+    specs = _step_specs(alias, workflow)
     ids = {name: pk for pk, name, *_ in specs}
     parents = {pk: tuple(ids[p] for p in deps if p in ids) for pk, _, deps, *_ in specs}
     children: dict[int, list[int]] = {pk: [] for pk in parents}
@@ -279,6 +378,34 @@ def _graph(alias: str, workflow: Workflow, step_ids: Iterable[int] = ()) -> dict
         _GRAPHS.clear()
     _GRAPHS[key] = (workflow.updated_at, graph)
     return graph
+
+
+_SPEC_FIELDS = ("pk", "name", "depends_on", "continue_on_failure", "job_id", "max_attempts")
+
+
+def _step_specs(alias: str, workflow: Workflow) -> list[tuple]:
+    """The workflow's steps as (pk, name, depends_on, lenient, job id, max_attempts, *retry);
+    raise ``rows.SetAside`` naming each step row that cannot be read or used."""
+    steps = WorkflowStep.objects.using(alias).filter(workflow=workflow).order_by()
+    found = rows.read(steps.only(*_SPEC_FIELDS, *STEP_FIELDS.values()))
+    problems = list(found.unreadable)
+    table = WorkflowStep._meta.db_table
+    for step in found.rows:
+        deps = step.depends_on
+        if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+            problems.append(
+                rows.Unreadable(table, step.pk, "depends_on", "is not a list of step names")
+            )
+        try:
+            step_partial({name: getattr(step, name) for name in STEP_FIELDS.values()})
+        except PolicyError as exc:
+            problems.append(rows.Unreadable(table, step.pk, exc.field.partition(".")[2], str(exc)))
+    if problems:
+        raise rows.SetAside(problems)
+    return [
+        (*(getattr(s, f) for f in _SPEC_FIELDS), *(getattr(s, f) for f in STEP_FIELDS.values()))
+        for s in found.rows
+    ]
 
 
 # -- the common case: steps that ended well, their children started ----------------
@@ -427,11 +554,32 @@ _STEP_RUN_COLUMNS = (
     "pk", "step_id", "step__name", "step__depends_on", "step__continue_on_failure", "status",
     "parents_left", "run_id", "run__status", "run__error_type",
 )  # fmt: skip
+_STEP_RUN_STATUSES = frozenset(StepRunStatus.values)
+
+
+def _step_runs(alias: str, wr: WorkflowRun) -> list[_StepRun]:
+    """Every step run of ``wr``; raise ``rows.SetAside`` naming each that cannot be read or used."""
+    step_runs = WorkflowStepRun.objects.using(alias).filter(workflow_run=wr).order_by()
+    found = rows.read(step_runs.values_list(*_STEP_RUN_COLUMNS))
+    read = [_StepRun(*t) for t in found.rows]
+    table = WorkflowStepRun._meta.db_table
+    problems = found.unreadable + [
+        rows.Unreadable(table, r.pk, "status", f"is {r.status!r}, not a step run status")
+        for r in read
+        if r.status not in _STEP_RUN_STATUSES
+    ]
+    problems += [
+        rows.Unreadable(table, r.pk, "step.depends_on", "is not a list of step names")
+        for r in read
+        if not isinstance(r.depends_on, list) or not all(isinstance(d, str) for d in r.depends_on)
+    ]
+    if problems:
+        raise rows.SetAside(problems)
+    return read
 
 
 def _advance_one(alias: str, wr: WorkflowRun, now: dt.datetime) -> list[Change]:
-    rows = WorkflowStepRun.objects.using(alias).filter(workflow_run=wr).order_by()
-    by_name = {r.name: r for r in (_StepRun(*t) for t in rows.values_list(*_STEP_RUN_COLUMNS))}
+    by_name = {r.name: r for r in _step_runs(alias, wr)}
     status = {name: r.synced for name, r in by_name.items()}
     if wr.status not in MOVING:
         new = {n: StepRunStatus.CANCELED if s == dag.WAITING else s for n, s in status.items()}
@@ -639,55 +787,81 @@ def fail_stalled(alias: str, now: dt.datetime, stale_after: float) -> list[Chang
     )
     changes: list[Change] = []
     with transaction.atomic(using=alias):
-        for wr in candidates.select_for_update().select_related("workflow").order_by("pk"):
+        # Only the columns it writes from: a run whose other columns cannot be read still fails.
+        stalled = candidates.select_for_update().order_by("pk").values_list("pk", "workflow__name")
+        for pk, name in stalled:
             error = f"no step progressed for {stale_after:g} s while steps wait"
-            WorkflowRun.objects.using(alias).filter(pk=wr.pk).update(
+            WorkflowRun.objects.using(alias).filter(pk=pk).update(
                 status=WorkflowRunStatus.FAILED, finished_at=now, error_type="workflow.stalled",
                 last_error=error,
             )  # fmt: skip
-            changes.append(Change(wr.pk, wr.workflow.name, "failed", "workflow.stalled", error))
+            changes.append(Change(pk, name, "failed", "workflow.stalled", error))
         _announce(alias, changes, now)
     return changes
 
 
 def members(
     alias: str, step_run_ids: list[int]
-) -> dict[int, tuple[tuple[int, int], dict[str, Any]]]:
-    """Each step run's (workflow run id, step id) and ``{"run_id", "step", "parents"}``,
-    parents being its parents' results by step name.
+) -> dict[int, tuple[tuple[int, int], dict[str, Any] | None, str]]:
+    """Each step run's (workflow run id, step id), its ``{"run_id", "step", "parents"}``
+    (parents being its parents' results by step name), and why that cannot be made ("").
 
     Two statements for a whole claimed batch, whatever its size: the step runs with
     their workflows' ``updated_at`` (which says whether the cached definition, see
-    :func:`_graph`, still holds), then the parents' results.
+    :func:`_graph`, still holds), then the parents' results. A step whose workflow's
+    steps or parents' results cannot be read gets the reason instead (its run fails
+    with it, and the other steps of the batch start).
     """
-    rows = _sql(alias, _MEMBERS, [Ids(step_run_ids)])
-    if not rows:
+    rows_ = _sql(alias, _MEMBERS, [Ids(step_run_ids)])
+    if not rows_:
         return {}
     steps_of: dict[tuple[int, Any], set[int]] = {}
-    for _, _, step_id, workflow_id, updated_at in rows:
+    for _, _, step_id, workflow_id, updated_at in rows_:
         steps_of.setdefault((workflow_id, updated_at), set()).add(step_id)
-    graphs = {
-        workflow_id: _graph(alias, Workflow(pk=workflow_id, updated_at=_as_datetime(at)), steps)
-        for (workflow_id, at), steps in steps_of.items()
-    }
-    results: dict[tuple[int, int], Any] = {}
-    runs = list({wr for _, wr, _, _, _ in rows})
-    wanted = list({p for _, _, s, w, _ in rows for p in graphs[w][s].parents})
-    if wanted:
-        for wr, step_id, result in _sql(alias, _PARENT_RESULTS, [Ids(runs), Ids(wanted)]):
-            results[(wr, step_id)] = json_column(result)
-    out = {}
-    for pk, wr, step_id, workflow_id, _ in rows:
-        graph = graphs[workflow_id]
-        out[pk] = (
-            (wr, step_id),
-            {
-                "run_id": wr,
-                "step": graph[step_id].name,
-                "parents": {graph[p].name: results.get((wr, p)) for p in graph[step_id].parents},
-            },
-        )
+    graphs: dict[int, dict[int, _Step]] = {}
+    broken: dict[int, str] = {}
+    for (workflow_id, at), steps in steps_of.items():
+        try:
+            graphs[workflow_id] = _graph(alias, _workflow(workflow_id, at), steps)
+        except rows.SetAside as exc:
+            broken[workflow_id] = f"its workflow cannot be used: {exc}"
+    results, unreadable = _parent_results(alias, rows_, graphs)
+    out: dict[int, tuple[tuple[int, int], dict[str, Any] | None, str]] = {}
+    for pk, wr, step_id, workflow_id, _ in rows_:
+        graph = graphs.get(workflow_id)
+        if graph is None:
+            out[pk] = ((wr, step_id), None, broken[workflow_id])
+            continue
+        parents = graph[step_id].parents
+        bad = [unreadable[(wr, p)] for p in parents if (wr, p) in unreadable]
+        member = {
+            "run_id": wr,
+            "step": graph[step_id].name,
+            "parents": {graph[p].name: results.get((wr, p)) for p in parents},
+        }
+        out[pk] = ((wr, step_id), None if bad else member, "; ".join(bad))
     return out
+
+
+def _parent_results(
+    alias: str, rows_: list[tuple], graphs: dict[int, dict[int, _Step]]
+) -> tuple[dict[tuple[int, int], Any], dict[tuple[int, int], str]]:
+    """The results of the steps' parents by (workflow run id, step id), and why those
+    that cannot be read cannot."""
+    results: dict[tuple[int, int], Any] = {}
+    unreadable: dict[tuple[int, int], str] = {}
+    runs = list({wr for _, wr, _, w, _ in rows_ if w in graphs})
+    wanted = list({p for _, _, s, w, _ in rows_ if w in graphs for p in graphs[w][s].parents})
+    if not wanted:
+        return results, unreadable
+    for wr, step_id, run_id, result in _sql(alias, _PARENT_RESULTS, [Ids(runs), Ids(wanted)]):
+        try:
+            results[(wr, step_id)] = json_column(result)
+        except (ValueError, RecursionError) as exc:
+            problem = rows.Unreadable(JobRun._meta.db_table, run_id, "result", rows.problem_of(exc))
+            rows.say(problem)
+            unreadable[(wr, step_id)] = f"a parent step's {problem}"
+    return results, unreadable
 
 
 #: ``updated_at`` as text: it is the same for every row of a batch, and one timestamp
@@ -699,10 +873,22 @@ JOIN {workflow} w ON w.id = wr.workflow_id
 WHERE sr.id {in}
 """
 _PARENT_RESULTS = """
-SELECT sr.workflow_run_id, sr.step_id, r.result
+SELECT sr.workflow_run_id, sr.step_id, r.id, r.result
 FROM {steprun} sr JOIN {jobrun} r ON r.id = sr.run_id
 WHERE sr.workflow_run_id {in} AND sr.step_id {in}
 """
+
+
+def _workflow(workflow_id: int, updated_at: str) -> Workflow:
+    """A workflow as :func:`members` reads it (id, ``updated_at`` as text); raise
+    ``rows.SetAside`` if the timestamp is none Python can hold ('infinity')."""
+    try:
+        return Workflow(pk=workflow_id, updated_at=_as_datetime(updated_at))
+    except (ValueError, TypeError, AttributeError) as exc:
+        problem = f"cannot be read ({updated_at!r}: {exc})"
+        raise rows.SetAside(
+            [rows.Unreadable(Workflow._meta.db_table, workflow_id, "updated_at", problem)]
+        ) from exc
 
 
 def _as_datetime(value: dt.datetime | str) -> dt.datetime:

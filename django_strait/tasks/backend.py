@@ -69,8 +69,10 @@ class StraitBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        self.retry = self.options.get("RETRY")
+        self.retry = self.options.get("RETRY") if isinstance(self.options, dict) else None
         self._queues_setting = params.get("QUEUES")
+        #: Why ``OPTIONS["RETRY"]`` cannot be used (check E104 says it); None when it can.
+        self._retry_problem = _retry_problem(alias, self.retry)
 
     def validate_task(self, task: Task) -> None:
         """Check ``task`` as Django does, then register it so workers may run it."""
@@ -86,6 +88,9 @@ class StraitBackend(BaseTaskBackend):
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Queue a run of ``task`` (in the caller's transaction) and return its result."""
         self.validate_task(task)
+        if self._retry_problem:
+            # No run under a policy other than the one the settings meant.
+            raise InvalidTask(self._retry_problem)
         try:
             run = trigger(
                 job_name(task),
@@ -133,13 +138,14 @@ class StraitBackend(BaseTaskBackend):
         return run
 
     def _register(self, task: Task, name: str) -> None:
-        try:
-            spec = registry.spec_of(
-                task.func, name=name, queue=None, priority=None, max_attempts=None,
-                retry=self.retry, timeout=None, description=f"@task {task.module_path}",
-            )  # fmt: skip
-        except PolicyError as exc:
-            raise InvalidTask(f"TASKS[{self.alias!r}]['OPTIONS']['RETRY']: {exc}") from exc
+        # A bad RETRY is the settings' fault, not the task's: @task runs at import
+        # time (in AppConfig.ready), where raising would stop `manage.py check` before
+        # it could report E104. The task registers without it; enqueue() refuses.
+        spec = registry.spec_of(
+            task.func, name=name, queue=None, priority=None, max_attempts=None,
+            retry=None if self._retry_problem else self.retry, timeout=None,
+            description=f"@task {task.module_path}",
+        )  # fmt: skip
         registry.register(_Entry(spec, task))
         call_class = AsyncTaskCall if results.is_async(task) else TaskCall
         context_for = self._async_context if results.is_async(task) else self._context
@@ -201,13 +207,20 @@ def _check_options(alias: str, options: Any) -> Iterable[checks.CheckMessage]:
             f"StraitBackend reads {', '.join(OPTIONS)}",
             id="django_strait.E103",
         )
-    if options.get("RETRY") is not None:
-        try:
-            registry.spec_of(
-                _check_options, name="check", queue=None, priority=None, max_attempts=None,
-                retry=options["RETRY"], timeout=None, description=None,
-            )  # fmt: skip
-        except (PolicyError, TypeError) as exc:
-            yield checks.Error(
-                f"TASKS[{alias!r}]['OPTIONS']['RETRY']: {exc}", id="django_strait.E104"
-            )
+    problem = _retry_problem(alias, options.get("RETRY"))
+    if problem:
+        yield checks.Error(problem, id="django_strait.E104")
+
+
+def _retry_problem(alias: str, retry: Any) -> str | None:
+    """Say why ``OPTIONS["RETRY"]`` cannot be a job's retry policy (None if it can)."""
+    if retry is None:
+        return None
+    try:
+        registry.spec_of(
+            _retry_problem, name="check", queue=None, priority=None, max_attempts=None,
+            retry=retry, timeout=None, description=None,
+        )  # fmt: skip
+    except (PolicyError, TypeError, AttributeError) as exc:
+        return f"TASKS[{alias!r}]['OPTIONS']['RETRY']: {exc}"
+    return None

@@ -12,6 +12,7 @@ the traceback: Django's ``TaskError`` is read back from it.
 
 from __future__ import annotations
 
+import asyncio
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -57,6 +58,12 @@ def split_error(error: str) -> tuple[str, str] | None:
     return path, tb
 
 
+#: What a task call lets through as raised: Strait's own actions, and what stops or
+#: cancels the worker (a timeout cancels an async task's coroutine). Everything else,
+#: SystemExit included, is the task's failure, recorded with its own class path.
+_PASSED_ON = (StraitAction, KeyboardInterrupt, asyncio.CancelledError, GeneratorExit)
+
+
 class TaskCall:
     """The handler registered for a plain ``@task`` function."""
 
@@ -74,9 +81,9 @@ class TaskCall:
             args = [TaskContext(task_result=self._context_for(context.run_id)), *args]
         try:
             value = self.task.func(*args, **kwargs)
-        except (StraitAction, KeyboardInterrupt):
+        except _PASSED_ON:
             raise
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit too, as django-tasks records it
             raise _error(exc) from None
         return _json(value)
 
@@ -93,9 +100,9 @@ class AsyncTaskCall(TaskCall):
             args = [TaskContext(task_result=await self._context_for(context.run_id)), *args]
         try:
             value = await self.task.func(*args, **kwargs)
-        except (StraitAction, KeyboardInterrupt):
+        except _PASSED_ON:
             raise
-        except Exception as exc:
+        except BaseException as exc:
             raise _error(exc) from None
         return _json(value)
 
@@ -105,7 +112,7 @@ def _arguments(payload: Any) -> tuple[list[Any], dict[str, Any]]:
     return list(payload.get("args") or []), dict(payload.get("kwargs") or {})
 
 
-def _error(exc: Exception) -> Error:
+def _error(exc: BaseException) -> Error:
     return Error(error_message(exc), type=f"python.{type(exc).__name__}")
 
 

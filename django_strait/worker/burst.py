@@ -57,6 +57,14 @@ def label(w: Waiting) -> str:
         return "of a paused job"
     if not w.reason:
         return "not due yet (delay or run_at)"
-    if w.reason.split(".")[0] in {"circuit", "health", "budget", "limit", "job", "worker"}:
+    if w.reason.split(".")[0] in {
+        "circuit",
+        "health",
+        "budget",
+        "limit",
+        "job",
+        "worker",
+        "handler",
+    }:
         return f"held ({w.reason})"
     return f"in a retry delay after {w.reason}"

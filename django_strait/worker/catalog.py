@@ -26,6 +26,7 @@ from django_strait.handlers import find_handler, handlers
 from django_strait.models import Job
 from django_strait.models.job import definition_problems
 from django_strait.retry import BUILTIN, PolicyError, RetryPolicy, resolve
+from django_strait.rows import read
 
 logger = logging.getLogger(__name__)
 
@@ -135,22 +136,30 @@ class Catalog:
         return before is not None and before.problems == info.problems
 
     def _read(self, wanted: set[int], now: float) -> dict[int, JobInfo]:
-        try:
-            rows = list(Job.objects.using(self.using).filter(pk__in=wanted))
-        except Exception:
-            # One row the ORM cannot even build (e.g. JSON nested past Python's
-            # recursion limit) must not stop the others: read them one by one.
-            return {jid: self._read_one(jid, now) for jid in wanted}
-        return {row.pk: _load(row, now) for row in rows}
+        # One row the worker cannot read (JSON nested past Python's recursion limit, a
+        # NaN) must not stop the others: it is set aside, and its runs are held.
+        rows = Job.objects.using(self.using).filter(pk__in=wanted).defer(*_UNUSED)
+        found = read(rows, log=False)
+        infos = {row.pk: _load(row, now) for row in found.rows}
+        problems: dict[int, dict[str, list[str]]] = {}
+        for problem in found.unreadable:
+            problems.setdefault(problem.pk, {}).setdefault(problem.field or "row", []).append(
+                problem.problem
+            )
+        if problems:
+            names = dict(
+                Job.objects.using(self.using)
+                .filter(pk__in=list(problems))
+                .values_list("pk", "name")
+            )
+            for pk, found_problems in problems.items():
+                row = Job(pk=pk, name=names.get(pk, f"(job id {pk})"))
+                infos[pk] = JobInfo(row, BUILTIN, now, problems=found_problems)
+        return infos
 
-    def _read_one(self, job_id: int, now: float) -> JobInfo:
-        try:
-            return _load(Job.objects.using(self.using).get(pk=job_id), now)
-        except Exception as exc:
-            logger.exception("job id %s cannot be read", job_id)
-            row = Job(pk=job_id, name=f"(job id {job_id})")
-            problem = f"the row cannot be read ({type(exc).__name__}: {exc})"[:1000]
-            return JobInfo(row, BUILTIN, now, problems={"row": [problem]})
+
+#: Job columns the worker never reads: a value there that cannot be read holds no run.
+_UNUSED = ("description", "schedule_last_tick", "created_at", "updated_at")
 
 
 def _load(row: Job, now: float) -> JobInfo:
@@ -163,9 +172,8 @@ def _load(row: Job, now: float) -> JobInfo:
         return JobInfo(row, policy, now, endpoints=endpoints)
     found = find_handler(row.handler)
     if found is None:
-        problem = handlers.unknown(row.handler)
-        logger.error("job %s: handler %s", row.name, problem)
-        return JobInfo(row, policy, now, handler_error=problem)
+        # The claim gate leaves its runs to workers that know it, and says so.
+        return JobInfo(row, policy, now, handler_error=handlers.unknown(row.handler))
     return JobInfo(row, policy, now, handler=found)
 
 

@@ -5,14 +5,21 @@ completer writes whatever has piled up in one record (at most
 :data:`RECORD_BATCH_MAX`), so the database sees one statement per batch, not
 per run. Nothing a live worker holds is left unrecorded:
 
-- a write the database refuses (a bad value, not a lost connection) is split:
-  the records are written one at a time to find the bad one, and that one is
-  written again as a failed attempt that retries (``worker.record_failed``)
-  without the value that was refused; if even that is refused, the run is left
-  to the reaper, and the log says so;
+- a write that fails for any reason but a lost connection (a value the
+  database refuses, a row a record part cannot read: ``DataError``,
+  ``RecursionError``, ``OverflowError``...) is split in halves, and the halves
+  again, until the bad record is alone; that one is written again as a failed
+  attempt that retries (``worker.record_failed``) without the value that was
+  refused; if even that is refused, the run is left to the reaper, and the log
+  says so. The good records of the batch are written on the way;
 - a write that fails for want of a connection is retried as a whole with a
   capped backoff, until the database is back (or, when the worker is closing,
   until the shutdown timeout has passed).
+
+A worker's record batch is at most its concurrency (:func:`record_batch`), and
+the producer counts ended attempts waiting beyond one batch as taken slots: a
+worker killed at any moment leaves at most its concurrency and one record batch of
+runs unrecorded (docs/worker.md, "Nothing is lost").
 
 It knows nothing of the database: ``write`` (given by the worker) does the
 writing on a database thread, so the completer is tested against a fake.
@@ -26,7 +33,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
 from django_strait.decisions import trim
@@ -45,6 +52,15 @@ RECORD_FAILED_ERROR = "worker.record_failed"
 MAX_BACKOFF = 5.0
 
 Write = Callable[[list[Record]], Awaitable[Recorded]]
+
+
+def record_batch(concurrency: int) -> int:
+    """The most records a worker of ``concurrency`` writes in one statement.
+
+    No more than it runs at once: the runs of the batch being written, with those
+    executing, are what a kill -9 runs again, so the batch bounds what a crash costs.
+    """
+    return max(1, min(RECORD_BATCH_MAX, concurrency))
 
 
 class Completer:
@@ -68,8 +84,8 @@ class Completer:
         self._sleep = sleep
         self._pending: list[Record] = []
         self._arrived = asyncio.Event()
-        #: Records to write one at a time: a batch holding them was refused.
-        self._singles = 0
+        #: The sizes of the next writes, while a failed batch is split (empty: full batches).
+        self._sizes: list[int] = []
         #: Records taken for the write under way (0: none under way).
         self._in_write = 0
         self._closing = False
@@ -83,6 +99,11 @@ class Completer:
     def idle(self) -> bool:
         """Nothing waits to be written and nothing is being written."""
         return not self._pending and not self._in_write
+
+    @property
+    def max_batch(self) -> int:
+        """The most records written in one statement."""
+        return self._max_batch
 
     @property
     def unrecorded(self) -> int:
@@ -119,26 +140,26 @@ class Completer:
                 self._wake()
 
     def _take(self) -> list[Record]:
-        size = 1 if self._singles else self._max_batch
-        self._singles = max(0, self._singles - 1)
+        size = self._sizes.pop(0) if self._sizes else self._max_batch
         chunk = self._pending[:size]
         del self._pending[: len(chunk)]
         return chunk
 
     async def _after_error(self, chunk: list[Record], exc: Exception, failures: int) -> bool:
         """Put ``chunk`` back in a form that can be written; False to give up (closing)."""
-        refused = isinstance(exc, DatabaseError) and not is_connection_error(exc)
+        refused = not is_connection_error(exc)
         if refused and len(chunk) > 1:
-            # One bad record spoils the statement: find it by writing them one at a time.
-            logger.exception("recording %s results failed; recording them one by one", len(chunk))
+            # One bad record spoils the statement: find it by halves, writing the good ones.
+            logger.exception("recording %s results failed; recording them in halves", len(chunk))
             self._pending[:0] = chunk
-            self._singles = len(chunk)
+            half = len(chunk) // 2
+            self._sizes[:0] = [half, len(chunk) - half]
         elif refused and chunk[0].error_type != RECORD_FAILED_ERROR:
             logger.exception(
                 "recording run %s failed; recording it as a failed attempt", chunk[0].run_id
             )
             self._pending[:0] = [as_record_failure(chunk[0], exc)]
-            self._singles += 1
+            self._sizes[:0] = [1]
         elif refused:
             logger.critical("run %s cannot be recorded at all; the reaper will", chunk[0].run_id)
         else:

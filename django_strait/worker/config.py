@@ -25,8 +25,10 @@ class WorkerConfig:
     listen_alias: str | None = None
     #: Run the periodic duties (reaper, scheduler, pruner) in this process.
     duties: bool = True
-    #: Serve this worker's Prometheus metrics on 127.0.0.1:<port> (None: off).
+    #: Serve this worker's Prometheus metrics, /livez and /readyz on <port> (None: off),
+    #: at ``metrics_bind`` (STRAIT["METRICS_BIND"]).
     metrics_port: int | None = None
+    metrics_bind: str = "127.0.0.1"
     result_max_bytes: int = 65536
     user_agent: str = "django-strait"
     #: The DATABASES alias of django-strait's tables (None: STRAIT["DATABASE"]).

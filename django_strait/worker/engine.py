@@ -35,15 +35,16 @@ from django.conf import settings as django_settings
 from django.db import connections
 from django.utils import timezone
 
+from django_strait import syncing
 from django_strait.conf import strait_settings
 from django_strait.database import alias
 from django_strait.dispatch.http import HttpDispatcher
 from django_strait.duties import default_duties
 from django_strait.metrics.worker import WorkerMetrics
-from django_strait.models import AttemptOutcome, Execution, Job
+from django_strait.models import Execution, Job
 from django_strait.outcome import Outcome
 from django_strait.resilience import health as endpoint_health
-from django_strait.resilience.breaker import Attempted, CircuitBreaker
+from django_strait.resilience.breaker import CircuitBreaker
 from django_strait.sql import keep_plans
 from django_strait.states import TERMINAL, RunStatus
 from django_strait.storage import Claimed, Record, RecordBatch, Recorded, backend
@@ -52,8 +53,9 @@ from django_strait.storage.values import PresetsOf
 from django_strait.transitions import claim_and_start, record
 from django_strait.wakeup import Listener
 from django_strait.worker import burst
+from django_strait.worker.accounting import account_circuits, health_samples
 from django_strait.worker.catalog import Catalog
-from django_strait.worker.completer import RECORD_BATCH_MAX, Completer
+from django_strait.worker.completer import Completer, record_batch
 from django_strait.worker.config import Stats, WorkerConfig
 from django_strait.worker.duty_runner import DutyRunner
 from django_strait.worker.executors import Executors
@@ -61,9 +63,10 @@ from django_strait.worker.gate import Gate
 from django_strait.worker.heartbeat import Heartbeats
 from django_strait.worker.lifecycle import Lifecycle
 from django_strait.worker.outcomes import to_record
+from django_strait.worker.probes import Answer
 from django_strait.worker.process.pool import ProcessPool
 from django_strait.worker.producer import Producer
-from django_strait.worker.webhooks import Deliverer, Sent, announce
+from django_strait.worker.webhooks import ANSWER_READ_BYTES, Deliverer, Sent, announce
 
 __all__ = ["Stats", "Worker", "WorkerConfig"]
 
@@ -92,6 +95,8 @@ class Worker:
         self._stop_asked = False
         #: What a burst worker left queued, and why (set when it drained).
         self.left_waiting = ""
+        #: The port its metrics and probes are served on, once bound (None: not served).
+        self.metrics_port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def run(self) -> Stats:
@@ -141,10 +146,10 @@ class Worker:
         )  # fmt: skip
         self.completer = Completer(
             self._write, on_recorded=self._recorded, wake=self.producer.wake.set,
-            shutdown_timeout=cfg.shutdown_timeout,
+            shutdown_timeout=cfg.shutdown_timeout, max_batch=record_batch(cfg.concurrency),
         )  # fmt: skip
         self.webhook_http = HttpDispatcher(
-            max_result_bytes=0,
+            max_result_bytes=ANSWER_READ_BYTES,
             user_agent=cfg.user_agent,
             limit=cfg.webhook_concurrency,
             allowed_networks=strait_settings.ALLOWED_PRIVATE_NETWORKS,
@@ -166,20 +171,28 @@ class Worker:
         self.lifecycle.install_signal_handlers(self._loop)
         if self._stop_asked:
             self.lifecycle.stop()
+        stamp = asyncio.create_task(self.lifecycle.keep_loop_stamp())
+        # Before the database answers: /livez says alive, /readyz that it waits for it.
+        self._metrics = self._serve_metrics()
         logger.info(
             "worker %s starting: queues=%s concurrency=%s batch_size=%s%s",
             cfg.worker_id, ",".join(cfg.queues) or "*", cfg.concurrency, cfg.batch_size,
             " burst" if cfg.burst else "",
         )  # fmt: skip
         if not await self.lifecycle.wait_for_database(self._duty):
+            stamp.cancel()
             await self._close_pools()
+            if self._metrics is not None:
+                self._metrics.close()
             logger.info("worker %s stopped before its database answered", cfg.worker_id)
             return
         await self.http.start()
         await self.webhook_http.start()
-        self._metrics = self._serve_metrics()
         self._listener = self._start_listener()
         await self._duty(self.lifecycle.register)
+        # Before the duties start: the scheduler fires what the rows say.
+        await self._duty(syncing.sync_schedules)
+        self.lifecycle.started()
         if await self._duty(_has_process_jobs, self.alias, cfg.queues):
             self.processes.start_warming()
         tasks = [
@@ -199,6 +212,7 @@ class Worker:
             if duties is not None:
                 duties.cancel()
             await self._shutdown(*tasks)
+            stamp.cancel()
 
     async def _shutdown(
         self,
@@ -266,15 +280,17 @@ class Worker:
 
     def _occupied(self) -> int:
         """The slots the producer counts as taken: the runs executing, and the ended ones
-        whose records wait beyond one full write.
+        whose records wait beyond one record batch.
 
         Without the second term, a drain whose records lag (a slow disk, a bloated
         table) kept claiming: minutes of records piled up, their runs, no longer
         heartbeaten, were rescued by the reaper and run again, and the claim and the
         record slowed each other down (30 minutes of drain fell to 0.36x). One batch
-        of records waiting is the normal pipeline and costs no claims.
+        of records waiting is the normal pipeline and costs no claims. A claim never
+        takes more than the free slots, so executing and unrecorded runs together stay
+        within the concurrency plus one record batch: what a kill -9 runs again.
         """
-        behind = self.completer.unrecorded - RECORD_BATCH_MAX
+        behind = self.completer.unrecorded - self.completer.max_batch
         return len(self.executors.in_flight) + max(0, behind)
 
     # -- database threads ---------------------------------------------------------------
@@ -382,34 +398,10 @@ class Worker:
         return done
 
     def _health_samples(self, chunk: list[Record]) -> list[endpoint_health.Sample]:
-        """Summarize the batch's HTTP answers per endpoint (written with the results)."""
-        answers = [
-            endpoint_health.Answer(
-                r.endpoint,
-                r.outcome == AttemptOutcome.SUCCEEDED,
-                r.error_type,
-                r.status_code,
-                r.duration_ms,
-                self.catalog.timeout_of(r.job_id),
-            )
-            for r in chunk
-            if r.endpoint
-        ]
-        if not answers:
-            return []
-        return endpoint_health.summarize(answers, alpha=strait_settings.HEALTH_EWMA_ALPHA)
+        return health_samples(chunk, self.catalog)
 
     def _account_circuits(self, chunk: list[Record]) -> None:
-        """Count the batch's HTTP outcomes against their endpoints' circuits."""
-        try:
-            self.circuits.account(
-                (Attempted(r.endpoint, r.error_type, r.status_code) for r in chunk if r.endpoint),
-                now=timezone.now(),
-                threshold=strait_settings.CIRCUIT_FAILURE_THRESHOLD,
-            )
-        except Exception:
-            # The results are recorded: a missed count only delays a circuit's opening.
-            logger.exception("counting %s results against circuits failed", len(chunk))
+        account_circuits(self.circuits, chunk)
 
     def _recorded(self, chunk: list[Record], done: Recorded) -> None:
         if done.workflows_ended or any(
@@ -469,13 +461,22 @@ class Worker:
     # -- wake-ups and metrics -----------------------------------------------------------
 
     def _serve_metrics(self) -> WorkerMetrics | None:
-        if self.config.metrics_port is None:
+        cfg = self.config
+        if cfg.metrics_port is None:
             return None
         metrics = WorkerMetrics()
         metrics.watch_in_flight(lambda: len(self.executors.in_flight))
         metrics.watch_processes(lambda: len(self.processes.pids))
         metrics.watch_workflows()
-        metrics.serve(self.config.metrics_port)
+        probes = self.lifecycle.probes
+        self.metrics_port = metrics.serve(
+            cfg.metrics_port,
+            cfg.metrics_bind,
+            probes={
+                "/livez": lambda: _answered(probes.live(time.monotonic())),
+                "/readyz": lambda: _answered(probes.ready(time.monotonic())),
+            },
+        )
         return metrics
 
     def _start_listener(self) -> Listener | None:
@@ -512,7 +513,7 @@ def _log_attempt(rec: Record, status: str | None) -> None:
         rec.job,
         rec.attempt,
         rec.error_type or rec.outcome,
-        rec.error[:200],
+        first_line(rec.error),
         status,
         f" until {rec.available_at:%Y-%m-%d %H:%M:%S}Z"
         if status == RunStatus.QUEUED and rec.available_at
@@ -524,6 +525,20 @@ def _log_attempt(rec: Record, status: str | None) -> None:
             "error_type": rec.error_type,
         },
     )
+
+
+#: The longest error a worker's log line shows; the attempt keeps the whole of it.
+LOG_ERROR_CHARS = 200
+
+
+def first_line(error: str, limit: int = LOG_ERROR_CHARS) -> str:
+    """Return an attempt's error as a log line shows it: its first line, cut with "…".
+
+    A task's error is its ``path: message`` line, then its traceback: the traceback
+    stays in the attempt (the admin, the API), never half of it in the log.
+    """
+    line = error.split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def say_unmoved(done: Recorded) -> None:
@@ -540,6 +555,10 @@ def say_unmoved(done: Recorded) -> None:
             "before its connection was lost",
             done.already,
         )
+
+
+def _answered(answer: Answer) -> tuple[int, str]:
+    return answer.status, answer.why
 
 
 def _settings_module() -> str:
@@ -559,7 +578,7 @@ def _hot(using: str, fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
 
     def call(*args: Any, **kwargs: Any) -> T:
         if strait_settings.PREPARE_STATEMENTS and connections[using].vendor == "postgresql":
-            keep_plans(connections[using], time.monotonic())
+            keep_plans(connections[using], time.monotonic(), strait_settings.PLAN_LIFETIME)
         return fn(*args, **kwargs)
 
     return _guarded(using, call, args, kwargs)

@@ -117,13 +117,9 @@ class Executors:
         self._finished(run, outcome, begun)
 
     async def _dispatch(self, info: JobInfo, run: Claimed) -> Outcome:
-        if run.row_error:
-            return failure(INVALID_RUN_ERROR, run.row_error, retryable=False)
-        if info.row.endpoint_url:
-            return await self._http.dispatch(_request(info, run))
-        if info.handler is None:
-            return failure(UNKNOWN_HANDLER, f"handler {info.handler_error}", retryable=False)
-        return await self._python(info, run)
+        return await attempt(
+            info, run, http=self._http, beats=self._beats, max_result_bytes=self._result_max_bytes
+        )
 
     async def _in_process(self, run: Claimed, info: JobInfo) -> None:
         begun = time.monotonic()
@@ -158,37 +154,53 @@ class Executors:
         )
         return await self.processes.run(task)
 
-    async def _python(self, info: JobInfo, run: Claimed) -> Outcome:
-        timeout = info.row.timeout_secs
-        try:
-            # Only coroutines can be interrupted: plain functions run to their end.
-            return await asyncio.wait_for(
-                run_python(
-                    info.handler,
-                    run.payload,
-                    self._context(run, info),
-                    executor=None,
-                    max_result_bytes=self._result_max_bytes,
-                ),
-                timeout,
-            )
-        except TimeoutError:
-            return failure(
-                "python.timeout",
-                f"the handler ran past the job's timeout of {timeout:g}s and was cancelled",
-                attempt_outcome="timed_out",
-            )
-
     def _context(self, run: Claimed, info: JobInfo) -> RunContext:
-        return RunContext(
-            run_id=run.id,
-            attempt=run.attempt,
-            job=info.name,
-            payload=run.payload,
-            heartbeat=self._beats.for_run(run.id),
-            parents=(run.workflow or {}).get("parents", {}),
-            workflow=run.workflow,
+        return context_of(run, info, self._beats)
+
+
+async def attempt(
+    info: JobInfo, run: Claimed, *, http: HttpDispatcher, beats: Heartbeats, max_result_bytes: int
+) -> Outcome:
+    """Run one attempt on the event loop (an HTTP call, an ``async def`` handler, or a
+    plain one on the loop's default executor); return what it did."""
+    if run.row_error:
+        return failure(INVALID_RUN_ERROR, run.row_error, retryable=False)
+    if info.row.endpoint_url:
+        return await http.dispatch(_request(info, run))
+    if info.handler is None:
+        return failure(UNKNOWN_HANDLER, f"handler {info.handler_error}", retryable=False)
+    timeout = info.row.timeout_secs
+    try:
+        # Only coroutines can be interrupted: plain functions run to their end.
+        return await asyncio.wait_for(
+            run_python(
+                info.handler,
+                run.payload,
+                context_of(run, info, beats),
+                executor=None,
+                max_result_bytes=max_result_bytes,
+            ),
+            timeout,
         )
+    except TimeoutError:
+        return failure(
+            "python.timeout",
+            f"the handler ran past the job's timeout of {timeout:g}s and was cancelled",
+            attempt_outcome="timed_out",
+        )
+
+
+def context_of(run: Claimed, info: JobInfo, beats: Heartbeats) -> RunContext:
+    """Return the context a handler taking two parameters gets for ``run``."""
+    return RunContext(
+        run_id=run.id,
+        attempt=run.attempt,
+        job=info.name,
+        payload=run.payload,
+        heartbeat=beats.for_run(run.id),
+        parents=(run.workflow or {}).get("parents", {}),
+        workflow=run.workflow,
+    )
 
 
 def _request(info: JobInfo, run: Claimed) -> HttpRequest:

@@ -3,7 +3,10 @@
 Steps, in order, each handed only the runs the ones before let through:
 
 1. **definition**: a job whose row is not a valid definition holds its runs
-   (``job.invalid``) until it is fixed;
+   (``job.invalid``) until it is fixed; a Python job whose handler this worker has
+   not registered (a worker of the release before, in a rolling deploy) leaves its
+   runs to a worker that knows it (``handler.waiting``), for up to
+   ``STRAIT["UNKNOWN_HANDLER_GRACE"]``;
 2. **limits**: concurrency and rate limits (a run they hold never reaches its
    circuit, so it cannot take a half-open probe it would not send);
 3. **circuits and health**: each HTTP run's endpoint is chosen (the first of its
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -37,16 +41,35 @@ INVALID_JOB_ERROR = "job.invalid"
 #: How long such a run waits before it is looked at again (a fixed row frees it then).
 INVALID_JOB_WAIT = dt.timedelta(seconds=30)
 
+#: The error type of a run left for a worker that knows its job's handler.
+HANDLER_WAITING = "handler.waiting"
+#: How long such a run is left each time: other workers claim it meanwhile, and this
+#: one does not claim it again and again (one claim per wait, however many workers).
+HANDLER_WAIT = dt.timedelta(seconds=5)
+#: Least time between two log lines of one worker about one job's runs waiting so.
+HANDLER_LOG_EVERY = 60.0
+
 Step = Callable[[list[Claimed], dt.datetime], list[Hold]]
 
 
 class Gate:
     """Decides, for one worker, which claimed runs start and which wait."""
 
-    def __init__(self, storage: Storage, catalog: Catalog, circuits: CircuitBreaker) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        catalog: Catalog,
+        circuits: CircuitBreaker,
+        *,
+        handler_grace: float | None = None,
+    ) -> None:
         self.storage = storage
         self.catalog = catalog
         self.circuits = circuits
+        #: Seconds a run waits for a worker that knows its handler (None: the setting).
+        self.handler_grace = handler_grace
+        #: Job id -> when this worker last logged that its runs wait for another worker.
+        self._said_waiting: dict[int, float] = {}
         self.steps: tuple[Step, ...] = (
             self.invalid_holds,
             self.limit_holds,
@@ -71,8 +94,10 @@ class Gate:
         return holds
 
     def invalid_holds(self, claimed: list[Claimed], now: dt.datetime) -> list[Hold]:
-        """Hold the runs of jobs whose row is not a valid definition, until it is fixed."""
+        """Hold the runs of jobs whose row is not a valid definition, until it is fixed;
+        leave those whose handler this worker does not know to a worker that does."""
         held = []
+        unknown = []
         for run in claimed:
             info = self.catalog.get(run.job_id)
             if info.invalid:
@@ -81,7 +106,60 @@ class Gate:
                 )
                 until = now + INVALID_JOB_WAIT
                 held.append(Hold(run.id, until, INVALID_JOB_ERROR, reason))
+            elif info.handler_error and not run.row_error:
+                unknown.append(run)
+        if unknown:  # never when every handler is known: no statement, no more work
+            held += self.handler_holds(unknown, now)
         return held
+
+    def handler_holds(self, unknown: list[Claimed], now: dt.datetime) -> list[Hold]:
+        """Leave runs whose handler this worker lacks to other workers, within the grace.
+
+        The grace runs from the first hold of the run's current wait (its hold period),
+        whichever worker made it; past it the run starts here and fails as
+        ``handler.unknown``, as it does at once with a grace of 0.
+        """
+        seconds = self.handler_grace
+        if seconds is None:
+            seconds = strait_settings.UNKNOWN_HANDLER_GRACE
+        grace = dt.timedelta(seconds=seconds)
+        if not grace:
+            return []
+        began = self.storage.hold_began({r.id: r.attempt for r in unknown}, HANDLER_WAITING)
+        held = []
+        for run in unknown:
+            deadline = began.get(run.id, now) + grace
+            if now >= deadline:
+                continue
+            handler = self.catalog.get(run.job_id).row.handler
+            reason = (
+                f"waiting for a worker that has handler {handler!r} registered (this one "
+                f"has not: a worker of another release?); fails as handler.unknown if none "
+                f"has taken it by {deadline:%Y-%m-%d %H:%M:%S} UTC "
+                f"(STRAIT['UNKNOWN_HANDLER_GRACE'] = {grace.total_seconds():g} s)"
+            )
+            held.append(Hold(run.id, min(now + HANDLER_WAIT, deadline), HANDLER_WAITING, reason))
+        self._say_waiting(unknown, len(held), grace)
+        return held
+
+    def _say_waiting(self, unknown: list[Claimed], held: int, grace: dt.timedelta) -> None:
+        clock = time.monotonic()
+        jobs = {run.job_id for run in unknown}
+        quiet = [
+            j
+            for j in jobs
+            if clock - self._said_waiting.get(j, -HANDLER_LOG_EVERY) >= HANDLER_LOG_EVERY
+        ]
+        for job_id in quiet:
+            self._said_waiting[job_id] = clock
+            info = self.catalog.get(job_id)
+            logger.warning(
+                "job %s: handler %r is not registered in this worker; its runs are left for "
+                "a worker that has it, for up to %g s each, then fail as handler.unknown "
+                "(%s of %s claimed now held)",
+                info.name, info.row.handler, grace.total_seconds(), held, len(unknown),
+                extra={"job": info.name},
+            )  # fmt: skip
 
     def limit_holds(self, claimed: list[Claimed], now: dt.datetime) -> list[Hold]:
         """Hold the runs their job's concurrency or rate limit does not admit."""

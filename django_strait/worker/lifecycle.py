@@ -6,7 +6,8 @@
 - SIGINT/SIGTERM stop claiming and drain the runs in flight up to the shutdown
   timeout; a second signal exits at once, leaving them to the reaper;
 - every heartbeat interval, the runs in flight are heartbeaten in one statement
-  and the worker's registry row touched; every stats interval, one log line.
+  and the worker's registry row touched; every stats interval, one log line;
+- it keeps the stamps the health probes answer from (``worker.probes``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from django_strait.duties import registry
 from django_strait.transitions import heartbeat
 from django_strait.worker.config import Stats, WorkerConfig
 from django_strait.worker.heartbeat import Heartbeats
+from django_strait.worker.probes import Probes
 
 logger = logging.getLogger(__name__)
 
@@ -47,12 +49,15 @@ class Lifecycle:
         *,
         on_stop: Callable[[], None],
         in_flight: Callable[[], list[int]],
+        probes: Probes | None = None,
     ) -> None:
         self.config = config
         self.stats = stats
         self.beats = beats
         self._on_stop = on_stop
         self._in_flight = in_flight
+        #: What the health probes answer from (stopping, the database's last answer).
+        self.probes = probes or Probes(heartbeat_interval=config.heartbeat_interval)
         self._signals = 0
         self.stopping = False
         #: Set to wake the database wait (a stop).
@@ -60,7 +65,7 @@ class Lifecycle:
 
     def stop(self) -> None:
         """Ask the worker to stop (idempotent)."""
-        self.stopping = True
+        self.stopping = self.probes.stopping = True
         self.woken.set()
         self._on_stop()
 
@@ -85,6 +90,17 @@ class Lifecycle:
         self.stop()
 
     # -- start-up -----------------------------------------------------------------------
+
+    async def keep_loop_stamp(self) -> None:
+        """Stamp every second that the event loop turns (what ``/livez`` answers from)."""
+        while True:
+            self.probes.loop_at = time.monotonic()
+            await asyncio.sleep(1.0)
+
+    def started(self) -> None:
+        """The worker claims from now on: its database answered, it registered."""
+        self.probes.started = True
+        self.probes.database_at = time.monotonic()
 
     async def wait_for_database(self, call: DbCall) -> bool:
         """Wait until the database answers, trying again with a capped backoff; False if stopped."""
@@ -139,6 +155,7 @@ class Lifecycle:
                 try:
                     await record_call(heartbeat, cfg.worker_id, in_flight, storage=storage)
                     await duty_call(self.touch, len(in_flight))
+                    self.probes.database_at = time.monotonic()
                 except Exception:
                     logger.exception("heartbeat failed")
             if time.monotonic() - last_stats >= cfg.stats_interval:

@@ -56,6 +56,8 @@ Db = Callable[..., Awaitable[Any]]
 
 #: How far past its timeout a claimed delivery stays leased to the worker sending it.
 LEASE_MARGIN = dt.timedelta(seconds=5)
+#: The most attempts ``WebhookDelivery.attempt`` holds (a PostgreSQL integer).
+ATTEMPT_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +217,7 @@ class Deliverer:
         return await self.http.post(req, body, notice.headers(body, due.secret, time.time()))
 
     def _settle_one(self, due: outbox.Due, outcome: Outcome, now: dt.datetime) -> outbox.Settled:
-        attempt = due.attempt + 1
+        attempt = min(due.attempt + 1, ATTEMPT_MAX)  # a row written at the column's limit
         decision = decide(
             outcome, budget_used=attempt, policy=self._policy(due), now=now, rng=self._rng
         )
@@ -289,6 +291,12 @@ def announce(sent: Sequence[Sent]) -> None:
                 extra={"run_id": d.run_id, "delivery_id": d.delivery_id},
             )  # fmt: skip
     signals.send_webhooks(sent)
+
+
+#: How much of a receiver's 2xx answer the webhook client reads: room for the
+#: excerpt a delivery keeps (a UTF-8 character is at most 4 bytes). Nothing else
+#: reads it; a longer answer is cut, as a failure's body is.
+ANSWER_READ_BYTES = EXCERPT_CHARS * 4
 
 
 def _excerpt(result: Any) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from django_strait import signals
+from django_strait import signals, triggering
 from django_strait.models import Workflow, WorkflowRun, WorkflowStepRun
 from django_strait.states import InvalidTransition
 from django_strait.storage import backend, workflows
@@ -46,6 +46,8 @@ def trigger_workflow(
     wr.idempotency_hit = False
     wr.refresh_from_db(using=alias)
     logger.info("workflow run %s of %s: started", wr.pk, name, extra={"workflow_run_id": wr.pk})
+    if triggering.AFTER_TRIGGER:
+        triggering.after_trigger([wr])
     return wr
 
 

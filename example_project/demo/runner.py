@@ -7,10 +7,12 @@ import io
 import logging
 import os
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from django.core.management import call_command
 from django.db import connection
@@ -25,10 +27,29 @@ from example_project.demo.server import LocalServer
 #: The demo gives up waiting for its runs after this long (they stay queued).
 DRAIN_TIME_CAP_SECS = 60.0
 UNFINISHED = (RunStatus.QUEUED, RunStatus.DEQUEUED, RunStatus.EXECUTING)
-ADMIN_HINT = (
-    "python manage.py createsuperuser && python manage.py runserver, "
-    "then open http://127.0.0.1:8000/admin/django_strait/deadletter/"
-)
+
+
+def manage_py() -> str:
+    """How to run ``manage.py`` again: with the Python that runs the demo, as typed.
+
+    The README's command runs the demo with ``.venv/bin/python``: a hint that says
+    ``python`` would reach another Python, without Django, on most machines.
+    """
+    python = Path(sys.executable)
+    try:
+        python = python.relative_to(Path.cwd())
+    except ValueError:
+        pass  # outside the current directory: the whole path
+    return f"{python} manage.py"
+
+
+def admin_hint() -> str:
+    """The demo's closing hint: open the dead letters in the admin."""
+    manage = manage_py()
+    return (
+        f"{manage} createsuperuser && {manage} runserver, "
+        "then open http://127.0.0.1:8000/admin/django_strait/deadletter/"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +96,8 @@ class Demo:
         self._start_workflow()
         self.write(
             f"Queued {len(ids)} runs and stopped there (--no-worker). To process them, run\n"
-            f"  python manage.py runserver     (serves the HTTP jobs' endpoints)\n"
-            f"  python manage.py run_strait_worker"
+            f"  {manage_py()} runserver     (serves the HTTP jobs' endpoints)\n"
+            f"  {manage_py()} run_strait_worker"
         )
 
     def _trigger(self) -> list[int]:
@@ -139,7 +160,7 @@ class Demo:
             left = runs.filter(status__in=UNFINISHED).count()
             self.write(
                 f"Stopped waiting after {DRAIN_TIME_CAP_SECS:.0f} s with {left} runs unfinished; "
-                "`python manage.py run_strait_worker` will finish them."
+                f"`{manage_py()} run_strait_worker` will finish them."
             )
         self.write("")
         self.write(summary.render_table(summary.job_lines(runs, seeding.DEMO_JOBS)))
@@ -150,7 +171,7 @@ class Demo:
         self.write(summary.render_examples(summary.dead_letter_examples(runs)))
         self._report_workflow(wr)
         self.write("")
-        self.write(f"Next: {ADMIN_HINT}")
+        self.write(f"Next: {admin_hint()}")
 
 
 def _runs_between(ids: list[int]) -> QuerySet[JobRun]:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django_strait import registry, trigger_many
+from django_strait import syncing, trigger_many
 from django_strait.models import Job
 
 #: Short delays so that the demo's retries happen within seconds, not minutes.
@@ -56,7 +56,7 @@ DEMO_JOBS = (*PYTHON_JOBS, *(j.name for j in HTTP_JOBS))
 
 def seed_jobs(base_url: str, seed: int) -> None:
     """Create or update the demo's ``Job`` rows, HTTP jobs pointing at ``base_url``."""
-    registry.sync_all()
+    syncing.sync_all()
     point_http_jobs(base_url, seed)
     # A worker skips disabled jobs; the demo's runs must all run, even if a job
     # was paused in the admin since the last demo.

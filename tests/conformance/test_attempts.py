@@ -113,6 +113,40 @@ def test_hold__extends_only_the_held_runs_periods(storage):
     assert times == {held.pk: 2, other.pk: 1}
 
 
+def test_hold_began__is_when_the_runs_current_period_for_the_reason_began(storage):
+    waiting, other_reason, never = make_run(), make_run(), make_run()
+    hold_all(storage, "handler.waiting")
+    began = RunHold.objects.get(run=waiting).started_at
+    hold_all(storage, "handler.waiting")  # the same period, extended
+    RunHold.objects.filter(run=never).delete()  # never held
+    hold_until_later(storage, other_reason, "limit.concurrency")  # held since for another
+
+    found = storage.hold_began({waiting.pk: 0, other_reason.pk: 0, never.pk: 0}, "handler.waiting")
+
+    assert found == {waiting.pk: began}
+
+
+def test_hold_began__leaves_out_a_period_before_the_runs_last_attempt(storage):
+    run = make_run()
+    hold_all(storage, "handler.waiting")
+    start(storage)
+    fail_and_requeue(storage, run.pk, 1)
+
+    assert storage.hold_began({run.pk: 1}, "handler.waiting") == {}
+    assert storage.hold_began({run.pk: 0}, "handler.waiting") != {}
+
+
+def hold_until_later(storage, run, error_type: str) -> None:
+    """Hold only ``run`` (the others pushed past the claim) for ``error_type``."""
+    later = timezone.now() + dt.timedelta(hours=1)
+    others = JobRun.objects.exclude(pk=run.pk).filter(status="queued")
+    kept = dict(others.values_list("pk", "available_at"))
+    others.update(available_at=later)
+    hold_all(storage, error_type)
+    for pk, at in kept.items():
+        JobRun.objects.filter(pk=pk).update(available_at=at)
+
+
 def test_replay__resets_the_attempt_budget_not_the_count(storage):
     run = make_run(status="dead_letter", attempts=3)
 

@@ -6,11 +6,12 @@ import datetime as dt
 import random
 
 import pytest
-from django.db import connection
+from django.db import DataError, connection
 from django.utils import timezone
 
 from django_strait.models import JobRun, RunAttempt
 from django_strait.states import Transition
+from tests.conformance.conftest import needs_postgres
 from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -71,22 +72,64 @@ def test_rescue__leaves_fresh_runs_alone(storage):
     assert JobRun.objects.get(pk=run.pk).status == "executing"
 
 
-def test_rescue__isolated_leaves_a_run_that_raises_and_rescues_the_others(storage):
+def test_rescue__a_job_row_that_cannot_be_read_rescues_its_runs_on_the_default_policy(storage):
     good = make_run(make_job(), status="executing")
-    bad = make_run(make_job(), status="executing")
+    bad = make_run(make_job(max_attempts=1), status="executing")
     for run in (good, bad):
         stale(run)
-    # Its job's row cannot be read, so its policy raises: a 5,000-digit number is valid
-    # JSON to every database and past Python's integer-string limit on every version.
+    # Its job's row cannot be read: a 5,000-digit number is valid JSON to every database
+    # and past Python's integer-string limit on every version.
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE django_strait_job SET non_retryable_errors = %s WHERE id = %s",
             ["[" + "9" * 5000 + "]", bad.job_id],
         )
 
-    with pytest.raises(ValueError):
+    found, rescued = rescue(storage)
+
+    assert (found, sorted(r.run.id for r in rescued)) == (2, [good.pk, bad.pk])
+    # Not its job's max_attempts=1 (which would dead-letter it): the default policy retries.
+    assert JobRun.objects.get(pk=bad.pk).status == "queued"
+
+
+def test_rescue__a_run_whose_rescue_raises_is_dead_lettered_saying_why(storage):
+    needs_postgres("SQLite's integers do not overflow at 2**31")
+    good = make_run(make_job(), status="executing")
+    bad = make_run(make_job(), status="dequeued")
+    for run in (good, bad):
+        stale(run)
+    # A dequeued run spends an attempt when rescued: one past the integer column's bound.
+    JobRun.objects.filter(pk=bad.pk).update(attempt=2**31 - 1)
+
+    with pytest.raises(DataError):
         rescue(storage)
     found, rescued = rescue(storage, isolate=True)
 
     assert (found, [r.run.id for r in rescued]) == (2, [good.pk])
-    assert JobRun.objects.get(pk=bad.pk).status == "executing"
+    status, error_type, last_error = JobRun.objects.values_list(
+        "status", "error_type", "last_error"
+    ).get(pk=bad.pk)
+    assert (status, error_type) == ("dead_letter", "reaper.rescue_failed")
+    assert "out of range" in last_error
+
+
+def test_rescue__a_stale_run_whose_row_cannot_be_read_is_dead_lettered_naming_the_field(storage):
+    needs_postgres("'infinity' is a PostgreSQL timestamp")
+    good = make_run(make_job(), status="executing")
+    bad = make_run(make_job(), status="executing")
+    stale(good)
+    # Never stale by its heartbeat, and unreadable: it could stay executing forever.
+    JobRun.objects.filter(pk=bad.pk).update(heartbeat_at=None)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE django_strait_jobrun SET heartbeat_at = 'infinity' WHERE id = %s", [bad.pk]
+        )
+
+    found, rescued = rescue(storage)
+
+    assert (found, [r.run.id for r in rescued]) == (2, [good.pk])
+    status, error_type, last_error = JobRun.objects.values_list(
+        "status", "error_type", "last_error"
+    ).get(pk=bad.pk)
+    assert (status, error_type) == ("dead_letter", "run.invalid")
+    assert f"django_strait_jobrun id {bad.pk}, field heartbeat_at: cannot be read" in last_error

@@ -2,8 +2,10 @@
 
 Log in, open the dead letters, replay all matching through the confirmation
 page, open the overview; open endpoint health and the projects' budgets; a workflow run's
-DAG. Screenshots go to a temporary directory, or to
-``STRAIT_SCREENSHOT_DIR`` when set (``docs/screenshots`` regenerates the docs').
+DAG; every Strait list and page at 1366 px with long names, none scrolling sideways.
+CI runs it on Django 5.2 and on the latest Django 6. Screenshots go to a temporary
+directory, or to ``STRAIT_SCREENSHOT_DIR`` when set (``docs/screenshots`` regenerates
+the docs'), in a folder per Django version (``django-6.1``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
+import django
 import django.contrib.admin
 import pytest
 from django.contrib.auth.models import User
@@ -32,6 +35,7 @@ from django_strait.models import (
     RunRollup,
 )
 from django_strait.resilience.budgets import today
+from tests.conftest import Reply, run_worker
 from tests.integration.factories import make_job, make_run
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -87,7 +91,9 @@ def admin_static(settings) -> None:
 
 @pytest.fixture
 def shots(tmp_path: Path) -> Path:
-    target = Path(os.environ.get("STRAIT_SCREENSHOT_DIR") or tmp_path / "screenshots")
+    """Where screenshots go: a folder per Django version, the admin looks different in each."""
+    version = f"django-{django.VERSION[0]}.{django.VERSION[1]}"
+    target = Path(os.environ.get("STRAIT_SCREENSHOT_DIR") or tmp_path / "screenshots") / version
     target.mkdir(parents=True, exist_ok=True)
     return target
 
@@ -363,3 +369,127 @@ def test_admin_browser__every_list_fits_1366_px_and_the_run_timeline(
     assert browser.find_element(By.ID, "strait-refresh").get_attribute("data-paused") == "1"
     browser.find_element(By.ID, "strait-refresh").click()
     assert browser.find_element(By.ID, "strait-refresh").get_attribute("data-paused") == "0"
+
+
+#: Names and addresses as long as a real project's: each cut to fit, the whole on hover.
+LONG_JOB = "partner-order-confirmation-webhook-for-the-european-marketplace"
+LONG_PATH = "/v2/partners/eu-central/orders/confirmations/webhooks/receive-and-acknowledge"
+
+#: Where an element pokes past the viewport, or a box scrolls sideways: each as
+#: [what, by how many px]. Elements the viewport never shows (display none) have no box.
+OFFENDERS = """
+const vw = document.documentElement.clientWidth, found = [];
+const name = (el) => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+  + (el.className && typeof el.className === 'string'
+     ? '.' + el.className.trim().split(/\\s+/).join('.') : '');
+if (document.documentElement.scrollWidth > vw)
+  found.push(['the page', document.documentElement.scrollWidth - vw]);
+for (const el of document.querySelectorAll('#container *')) {
+  const box = el.getBoundingClientRect();
+  if (!box.width || el.closest('#nav-sidebar')) continue;
+  const style = getComputedStyle(el);
+  if (box.right > vw + 0.5) found.push([name(el) + ' ends past the viewport', box.right - vw]);
+  if (['auto', 'scroll'].includes(style.overflowX) && el.scrollWidth > el.clientWidth + 1)
+    found.push([name(el) + ' scrolls sideways', el.scrollWidth - el.clientWidth]);
+}
+if (found.length) for (const th of document.querySelectorAll('#result_list thead th, .inline-group thead th'))
+  found.push(['col ' + th.className, Math.round(th.getBoundingClientRect().width)]);
+return found.slice(0, 30);
+"""
+
+
+def seed_long_names(server) -> dict[str, str]:
+    """A job with a long name and a webhook to a long URL, runs of it, a workflow with a
+    webhook, endpoints with long URLs: the pages the issue found too wide."""
+    from django_strait import define_workflow, trigger, trigger_workflow
+
+    server.routes[LONG_PATH] = lambda r: Reply(200, b'{"received": true, "queued_as": 8812}')
+    hook = server.url(LONG_PATH)
+    job = make_job(LONG_JOB, queue="partner-confirmations-eu", webhook_url=hook)
+    done = trigger(job.name, {"order": 1001})
+    make_run(job, status="dead_letter", error_type="http.503.partner-gateway-unavailable",
+             error="Service Unavailable: " + "upstream partner gateway timed out; " * 6)  # fmt: skip
+    define_workflow(
+        "order-fulfilment-with-partner-confirmation",
+        steps=[{"name": "confirm-the-order-with-the-partner-marketplace", "job": "wf-step"}],
+        webhook_url=hook,
+    )
+    wr = trigger_workflow("order-fulfilment-with-partner-confirmation", {"order": 7})
+    run_worker()
+    for n in range(3):
+        url = f"https://partner-api-{n}.eu-central-1.example.com{LONG_PATH}"
+        EndpointHealth.objects.create(endpoint_url=url, success_rate=0.5, samples=40)
+        EndpointCircuit.objects.create(endpoint_url=url, state="open", failures=7)
+    return {"run": str(done.pk), "workflow_run": str(wr.pk), "job": str(job.pk)}
+
+
+def every_page(ids: dict[str, str]) -> dict[str, str]:
+    """Every list of the app, a page of each model that has rows, and the custom pages."""
+    from django.contrib import admin
+    from django.urls import reverse
+
+    pages = {
+        "home": reverse("admin:index"),
+        "app": reverse("admin:app_list", args=["django_strait"]),
+    }
+    for model in admin.site._registry:  # the admin's registry has no public listing
+        if model._meta.app_label != "django_strait":
+            continue
+        name = model._meta.model_name
+        pages[f"list {name}"] = reverse(f"admin:django_strait_{name}_changelist")
+        first = model._default_manager.order_by("pk").first()
+        if first is not None:
+            pages[f"page {name}"] = reverse(f"admin:django_strait_{name}_change", args=[first.pk])
+    run, wr, job = ids["run"], ids["workflow_run"], ids["job"]
+    pages.update({
+        "run with webhooks": reverse("admin:django_strait_jobrun_change", args=[run]),
+        "workflow run with webhooks": reverse("admin:django_strait_workflowrun_change", args=[wr]),
+        "overview": reverse("admin:django_strait_overview"),
+        "job charts": reverse("admin:django_strait_job_stats", args=[job]),
+        "trigger now": reverse("admin:django_strait_job_trigger", args=[job]),
+        "replay all matching": reverse("admin:django_strait_deadletter_replay_matching"),
+        "replay with a payload": reverse("admin:django_strait_jobrun_replay_payload", args=[run]),
+    })  # fmt: skip
+    return pages
+
+
+#: The pages of that test kept as pictures (the rest are checked, not pictured).
+PICTURED = {
+    "home": "home.png",
+    "list webhookdelivery": "list-webhook-deliveries.png",
+    "list workflowrun": "list-workflow-runs.png",
+    "run with webhooks": "run-webhooks.png",
+    "workflow run with webhooks": "workflow-run-webhooks.png",
+}
+
+
+def test_admin_browser__no_list_or_page_scrolls_sideways_at_1366_px(
+    browser, live_server, admin_static, shots, http_server
+):
+    from selenium.webdriver.common.by import By
+
+    seed()
+    ids = seed_long_names(http_server)
+    base = live_server.url
+    log_in(browser, base)
+    browser.set_window_size(1366, 768)
+
+    wide = {}
+    for name, path in every_page(ids).items():
+        browser.get(base + path)
+        assert "Server Error" not in browser.title, path
+        assert browser.find_elements(By.CSS_SELECTOR, "#nav-sidebar") or name in ("home", "app")
+        offenders = browser.execute_script(OFFENDERS)
+        if offenders:
+            wide[name] = offenders
+        if name in PICTURED:
+            section = browser.find_elements(By.ID, "webhook_deliveries-group")
+            if section:
+                browser.execute_script("arguments[0].scrollIntoView({block: 'end'})", section[0])
+            browser.save_screenshot(str(shots / PICTURED[name]))
+    assert wide == {}, "\n".join(f"{k}: {v}" for k, v in wide.items())
+
+    # Long values are cut, with the whole of them on hover.
+    browser.get(f"{base}/admin/django_strait/jobrun/")
+    cell = browser.find_element(By.CSS_SELECTOR, f"#result_list [title='{LONG_JOB}']")
+    assert cell.text.endswith("…") or cell.value_of_css_property("text-overflow") == "ellipsis"

@@ -5,9 +5,13 @@ from __future__ import annotations
 import signal
 import sqlite3
 import subprocess
+import sys
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import pytest
+
+from tests.e2e.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -120,6 +124,12 @@ def test_strait_demo__runs_end_as_designed_and_summary_matches_database(example_
     assert len(examples) == 3
     assert all(line.rsplit(": ", 1)[1] in dead_types for line in examples)
     assert "admin/django_strait/deadletter/" in output
+    # The closing hint names the Python that ran the demo, as the README does
+    # (.venv/bin/python, from the repository), or its whole path when it lives elsewhere.
+    python = Path(sys.executable)
+    shown = python.relative_to(REPO_ROOT) if python.is_relative_to(REPO_ROOT) else python
+    manage = f"{shown} manage.py"
+    assert f"Next: {manage} createsuperuser && {manage} runserver" in output
 
 
 def test_strait_demo__second_run_adds_runs_without_duplicating_jobs(example_project):

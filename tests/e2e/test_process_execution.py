@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from django_strait import registry, trigger
-from django_strait.models import JobRun, RunAttempt, WorkerProcess
+from django_strait import syncing, trigger
+from django_strait.models import Job, JobRun, RunAttempt, WorkerProcess
 from django_strait.transitions import cancel
 from tests.e2e.conftest import start_worker as start
 from tests.process_helpers import strait_children
@@ -111,7 +111,7 @@ def test_process__a_run_taken_from_the_worker_has_its_child_killed(worker_env, s
 def test_process__the_pool_starts_with_the_worker_only_when_its_queues_have_process_jobs(
     worker_env, started
 ):
-    registry.synced_row("test-process-echo")  # queue "default"
+    syncing.synced_row("test-process-echo")  # queue "default"
     other = start(
         started, worker_env, "--worker-id", "other", "--processes", "2", "--queue", "elsewhere"
     )
@@ -132,7 +132,7 @@ def test_process__the_pool_starts_with_the_worker_only_when_its_queues_have_proc
 
 
 def test_process__a_spinning_handler_ends_as_python_timeout_within_3s(worker_env, started):
-    registry.synced_row("test-process-spin")  # timeout_secs 2, max_attempts 1
+    syncing.synced_row("test-process-spin")  # timeout_secs 2, max_attempts 1
     worker = start_worker(started, {**worker_env, "STRAIT_POLL_INTERVAL": "50ms"})
     wait_for(
         lambda: strait_children(worker.pid) and WorkerProcess.objects.filter(worker_id="proc"),
@@ -151,3 +151,27 @@ def test_process__a_spinning_handler_ends_as_python_timeout_within_3s(worker_env
     run.refresh_from_db()
     assert run.error_type == "python.timeout"
     assert time.monotonic() - began < 3
+
+
+def test_process__cancel_kills_processes_that_left_the_childs_group(worker_env, started, tmp_path):
+    Job.objects.create(
+        name="escapes-slowly", handler="tests.testapp.jobs.process_escapes",
+        execution="process", timeout_secs=120, max_attempts=1,
+    )  # fmt: skip
+    pidfile = tmp_path / "escapes.1"
+    run = trigger("escapes-slowly", {"pidfile": str(tmp_path / "escapes")})
+    worker = start_worker(started, worker_env)
+    wait_for(pidfile.exists, timeout=START_TIMEOUT, why=lambda: f"exit code {worker.poll()}")
+    escaped = [int(p) for p in pidfile.read_text().split()]  # own session; orphaned (setsid)
+    try:
+        cancel(run.pk)
+        wait_for(
+            lambda: not any(alive(p) for p in escaped),
+            timeout=5,
+            why=lambda: f"still alive: {[p for p in escaped if alive(p)]}",
+        )
+        wait_for(lambda: status_of(run.pk) == "canceled", timeout=10, why=lambda: status_of(run.pk))
+    finally:
+        for pid in escaped:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

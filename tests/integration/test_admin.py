@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission, User
@@ -337,3 +339,24 @@ def test_worker_list__shows_registered_workers_and_who_is_alive(admin_client):
     text = page.content.decode()
     assert "w-alive" in text and "w-gone" in text and "emails" in text and "every queue" in text
     assert text.count('alt="True"') == 1 and text.count('alt="False"') == 1
+
+
+def test_admin_home__heads_the_overview_link_apart_from_the_apps_models(admin_client):
+    html = admin_client.get(reverse("admin:index")).content.decode()
+    captions = [c.strip() for c in re.findall(r"<caption>(.*?)</caption>", html, re.S)]
+    headings = [re.sub(r"<[^>]+>", "", c).strip() for c in captions]
+    assert headings.count("Strait jobs") == 1, headings  # the app's own section
+    assert "Strait overview" in headings
+
+
+def test_dead_letter_job_filter__offers_only_jobs_that_have_dead_letters(admin_client):
+    quiet, failing, flaky = make_job("quiet-job"), make_job("failing-job"), make_job("flaky-job")
+    make_run(quiet, status="completed")
+    make_run(failing, status="dead_letter", error_type="http.503")
+    make_run(flaky, status="dead_letter", error_type="python.KeyError")
+
+    response = admin_client.get(reverse("admin:django_strait_deadletter_changelist"))
+
+    [job_filter] = [f for f in response.context["cl"].filter_specs if f.title == "job"]
+    offered = [c["display"] for c in job_filter.choices(response.context["cl"])]
+    assert offered == ["All", "failing-job", "flaky-job"]

@@ -180,3 +180,11 @@ def test_replay_failed__resumes_the_workflow(admin_client, burst):
     assert dict(wr.step_runs.values_list("step__name", "status")) == {
         "a": "started", "b": "waiting",
     }  # fmt: skip
+
+
+def test_workflow_run_page__is_titled_with_the_workflows_name_not_its_id(admin_client, diamond):
+    wr = trigger_workflow("diamond")
+    html = admin_client.get(page(wr)).content.decode()
+    title = f"workflow run {wr.pk} of diamond (running)"
+    assert f"<h2>{title}</h2>" in html or f"<h1>{title}</h1>" in html, html[:3000]
+    assert str(wr) == title

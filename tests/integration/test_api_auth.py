@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import io
+import re
+import shlex
 
 import pytest
 from django.contrib.auth.models import Permission, User
@@ -16,6 +18,7 @@ from rest_framework.test import APIClient
 
 from django_strait.api.auth import ScopeError, check_scopes, issue_key
 from django_strait.models import ApiKey, JobRun
+from tests.conftest import ROOT
 from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db
@@ -384,3 +387,23 @@ def test_user_without_permission__gets_403_naming_it():
     response = client.get("/api/strait/dead-letters/")
     assert response.status_code == 403
     assert "django_strait.view_deadletter" in error_of(response)["message"]
+
+
+def test_readme__the_key_it_creates_triggers_a_job_and_reads_the_run_back():
+    # The README's tour: create a key with its command line, trigger over HTTP, then
+    # read the run back with the same key (GET runs/<id>/ needs runs:read).
+    readme = (ROOT / "README.md").read_text()
+    line = re.search(r"`python manage\.py (strait_api_key create [^`]+)`", readme).group(1)
+    out = io.StringIO()
+    call_command(*shlex.split(line), stdout=out)
+    key = out.getvalue().strip().splitlines()[-1]
+    job = make_job("send-welcome-email")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Api-Key {key}")
+
+    answer = client.post(
+        f"/api/strait/jobs/{job.name}/trigger/", {"payload": {"user_id": 42}}, format="json"
+    )
+    assert answer.status_code == 202, answer.content
+    read = client.get(f"/api/strait/runs/{answer.json()['id']}/")
+    assert read.status_code == 200, read.content

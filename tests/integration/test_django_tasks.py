@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import subprocess
+import sys
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -32,6 +33,7 @@ if not settings.HAS_TASK_FRAMEWORK:
 
 from django_strait.tasks import StraitBackend
 from django_strait.tasks.framework import (
+    FRAMEWORK,
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
@@ -199,6 +201,31 @@ def test_failure__reports_failed_with_the_class_path_and_traceback(burst):
         result.return_value  # noqa: B018
 
 
+def test_failure__the_workers_log_line_says_the_tasks_error_in_one_whole_line(burst, caplog):
+    result = tasks.fail.enqueue()
+    with caplog.at_level("INFO", logger="django_strait.worker.engine"):
+        burst()
+    [line] = [r.getMessage() for r in caplog.records if getattr(r, "run_id", 0) == int(result.id)]
+    assert "\n" not in line
+    assert "tests.testapp.tasks.TaskBoom: the task failed on purpose -> dead_letter" in line
+
+
+@pytest.mark.parametrize("name", ["exits", "async_exits"])
+def test_failure__a_task_raising_system_exit_is_recorded_as_system_exit(burst, name):
+    # As django-tasks' database backend records it; the worker goes on working.
+    result = getattr(tasks, name).enqueue()
+    after = tasks.add.enqueue(1, 1)
+    burst()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    [error] = result.errors
+    assert error.exception_class_path == "builtins.SystemExit"
+    assert error.exception_class is SystemExit
+    assert "raise SystemExit(" in error.traceback
+    after.refresh()
+    assert after.return_value == 2
+
+
 def test_failure__each_attempt_adds_an_error_and_a_worker(burst):
     result = tasks.fail_twice.enqueue()  # the "retrying" backend: 2 attempts, 1 s apart
     burst()
@@ -360,10 +387,35 @@ def test_checks__name_a_misconfigured_backend(params, check_id):
     assert [m.id for m in backend.check()] == [check_id]
 
 
-def test_validate__a_bad_retry_option_refuses_the_task_naming_it():
+def test_enqueue__a_bad_retry_option_refuses_the_run_naming_it():
     backend = StraitBackend("bad", {"OPTIONS": {"RETRY": {"max_attempts": -1}}})
+    backend.validate_task(tasks.add)  # at import time: left to the check (E104)
     with pytest.raises(InvalidTask, match=r"TASKS\['bad'\]\['OPTIONS'\]\['RETRY'\]"):
-        backend.validate_task(tasks.add)
+        backend.enqueue(tasks.add, [1, 2], {})
+    assert not JobRun.objects.exists()
+
+
+@pytest.mark.slow
+def test_manage_py_check__reports_a_bad_retry_option_as_e104_not_a_crash(tmp_path, worker_env):
+    # tests/testapp/tasks.py is imported at start-up (its @task validates against the
+    # backend): the bad option must reach the check, not stop the import.
+    (tmp_path / "bad_retry_settings.py").write_text(
+        "from tests.settings import *\n"
+        f"FRAMEWORK = {FRAMEWORK!r}\n"
+        "TASKS['default']['OPTIONS'] = {'RETRY': {'max_attempts': -1}}\n"
+        # On Django 5.2 the backport's app registers the task checks (docs/django-tasks.md).
+        "if FRAMEWORK == 'django_tasks':\n"
+        "    INSTALLED_APPS = [*INSTALLED_APPS, 'django_tasks']\n"
+    )
+    env = {**worker_env, "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    env["DJANGO_SETTINGS_MODULE"] = "bad_retry_settings"
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "check"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "django_strait.E104" in done.stderr and "max_attempts" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_checks__strait_must_be_installed():

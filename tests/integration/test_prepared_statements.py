@@ -47,9 +47,13 @@ def prepared() -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
+#: STRAIT["PLAN_LIFETIME"]'s default.
+LIFETIME = 10.0
+
+
 def as_a_worker(now: float | None = None) -> None:
     """What the worker does on its claim and record threads before each call."""
-    sql.keep_plans(connection, time.monotonic() if now is None else now)
+    sql.keep_plans(connection, time.monotonic() if now is None else now, LIFETIME)
 
 
 def test_claim_and_record__are_prepared_on_a_workers_direct_connection_by_default(
@@ -105,9 +109,9 @@ def test_a_workers_plans__are_dropped_after_their_lifetime_and_made_again(fresh_
     claim_start_and_record()
     assert len(prepared()) == 2
 
-    as_a_worker(now=1000.0 + sql.PLAN_LIFETIME - 1)
+    as_a_worker(now=1000.0 + LIFETIME - 1)
     assert len(prepared()) == 2
-    as_a_worker(now=1000.0 + sql.PLAN_LIFETIME)
+    as_a_worker(now=1000.0 + LIFETIME)
     assert prepared() == []
 
     claim_start_and_record()  # psycopg forgot them too: prepared again, not refused
@@ -136,3 +140,21 @@ def test_server_bound_cursor__a_call_inside_another_gets_a_cursor_of_its_own(fre
             inner.execute("SELECT 3")
             assert inner.fetchall() == [(3,)]
         assert outer.fetchall() == [(1,), (2,)]  # the outer call's rows are still its own
+
+
+def test_a_workers_plans__drop_cleanly_after_a_lifetime_in_which_nothing_was_prepared(
+    fresh_connection,
+):
+    # An idle record thread still calls keep_plans (heartbeats, the process watch):
+    # a drop then finds nothing prepared, and the next drop must still be seen.
+    as_a_worker(now=1000.0)
+    claim_start_and_record()
+    as_a_worker(now=1000.0 + LIFETIME)
+    as_a_worker(now=1000.0 + 2 * LIFETIME)  # nothing prepared since the last drop
+    claim_start_and_record()
+    as_a_worker(now=1000.0 + 3 * LIFETIME)
+    assert prepared() == []
+
+    claim_start_and_record()
+
+    assert len(prepared()) == 2

@@ -11,12 +11,12 @@ import datetime as dt
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.utils import timezone
 
-from django_strait import registry, signals, trigger
+from django_strait import signals, syncing, trigger
 from django_strait.metrics.worker import WorkerMetrics
 from django_strait.models import Job, JobPresetRecommendation, JobRun, RunAttempt
 from django_strait.states import Transition
@@ -99,7 +99,7 @@ def test_process__oom_climbs_to_the_next_preset_without_spending_an_attempt(burs
 
 
 def test_process__an_expired_recommendation_no_longer_raises_the_start(burst):
-    job = registry.synced_row("test-process-alloc")
+    job = syncing.synced_row("test-process-alloc")
     JobPresetRecommendation.objects.create(
         job=job, preset="small-2x", expires_at=timezone.now(), updated_at=timezone.now()
     )
@@ -240,3 +240,59 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except OSError:
         return False
+
+
+@pytest.fixture
+def escapes(tmp_path) -> Iterator[Callable[[int], list[int]]]:
+    """``escapes(attempt)``: the pids of the two processes ``test-process-escapes`` started
+    in that attempt, one in a session of its own and one orphaned (setsid). Any still
+    alive at the end is killed, by pid (also when the test failed)."""
+    seen: list[int] = []
+
+    def pids(attempt: int = 1) -> list[int]:
+        found = [int(p) for p in (tmp_path / f"escapes.{attempt}").read_text().split()]
+        seen.extend(found)
+        return found
+
+    yield pids
+    for pid in seen:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def gone_soon(pids: list[int], within: float = 5.0) -> list[int]:
+    """Return the pids of ``pids`` still alive ``within`` seconds from now (dead: at once)."""
+    deadline = time.monotonic() + within
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+def test_process__a_timeout_kills_processes_that_left_the_childs_group(burst, tmp_path, escapes):
+    run = trigger("test-process-escapes", {"pidfile": str(tmp_path / "escapes")})
+
+    burst(processes=1)
+
+    run.refresh_from_db()
+    assert run.error_type == "python.timeout"
+    assert gone_soon(escapes(1)) == []
+
+
+def test_process__an_oom_kill_kills_processes_that_left_the_childs_group(burst, tmp_path, escapes):
+    # 200MB is over micro's 160MB; at small-1x (320MB) the second attempt runs to its timeout.
+    run = trigger("test-process-escapes", {"pidfile": str(tmp_path / "escapes"), "mb": 200})
+
+    burst(processes=1)
+
+    assert attempts(run)[0][1:] == ("oom", "micro", "system.oom")
+    assert gone_soon(escapes(1) + escapes(2)) == []
+
+
+def test_process__what_a_run_leaves_running_is_killed_when_it_returns(burst, tmp_path, escapes):
+    run = trigger("test-process-escapes", {"pidfile": str(tmp_path / "escapes"), "leave": True})
+
+    burst(processes=1)
+
+    run.refresh_from_db()
+    assert (run.status, run.result) == ("completed", "left them running")
+    assert gone_soon(escapes(1), within=0) == []  # killed before the result was sent

@@ -131,12 +131,12 @@ def test_job_decorator__refuses_bad_execution_options_naming_them(options, messa
 
 
 def test_job_decorator__an_unknown_preset_is_refused_when_its_row_is_written():
-    from django_strait import registry
+    from django_strait import registry, syncing
 
     handler = job(name="too-big", execution="process", preset="planet")(lambda payload: None)
     try:
         with pytest.raises(ValueError, match="not a preset; allowed: micro, small-1x, small-2x"):
-            registry.sync(handler)
+            syncing.sync(handler)
     finally:
         registry._registry.pop("too-big", None)
 

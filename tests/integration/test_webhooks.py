@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import socket
 import threading
 import time
@@ -17,6 +18,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_strait import signals, transitions, trigger, trigger_many
+from django_strait.dispatch.results import EXCERPT_CHARS
 from django_strait.dispatch.signing import verify
 from django_strait.models import EndpointCircuit, JobRun, WebhookDelivery
 from django_strait.storage import backend, webhooks
@@ -191,6 +193,21 @@ def test_a_receiver_that_never_succeeds__fails_after_its_policys_attempts(http_s
     delivery = WebhookDelivery.objects.get(run=run)
     assert (delivery.status, delivery.attempt, delivery.last_status_code) == ("failed", 1, 410)
     assert "HTTP 410" in delivery.last_error and delivery.last_response == "unsubscribed"
+
+
+def test_a_receivers_answer__is_kept_as_the_deliverys_last_response(http_server, burst):
+    answers = {"short": b'{"received": true}', "long": b"x" * 3000}
+    http_server.routes["/hook"] = lambda r: Reply(200, answers[r.json["result"]["size"]])
+    http_server.routes["/work"] = lambda r: Reply(200, json.dumps(r.json["payload"]).encode())
+    job = make_job(endpoint_url=http_server.url("/work"), webhook_url=http_server.url("/hook"))
+    runs = {size: trigger(job.name, {"size": size}) for size in answers}
+
+    burst()
+
+    kept = {size: WebhookDelivery.objects.get(run=run) for size, run in runs.items()}
+    assert kept["short"].status == "delivered"
+    assert kept["short"].last_response == '{"received": true}'
+    assert kept["long"].last_response == "x" * EXCERPT_CHARS  # an excerpt, as for a failure
 
 
 def closed_port_url() -> str:

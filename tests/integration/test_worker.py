@@ -191,8 +191,10 @@ def test_worker__skips_runs_of_a_paused_job(burst):
     assert JobRun.objects.get(pk=run.pk).status == "queued"
 
 
-def test_worker__a_handler_not_registered_in_code_is_dead_lettered_unrun(burst):
+def test_worker__a_handler_not_registered_in_code_is_dead_lettered_unrun(burst, settings):
     # Written around validation (raw ORM): the worker looks the name up, never imports it.
+    # No grace: no other worker may know it (tests/integration/test_rolling_deploy.py).
+    settings.STRAIT = {**settings.STRAIT, "UNKNOWN_HANDLER_GRACE": 0}
     Job.objects.create(name="ghost", handler="os.system", max_attempts=3)
     run = trigger("ghost", "echo pwned")
 

@@ -1,10 +1,15 @@
-"""Failed authentication is throttled per client address, and so is the schema.
+"""Failed authentication is throttled per client address and key prefix; a valid
+credential always passes. The schema is throttled per address.
 
 DRF authenticates before it throttles and stops at a failed authentication, so
-guessing keys was free: 650 wrong keys from one address never met a 429.
+guessing keys was free: 650 wrong keys from one address never met a 429. Then the
+throttle refused an address over the rate before authenticating: 30 bad attempts
+from behind a shared NAT locked every valid key there out for 60 s.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -48,12 +53,34 @@ def test_failed_authentication__past_the_default_rate_is_a_429_with_retry_after(
     assert 1 <= int(answer.headers["Retry-After"]) <= 60
 
 
-def test_failed_authentication__a_blocked_address_is_refused_even_with_a_good_key(wire, rate):
+def test_failed_authentication__a_valid_key_passes_from_an_address_over_the_rate(wire, rate):
+    # Another client behind the same NAT keeps sending a broken key.
     rate("5/minute")
-    assert wrong(wire, 5) == [401] * 5
+    assert wrong(wire, 6) == [401] * 5 + [429]
 
-    assert wire.get("/jobs/").status == 429  # checked before authenticating: no oracle
-    assert wire.post("/jobs/x/trigger/", {}).status == 429
+    assert wire.get("/jobs/").status == 200
+    assert wire.post("/jobs/x/trigger/", {}).status == 404  # authenticated: the job is unknown
+    assert wrong(wire, 1) == [429]  # and the good key reset nothing
+
+
+def test_failed_authentication__guesses_at_one_key_count_from_every_address(rate):
+    rate("3/minute")
+    row, key = issue_key("target", ["*"])
+    client = APIClient()
+
+    def get(address: str, authorization: str) -> Any:
+        return client.get(
+            "/api/strait/jobs/", HTTP_AUTHORIZATION=authorization, REMOTE_ADDR=address
+        )
+
+    guesses = [get(f"10.0.0.{n}", f"Api-Key {row.prefix}.not-the-secret") for n in range(1, 5)]
+    good = get("10.0.0.9", f"Api-Key {key}")
+    other_key = get("10.0.0.9", WRONG_KEY)
+
+    # Each address failed once; the key's prefix four times.
+    assert [answer.status_code for answer in guesses] == [401, 401, 401, 429]
+    assert "with this key" in guesses[-1].json()["error"]["message"]
+    assert (good.status_code, other_key.status_code) == (200, 401)
 
 
 @pytest.mark.parametrize(
@@ -110,19 +137,17 @@ def test_failed_authentication__is_counted_by_address(rate):
     _, key = issue_key("good", ["*"])
     client = APIClient()
 
-    for _ in range(2):
-        client.get("/api/strait/jobs/", HTTP_AUTHORIZATION=WRONG_KEY, REMOTE_ADDR="10.0.0.1")
-    blocked = client.get(
-        "/api/strait/jobs/", HTTP_AUTHORIZATION=f"Api-Key {key}", REMOTE_ADDR="10.0.0.1"
-    )
-    other = client.get(
-        "/api/strait/jobs/", HTTP_AUTHORIZATION=f"Api-Key {key}", REMOTE_ADDR="10.0.0.2"
-    )
-    other_wrong = client.get(
-        "/api/strait/jobs/", HTTP_AUTHORIZATION=WRONG_KEY, REMOTE_ADDR="10.0.0.2"
-    )
+    def get(address: str, authorization: str) -> int:
+        return client.get(
+            "/api/strait/jobs/", HTTP_AUTHORIZATION=authorization, REMOTE_ADDR=address
+        ).status_code
 
-    assert (blocked.status_code, other.status_code, other_wrong.status_code) == (429, 200, 401)
+    # Wrong keys of other prefixes each time: only the address adds them up.
+    first = [get("10.0.0.1", f"Api-Key {n:012d}.wrong") for n in range(3)]
+    good = get("10.0.0.1", f"Api-Key {key}")
+    other = get("10.0.0.2", "Api-Key 999999999999.wrong")
+
+    assert (first, good, other) == ([401, 401, 429], 200, 401)
 
 
 def test_failed_authentication__behind_trusted_proxies_the_forwarded_address_counts(rate, settings):
@@ -160,3 +185,22 @@ def test_schema__is_throttled_per_address(wire, rate):
     assert statuses == [200, 200, 200, 429]
     assert answer.error["code"] == "throttled"
     assert int(answer.headers["Retry-After"]) >= 1
+
+
+def test_failed_authentication__on_the_ojs_binding_a_valid_bearer_key_passes_too(rate):
+    rate("2/minute")
+    _, key = issue_key("worker", ["*"])
+    client = APIClient()
+
+    def health(authorization: str) -> Any:
+        return client.get(
+            "/ojs/v1/health", HTTP_AUTHORIZATION=authorization, REMOTE_ADDR="10.0.0.1"
+        )
+
+    bad = [health(f"Bearer {n:012d}.wrong").status_code for n in range(3)]
+    good = health(f"Bearer {key}")
+    throttled = health("Bearer 999999999999.wrong")
+
+    assert (bad, good.status_code) == ([401, 401, 429], 200)
+    assert throttled.status_code == 429 and throttled.json()["error"]["code"] == "rate_limited"
+    assert 1 <= int(throttled["Retry-After"]) <= 60

@@ -234,3 +234,53 @@ def test_worker__bad_preset_names_on_a_run_and_a_recommendation_fall_back_to_the
     run.refresh_from_db()
     assert (code, run.status, run.preset) == (0, "completed", "micro"), output
     assert run.attempts.get().preset == "micro"
+
+
+def test_worker__a_workflow_run_it_cannot_read_fails_alone_naming_the_field(worker_env, good_runs):
+    """Issue 41: the record's workflow part raised RecursionError, and every batch holding
+    a step of it (any job's runs too) was retried forever."""
+    from django_strait.models import WorkflowRun
+    from django_strait.workflows import define_workflow, trigger_workflow
+    from tests.integration.factories import DIAMOND
+
+    define_workflow("flow", DIAMOND)
+    wr = trigger_workflow("flow", {"order": 1})
+    set_columns(WorkflowRun._meta.db_table, wr.pk, payload=nested())
+
+    code, output = run_burst_worker(worker_env)
+
+    assert code == 0, output
+    assert_all_completed(good_runs, output)
+    status, error_type, last_error = WorkflowRun.objects.values_list(
+        "status", "error_type", "last_error"
+    ).get(pk=wr.pk)
+    assert (status, error_type) == ("failed", "workflow.invalid"), output
+    assert (
+        f"django_strait_workflowrun id {wr.pk}, field payload: cannot be read ({nested_error()}"
+    ) in last_error
+    root = JobRun.objects.get(workflow_step_run__workflow_run=wr)
+    assert root.status == "completed"  # its step ran and was recorded; nothing ran after it
+
+
+@pytest.mark.postgres
+def test_worker__a_circuit_row_it_cannot_read_holds_no_job_and_no_webhook(worker_env, http_server):
+    """Issue 41: one circuit at opened_at = 'infinity', for another URL, stopped every HTTP
+    job (worker.claim_failed) and every webhook."""
+    if connection.vendor != "postgresql":
+        pytest.skip("'infinity' is a PostgreSQL timestamp")
+    from django_strait import transitions
+    from django_strait.models import EndpointCircuit, WebhookDelivery
+
+    make_job("hooked", endpoint_url=http_server.url("/ok"), webhook_url=http_server.url("/hook"))
+    runs = trigger_many("hooked", [{"i": i} for i in range(10)])
+    canceled = transitions.cancel(trigger("hooked", {}, delay=3600).pk)
+    bad = EndpointCircuit.objects.create(endpoint_url=http_server.url("/else"), failures=3)
+    set_columns(EndpointCircuit._meta.db_table, bad.pk, opened_at="infinity")
+
+    code, output = run_burst_worker(worker_env)
+
+    assert code == 0, output
+    assert_all_completed(runs, output)
+    assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {"delivered"}
+    assert canceled.pk in {r.json["run_id"] for r in http_server.requests if r.path == "/hook"}
+    assert f"django_strait_endpointcircuit id {bad.pk}, field opened_at: cannot be read" in output

@@ -123,6 +123,7 @@ def test_worker__a_row_naming_an_unregistered_handler_runs_nothing(worker_env, c
             f"UPDATE {Job._meta.db_table} SET handler = %s WHERE name = 'x'", [f"{CANARY}.run"]
         )
     run = trigger("x", "id")
+    worker_env["STRAIT_UNKNOWN_HANDLER_GRACE"] = "0"  # no other worker may know it
 
     _, output = run_burst_worker(worker_env)
 

@@ -67,6 +67,13 @@ async def slow_async(payload):
     await asyncio.sleep(30)
 
 
+@job(name="test-count", max_attempts=3, retry={"initial_delay": "1s", "jitter": 0})
+def count(payload, context):
+    """Notes each execution: appends its run id to the file ``payload["file"]`` names."""
+    with open(payload["file"], "a") as f:
+        f.write(f"{context.run_id}\n")  # one write under PIPE_BUF: whole lines, any process
+
+
 @job(name="test-block-first-attempt", timeout=120, retry={"initial_delay": "1s", "jitter": 0})
 def block_first_attempt(payload, context):
     # The kill test kills the worker while attempt 1 blocks; attempt 2 answers at once.
@@ -171,4 +178,32 @@ def process_grandchild(payload):
     with open(payload["pidfile"], "w") as f:
         f.write(str(proc.pid))
     while True:
+        time.sleep(0.1)
+
+
+@job(name="test-process-escapes", execution="process", max_attempts=1, timeout=3)
+def process_escapes(payload, context):
+    """Starts two processes that leave its process group and would outlive it: one in a
+    session of its own, and one orphaned into a session of its own (its parent exits at
+    once, as a daemon's does). Writes their pids to ``pidfile`` + ``.<attempt>``, then
+    holds ``mb`` megabytes until killed, or returns with ``leave`` set."""
+    import subprocess
+    import sys
+
+    own = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
+    )
+    target = f"{payload['pidfile']}.{context.attempt}"
+    orphan = f"{target}.orphan"
+    daemon = f"setsid sh -c 'echo $$ > {orphan}.tmp; mv {orphan}.tmp {orphan}; exec sleep 120'"
+    subprocess.run(["sh", "-c", f"{daemon} </dev/null >/dev/null 2>&1 &"], check=True)
+    while not os.path.exists(orphan):
+        time.sleep(0.01)
+    with open(f"{target}.tmp", "w") as f:
+        f.write(f"{own.pid} {open(orphan).read().strip()}")
+    os.replace(f"{target}.tmp", target)
+    if payload.get("leave"):
+        return "left them running"
+    hog = b"x" * (payload.get("mb", 0) * 2**20)
+    while hog is not None:
         time.sleep(0.1)

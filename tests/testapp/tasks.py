@@ -32,6 +32,16 @@ def fail():
     raise TaskBoom("the task failed on purpose")
 
 
+@task
+def exits():
+    raise SystemExit(3)
+
+
+@task
+async def async_exits():
+    raise SystemExit(4)
+
+
 @task(backend="retrying")
 def fail_twice():
     raise TaskBoom("again")

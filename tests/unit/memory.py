@@ -39,6 +39,8 @@ class MemoryStorage:
     refused_results: set[str] = field(default_factory=set)
     #: How many writes fail next for want of a connection.
     connection_failures: int = 0
+    #: Runs whose record raises what a record part that cannot read a row raises.
+    unreadable_runs: set[int] = field(default_factory=set)
 
     def add(self, *ids: int, status: str = "queued", priority: int = 0) -> None:
         for rid in ids:
@@ -66,6 +68,8 @@ class MemoryStorage:
             raise OperationalError("server closed the connection unexpectedly")
         if any(str(r.result) in self.refused_results for r in batch.records):
             raise DataError("unsupported Unicode escape sequence")
+        if any(r.run_id in self.unreadable_runs for r in batch.records):
+            raise RecursionError("maximum recursion depth exceeded while decoding a JSON object")
         self.writes.append([r.run_id for r in batch.records])
         done = Recorded()
         for rec in batch.records:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from django_strait.storage import RecordBatch, Recorded
-from django_strait.worker.completer import Completer
+from django_strait.worker.completer import Completer, record_batch
 from tests.unit.memory import MemoryStorage, record
 
 BAD = "\x00 refused"
@@ -72,12 +72,28 @@ def test_completer__a_refused_batch_is_split_and_only_the_bad_record_is_changed(
     with caplog.at_level(logging.ERROR):
         drive(storage, records)
 
-    # The batch, then one at a time: 1 alone, 2 refused, 2 again as a failed attempt, 3 alone.
+    # The batch, then in halves: 1 alone, then 2 and 3 (refused), 2 refused alone, 2 again
+    # as a failed attempt, 3 alone.
     assert storage.writes == [[1], [2], [3]]
     assert storage.runs[2].status == "queued"  # retried later, without the value refused
     assert (2, 1, "failed") in storage.attempts
     assert {storage.runs[i].status for i in (1, 3)} == {"completed"}
-    assert "recording them one by one" in caplog.text
+    assert "recording them in halves" in caplog.text
+
+
+def test_completer__a_batch_failing_for_any_reason_is_split_until_the_bad_record_is_alone():
+    """Not only DatabaseError: a record part that cannot read a row raises RecursionError."""
+    storage = MemoryStorage(unreadable_runs={37})
+    executing(storage, *range(1, 101))
+
+    _, naps, _ = drive(storage, [record(i) for i in range(1, 101)])
+
+    assert naps == []  # never retried as a whole, as a lost connection is
+    written = [run_id for chunk in storage.writes for run_id in chunk]
+    assert sorted(written) == [i for i in range(1, 101) if i != 37]
+    assert len(storage.writes) <= 2 * 7  # halves: about two writes per halving, not 100
+    assert {storage.runs[i].status for i in written} == {"completed"}
+    assert storage.runs[37].status == "executing"  # refused even as a failure: the reaper's
 
 
 def test_completer__a_record_refused_even_as_a_failure_is_left_to_the_reaper(caplog):
@@ -166,3 +182,8 @@ def test_completer__counts_records_unrecorded_until_their_write_returns():
     assert asyncio.run(main()) == (3, 3, 0)
     assert seen_in_write == [3, 1]
     assert storage.writes == [[1, 2], [3]]
+
+
+def test_record_batch__is_the_concurrency_up_to_the_statements_limit():
+    # A kill -9 runs again what executes and the batch being written: both bounded.
+    assert [record_batch(c) for c in (1, 10, 500, 2000)] == [1, 10, 500, 500]

@@ -60,3 +60,9 @@ def test_relative_links__reach_a_file_and_a_heading(page):
             broken.append(f"{link}: no heading with anchor #{anchor} in {target.name}")
 
     assert not broken, f"{page.name}: " + "; ".join(broken)
+
+
+def test_index__numbers_its_pages_once_each_in_reading_order():
+    index = (ROOT / "docs" / "index.md").read_text()
+    numbers = [int(n) for n in re.findall(r"(?m)^(\d+)\. \[", index)]
+    assert numbers == list(range(1, len(numbers) + 1))

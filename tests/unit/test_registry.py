@@ -68,3 +68,45 @@ def test_unknown__lists_what_is_registered_and_how_to_register():
     # The first 20 names, sorted (the suite registers more, e.g. tests/testapp/tasks.py).
     assert handlers.names()[0] in message
     assert message.endswith("register it in code with @job or @handler")
+
+
+# Schedules declared in code
+
+
+def _declare(**options):
+    from django_strait.registry import ScheduleSpec, spec_of
+
+    return spec_of(
+        _declare, name="x", queue=None, priority=None, max_attempts=None, retry=None,
+        timeout=None, description=None, schedule=ScheduleSpec(**options),
+    ).columns  # fmt: skip
+
+
+def test_a_declared_schedule__brings_its_time_zone_and_policies_with_their_defaults():
+    assert _declare(schedule="@daily") == {
+        "schedule": "@daily", "timezone": "UTC", "schedule_missed": "run_once",
+        "schedule_overlap": "allow",
+    }  # fmt: skip
+    assert _declare(schedule=" 0 9 * * 1-5 ", timezone="Europe/Paris", missed="skip") == {
+        "schedule": "0 9 * * 1-5", "timezone": "Europe/Paris", "schedule_missed": "skip",
+        "schedule_overlap": "allow",
+    }  # fmt: skip
+    assert _declare() == {}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"schedule": "every day"}, r"@job\(schedule=\.\.\.\): 'every day' is not a cron"),
+        ({"schedule": "0 0 30 2 *"}, r"never fires"),
+        ({"schedule": "@daily", "timezone": "Mars/Olympus"}, r"@job\(timezone=\.\.\.\)"),
+        ({"timezone": "Europe/Paris"}, r"@job\(timezone=\.\.\.\) needs schedule="),
+        (
+            {"schedule": "@daily", "overlap": "never"},
+            r"schedule_overlap='never'.*'allow' or 'skip'",
+        ),
+    ],
+)
+def test_a_bad_declared_schedule__is_refused_at_import_naming_the_option(options, message):
+    with pytest.raises(ValueError, match=message):
+        _declare(**options)

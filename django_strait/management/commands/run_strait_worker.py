@@ -113,7 +113,9 @@ class Command(BaseCommand):
             "--metrics-port",
             type=port_number,
             default=None,
-            help="Serve this worker's Prometheus metrics on 127.0.0.1:PORT (0: any free port).",
+            help="Serve this worker's Prometheus metrics (/metrics) and its health probes "
+            "(/livez, /readyz) on PORT (0: any free port), at STRAIT['METRICS_BIND'] "
+            "(default 127.0.0.1: this host only).",
         )
         parser.add_argument(
             "--no-webhooks",
@@ -187,6 +189,7 @@ def build_config(options: dict) -> WorkerConfig:
         stats_interval=s.STATS_INTERVAL,
         listen_alias=(s.LISTEN_DATABASE or s.DATABASE) if s.LISTEN else None,
         metrics_port=options.get("metrics_port"),
+        metrics_bind=s.METRICS_BIND,
         result_max_bytes=s.RESULT_MAX_BYTES,
         user_agent=s.HTTP_USER_AGENT,
         using=s.DATABASE,

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from django_strait import registry
+from django_strait import syncing
 
 
 class Command(BaseCommand):
@@ -16,7 +16,7 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        jobs = registry.sync_all()
+        jobs = syncing.sync_all()
         if not jobs:
             self.stdout.write("No @job handlers are registered (is the app's jobs.py imported?).")
             return

@@ -120,8 +120,13 @@ class OrmStorage:
                 started.append(run)
         steps = {run.step_run_id: run for run in started if run.step_run_id}
         if steps:  # plain runs: nothing more
-            for step_run_id, (step, member) in workflows.members(self.alias, list(steps)).items():
-                steps[step_run_id].step, steps[step_run_id].workflow = step, member
+            for step_run_id, (step, member, problem) in workflows.members(
+                self.alias, list(steps)
+            ).items():
+                run = steps[step_run_id]
+                run.step, run.workflow = step, member
+                if problem:  # it fails without running (run.invalid), the others start
+                    run.row_error = run.row_error or problem
         return started
 
     def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:
@@ -135,6 +140,10 @@ class OrmStorage:
             raise ValueError("hold(begun=True): runs claimed here are never begun")
         if holds:
             claims.hold(self.alias, worker_id, holds, now)
+
+    def hold_began(self, attempts: Mapping[int, int], reason: str) -> dict[int, dt.datetime]:
+        """When each run's current hold period for ``reason`` began (see ``Storage``)."""
+        return claims.hold_began(self.alias, attempts, reason)
 
     def waiting(self, *, queues: Sequence[str], now: dt.datetime) -> list[Waiting]:
         """Group the queued runs of ``queues`` that a claim at ``now`` cannot take, by why."""

@@ -10,7 +10,7 @@ simply not updated, and the claim picks again.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django.db import connections
 from django.db.models import Count, F, Max, Min, Q, TextField
@@ -189,6 +189,24 @@ def _period(h: Hold, attempt: int, now: dt.datetime, worker_id: str) -> RunHold:
         until=h.available_at,
         worker=worker_id,
     )
+
+
+def hold_began(alias: str, attempts: Mapping[int, int], reason: str) -> dict[int, dt.datetime]:
+    """When each run's latest hold period began, if it is for ``reason`` after its attempts."""
+    periods = RunHold.objects.using(alias)
+    latest_ids = (
+        periods.filter(run_id__in=list(attempts))
+        .values("run_id")
+        .annotate(latest=Max("id"))
+        .values_list("latest", flat=True)
+    )
+    return {
+        run_id: started
+        for run_id, after, why, started in periods.filter(pk__in=list(latest_ids)).values_list(
+            "run_id", "after_attempt", "reason", "started_at"
+        )
+        if why == reason and after == attempts[run_id]
+    }
 
 
 def waiting(alias: str, queues: Sequence[str], now: dt.datetime) -> list[Waiting]:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models import Min as MinOf
 
 from django_strait.models import (
@@ -34,6 +34,7 @@ from django_strait.resilience.policy import (
     Result,
     after_results,
 )
+from django_strait.rows import LATEST, SetAside, check_finite, read
 from django_strait.states import RunStatus
 from django_strait.storage.parts import settle_ledgers, settle_runs
 
@@ -97,7 +98,10 @@ def _rate(
 ) -> tuple[int, dt.datetime]:
     """Take up to ``admitted`` admissions from the job's sliding log; return (granted, frees_at)."""
     log = JobRateAdmission.objects.using(alias).filter(job_id=job_id)
-    log.filter(admitted_at__lte=limits.forget_before(now, secs)).delete()
+    # An admission no reader can hold ('infinity', by hand) is no admission: it goes too.
+    log.filter(
+        Q(admitted_at__lte=limits.forget_before(now, secs)) | Q(admitted_at__gt=LATEST)
+    ).delete()
     in_window = log.filter(admitted_at__gt=limits.window_start(now, secs))
     window = in_window.aggregate(used=Sum("count"), oldest=MinOf("admitted_at"))
     granted = limits.rate_grants(rmax, window["used"] or 0, admitted)
@@ -122,11 +126,18 @@ def lock_ledgers(alias: str, project_ids: list[int], day: dt.date) -> dict[int, 
         .filter(project_id__in=project_ids, day=day)
         .order_by("project_id")
     )
-    return {row.project_id: _ledger_day(row) for row in rows}
+    found = read(rows, log=False)
+    if found.unreadable:  # a project's runs wait (worker.claim_failed), saying which row
+        raise SetAside(found.unreadable)
+    return {row.project_id: _ledger_day(row) for row in found.rows}
 
 
 def _ledger_day(row: BudgetLedger) -> budgets.LedgerDay:
     project = row.project
+    check_finite(
+        project._meta.db_table, project.pk, daily_budget=project.daily_budget,
+        soft_limit_ratio=project.soft_limit_ratio,
+    )  # fmt: skip
     return budgets.LedgerDay(
         id=row.pk,
         project_id=row.project_id,
@@ -205,9 +216,13 @@ def as_circuit(row: EndpointCircuit) -> Circuit:
 
 
 def load_active_circuits(alias: str) -> dict[str, Circuit]:
-    """Return every circuit that is not closed or has failures counted, by URL."""
+    """Return every circuit that is not closed or has failures counted, by URL.
+
+    A row that cannot be read is left out (its endpoint counts as closed) and logged;
+    the next result of its endpoint rewrites it (:func:`apply_circuit_results`).
+    """
     rows = EndpointCircuit.objects.using(alias).filter(~Q(state=CLOSED) | Q(failures__gt=0))
-    return {row.endpoint_url: as_circuit(row) for row in rows}
+    return {row.endpoint_url: as_circuit(row) for row in read(rows).rows}
 
 
 def win_circuit_probe(
@@ -240,15 +255,27 @@ def apply_circuit_results(
         )
         rows = circuits.select_for_update().filter(endpoint_url__in=list(results))
         written, changes = [], []
-        for row in rows.order_by("endpoint_url"):
+        for row in _readable_or_fresh(rows.order_by("endpoint_url")):
             before = as_circuit(row)
             after = after_results(before, results[row.endpoint_url], now=now, threshold=threshold)
             written.append(after)
-            if after != before:
+            if after != before or row._state.adding:  # a fresh stand-in: rewrite the row
                 _save_circuit(alias, row.pk, after, now)
                 if after.state != before.state:
                     changes.append(Change(after, before.state))
     return written, changes
+
+
+def _readable_or_fresh(rows: QuerySet[EndpointCircuit]) -> list[EndpointCircuit]:
+    """The circuits of ``rows``; one that cannot be read counts as a fresh, closed circuit,
+    which its results then write whole (so the bad row is replaced, not kept)."""
+    found = read(rows, stand_ins=True)
+    return [
+        EndpointCircuit(pk=row.pk, endpoint_url=row.endpoint_url)
+        if getattr(row, "unreadable", None)
+        else row
+        for row in found.rows
+    ]
 
 
 def _save_circuit(alias: str, pk: int, circuit: Circuit, now: dt.datetime) -> None:
@@ -262,7 +289,8 @@ def reset_circuits(alias: str, url: str | None, now: dt.datetime) -> tuple[int, 
     if url is not None:
         rows = rows.filter(endpoint_url=url)
     with transaction.atomic(using=alias):
-        found = list(
+        # A person resets a circuit that cannot be read, too: that is how it is fixed.
+        found = _readable_or_fresh(
             rows.select_for_update()
             .filter(~Q(state=CLOSED) | Q(failures__gt=0))
             .order_by("endpoint_url")
@@ -281,9 +309,13 @@ def load_unwell(alias: str) -> dict[str, Health]:
     rows = (
         EndpointHealth.objects.using(alias)
         .exclude(level=HealthLevel.HEALTHY)
-        .values_list("endpoint_url", "score", "level", "probe_started_at")
+        .only("endpoint_url", "score", "level", "probe_started_at")
     )
-    return {url: Health(url, score, level, probe) for url, score, level, probe in rows}
+    # A row that cannot be read (a NaN score, a probe at 'infinity') is left out: healthy.
+    return {
+        row.endpoint_url: Health(row.endpoint_url, row.score, row.level, row.probe_started_at)
+        for row in read(rows).rows
+    }
 
 
 def win_health_probe(alias: str, url: str, now: dt.datetime, cooldown: dt.timedelta) -> bool:

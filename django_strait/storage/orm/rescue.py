@@ -27,6 +27,7 @@ from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt
 from django_strait.outcome import failure
 from django_strait.resilience.budgets import Spend
 from django_strait.retry import PolicyError, RetryPolicy, resolve
+from django_strait.rows import LATEST, Unreadable, read
 from django_strait.states import IN_FLIGHT, RunStatus, Transition
 from django_strait.storage import webhooks, workflows
 from django_strait.storage.orm.protection import settle_budgets
@@ -36,6 +37,12 @@ logger = logging.getLogger(__name__)
 
 #: The error type of an attempt whose worker stopped heartbeating.
 LOST_ERROR_TYPE = "worker.lost"
+#: The error type of a stale run whose own row cannot be read: dead-lettered, saying what.
+INVALID_ERROR = "run.invalid"
+#: The error type of a stale run whose rescue raised: dead-lettered, saying what.
+RESCUE_FAILED_ERROR = "reaper.rescue_failed"
+#: Job columns a rescue never reads.
+_UNUSED = ("description", "schedule_last_tick", "created_at", "updated_at")
 #: The largest value RunAttempt.duration_ms holds (a PostgreSQL integer).
 DURATION_MS_MAX = 2**31 - 1
 
@@ -72,23 +79,30 @@ def rescue_batch(
     ``isolate`` rescues each run in a savepoint, leaving one that raises as it is.
     """
     with transaction.atomic(using=alias):
-        stale = select_stale(alias, now, stale_after, waiting_stale_after, limit)
+        stale, unreadable = select_stale(alias, now, stale_after, waiting_stale_after, limit)
         policies = _Policies(alias)
         rescued = [
             done
             for run in stale
             if (done := _rescue_guarded(alias, run, now, stale_after, policies, rng, isolate))
         ]
+        for problems in unreadable.values():
+            _give_up(alias, problems[0].pk, now, "; ".join(map(str, problems)), INVALID_ERROR)
         _settle_lost(alias, [r.run for r in rescued], now)
         webhooks.notify_runs(alias, [r.run.id for r in rescued], now)
         workflows.advance(alias, [r.run.id for r in rescued], now)
-    return len(stale), rescued
+    return len(stale) + len(unreadable), rescued
 
 
 def select_stale(
     alias: str, now: dt.datetime, stale_after: float, waiting_stale_after: float, limit: int
-) -> list[Stale]:
-    """Return up to ``limit`` stale runs, locked, skipping rows another reaper holds."""
+) -> tuple[list[Stale], dict[int, list[Unreadable]]]:
+    """Return up to ``limit`` stale runs, locked, skipping rows another reaper holds; and
+    those among them whose rows cannot be read, with what cannot be.
+
+    A last sign of life no reader can hold (a heartbeat at 'infinity') counts as stale:
+    nothing can tell that worker alive.
+    """
     in_flight_cutoff = now - dt.timedelta(seconds=stale_after)
     waiting_cutoff = now - dt.timedelta(seconds=waiting_stale_after)
     runs = (
@@ -99,13 +113,18 @@ def select_stale(
             Q(status__in=IN_FLIGHT, visible_until__isnull=True, last_sign__lt=in_flight_cutoff)
             | Q(status__in=IN_FLIGHT, visible_until__lt=now)
             | Q(status=RunStatus.WAITING, last_sign__lt=waiting_cutoff)
+            | Q(status__in=(*IN_FLIGHT, RunStatus.WAITING), last_sign__gt=LATEST)
         )
         .order_by("id")
     )
     if connections[alias].features.has_select_for_update_skip_locked:
         # Another reaper (a round that overlapped a change of leader) skips what we hold.
         runs = runs.select_for_update(skip_locked=True, of=("self",))
-    return [_stale(*row) for row in runs.values_list(*_FIELDS)[:limit]]
+    found = read(runs.values_list(*_FIELDS)[:limit])
+    unreadable: dict[int, list[Unreadable]] = {}
+    for problem in found.unreadable:
+        unreadable.setdefault(problem.pk, []).append(problem)
+    return [_stale(*row) for row in found.rows], unreadable
 
 
 def _stale(
@@ -135,12 +154,33 @@ def _rescue_guarded(
     try:
         with transaction.atomic(using=alias):
             return _rescue_one(alias, run, now, stale_after, policies, rng)
-    except Exception:
+    except Exception as exc:
         logger.exception(
-            "run %s cannot be rescued; left as it is for a person to look at", run.id,
+            "run %s cannot be rescued; dead-lettered for a person to look at", run.id,
             extra={"run_id": run.id, "job_id": run.job_id},
         )  # fmt: skip
+        error = f"worker {run.claimed_by or '(none)'} lost, and the rescue failed: {exc!r}"
+        _give_up(alias, run.id, now, error, RESCUE_FAILED_ERROR)
         return None
+
+
+def _give_up(alias: str, run_id: int, now: dt.datetime, error: str, error_type: str) -> None:
+    """Dead-letter a stale run that cannot be rescued (its row, or what its rescue reads,
+    cannot be read), saying why: it ends, instead of failing every round. Only the columns
+    written are touched; a person replays it once the row is fixed."""
+    try:
+        with transaction.atomic(using=alias):
+            JobRun.objects.using(alias).filter(
+                pk=run_id, status__in=(*IN_FLIGHT, RunStatus.WAITING)
+            ).update(
+                status=RunStatus.DEAD_LETTER, finished_at=now, updated_at=now, claimed_by="",
+                heartbeat_at=None, visible_until=None, error_type=error_type,
+                last_error=trim(error),
+            )  # fmt: skip
+    except Exception:
+        logger.exception("run %s cannot be dead-lettered either; left as it is", run_id)
+        return
+    logger.error("run %s dead-lettered: %s", run_id, error, extra={"run_id": run_id})
 
 
 def _rescue_one(
@@ -288,14 +328,18 @@ class _Policies:
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
-        self._jobs: dict[int, Job] = {}
+        self._jobs: dict[int, Job | None] = {}
 
     def get(self, run: Stale) -> RetryPolicy:
         """Return the run's merged policy (the defaults if the stored one is invalid)."""
-        job = self._jobs.get(run.job_id)
-        if job is None:
-            job = self._jobs[run.job_id] = Job.objects.using(self.alias).get(pk=run.job_id)
+        if run.job_id not in self._jobs:
+            rows = Job.objects.using(self.alias).filter(pk=run.job_id).defer(*_UNUSED)
+            found = read(rows).rows  # a job row that cannot be read: the defaults, logged
+            self._jobs[run.job_id] = found[0] if found else None
+        job = self._jobs[run.job_id]
         defaults = strait_settings.DEFAULT_RETRY
+        if job is None:
+            return resolve(None, defaults=defaults)
         try:
             return resolve(job, run.max_attempts, run.retry_overrides, defaults=defaults)
         except PolicyError as exc:

@@ -5,7 +5,7 @@ Claim, start, hold, record, limits and budgets are single statements from
 too; data-modifying CTEs for the hold and the record), sent through server-bound
 cursors. On a worker's connections that reach PostgreSQL directly, the statements
 named in ``STRAIT["PREPARE_STATEMENTS"]`` (all three by default) are prepared, their
-plans dropped every ``sql.PLAN_LIFETIME`` (docs/settings.md, "Prepared statements").
+plans dropped every ``STRAIT["PLAN_LIFETIME"]`` (docs/settings.md, "Prepared statements").
 Everything else is the ORM's (``OrmStorage``).
 """
 
@@ -24,9 +24,10 @@ from django.db.models import QuerySet
 
 from django_strait import bounds
 from django_strait.conf import strait_settings
-from django_strait.models import JobRun
+from django_strait.models import BudgetLedger, JobRun, Project
 from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import concurrency_share
+from django_strait.rows import check_finite, explain
 from django_strait.sql import prepares, server_bound_cursor
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.moves import is_moved_row, retry_moved
@@ -205,9 +206,13 @@ class PostgresStorage(OrmStorage):
         if not pending:
             return budgets.Allocation()
         projects = sorted({p.project_id for p in pending})
-        rows = self._execute(
-            queries.get("budget.lock"), {"day": budgets.today(now), "projects": projects}
-        )
+        day = budgets.today(now)
+        try:
+            rows = self._execute(queries.get("budget.lock"), {"day": day, "projects": projects})
+        except Exception as exc:  # a ledger day that cannot be read: say which (its runs wait)
+            ledgers = BudgetLedger.objects.using(self.alias)
+            explain(ledgers.filter(project_id__in=projects, day=day).select_related("project"), exc)
+            raise
         ledgers = {row[1]: _ledger_day(row) for row in rows}
         out = budgets.allocate(pending, ledgers, now=now)
         if out.added:
@@ -332,6 +337,8 @@ def lock_key(duty: str) -> int:
 
 def _ledger_day(row: tuple) -> budgets.LedgerDay:
     lid, pid, day, reserved, spent, warned, name, budget, ratio = row
+    check_finite(BudgetLedger._meta.db_table, lid, reserved=reserved, spent=spent)
+    check_finite(Project._meta.db_table, pid, daily_budget=budget, soft_limit_ratio=ratio)
     return budgets.LedgerDay(lid, pid, name, budget, ratio, day, reserved, spent, warned)
 
 

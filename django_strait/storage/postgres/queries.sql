@@ -202,14 +202,21 @@ SELECT id, status FROM u;
 
 -- name: record.rollup
 -- Per-minute counts for dashboards, in the record's statement: counted exactly once.
+-- Two workers' records share rollup rows: each inserts or locks its rows in key order
+-- (the ORDER BY), so neither holds one the other waits for while waiting for one the
+-- other holds. In the order of the GROUP BY (a hash's), they deadlocked.
+-- Saturating: a count written at its column's limit (by hand) must not fail the record.
 rollup AS (
     INSERT INTO django_strait_runrollup AS t (minute, job_id, status, count, total_duration_ms)
     SELECT date_trunc('minute', v.finished_at), v.job_id, u.status, count(*), sum(v.duration_ms)
     FROM v JOIN u ON u.id = v.id
     GROUP BY 1, 2, 3
+    ORDER BY 1, 2, 3
     ON CONFLICT (minute, job_id, status) DO UPDATE
-    SET count = t.count + EXCLUDED.count,
-        total_duration_ms = t.total_duration_ms + EXCLUDED.total_duration_ms
+    SET count = LEAST(t.count::bigint + EXCLUDED.count, 2147483647),
+        total_duration_ms = LEAST(
+            t.total_duration_ms::numeric + EXCLUDED.total_duration_ms, 9223372036854775807
+        )
 );
 
 
@@ -217,7 +224,7 @@ rollup AS (
 -- Endpoint health: each EWMA moves by the batch's sample (keep = the old value's weight);
 -- django_strait_fold (migration 0011) is resilience.health.fold in SQL. A new endpoint
 -- folds from the fresh EWMAs, its latency from the batch's own p95. Score and level are
--- generated columns.
+-- generated columns. Rows are inserted or locked in URL order, as the rollup's in key order.
 hv AS (
     SELECT * FROM unnest(%(health_url)s::varchar[], %(health_n)s::integer[],
                          %(health_keep)s::float8[], %(health_success)s::float8[],
@@ -244,14 +251,25 @@ health AS (
 
 -- name: record.ledger
 -- Budgets: each ledger row releases the attempts' reservations and spends their cost.
+-- The rows are locked first, in (project, day) order, as the claim's budget.lock locks
+-- them: an UPDATE locks rows in the order its join finds them, which two workers'
+-- records (or a record and a claim) need not share.
+ledger_rows AS MATERIALIZED (
+    SELECT t.id, x.released, x.spent
+    FROM django_strait_budgetledger AS t
+    JOIN unnest(%(ledger_project)s::bigint[], %(ledger_day)s::date[],
+                %(ledger_released)s::numeric[], %(ledger_spent)s::numeric[])
+        AS x(project_id, day, released, spent)
+        ON t.project_id = x.project_id AND t.day = x.day
+    ORDER BY t.project_id, t.day
+    FOR NO KEY UPDATE OF t
+),
 ledger AS (
     UPDATE django_strait_budgetledger AS t
     SET reserved = GREATEST(t.reserved - x.released, 0), spent = t.spent + x.spent,
         updated_at = now()
-    FROM unnest(%(ledger_project)s::bigint[], %(ledger_day)s::date[],
-                %(ledger_released)s::numeric[], %(ledger_spent)s::numeric[])
-        AS x(project_id, day, released, spent)
-    WHERE t.project_id = x.project_id AND t.day = x.day
+    FROM ledger_rows AS x
+    WHERE t.id = x.id
 );
 
 
@@ -317,7 +335,7 @@ adm AS (
 used AS (
     SELECT adm.job_id, COALESCE(sum(t.count), 0)::integer AS used, min(t.admitted_at) AS oldest
     FROM adm LEFT JOIN django_strait_jobrateadmission AS t
-        ON t.job_id = adm.job_id AND t.admitted_at > adm.since
+        ON t.job_id = adm.job_id AND t.admitted_at > adm.since AND isfinite(t.admitted_at)
     WHERE adm.since IS NOT NULL
     GROUP BY adm.job_id
 ),
@@ -331,7 +349,8 @@ granted AS (
 gone AS (
     DELETE FROM django_strait_jobrateadmission AS t USING adm
     WHERE adm.since IS NOT NULL AND t.job_id = adm.job_id
-      AND t.admitted_at <= adm.since - %(kept)s::interval
+      -- and one no reader can hold ('infinity', written by hand): it is no admission
+      AND (t.admitted_at <= adm.since - %(kept)s::interval OR NOT isfinite(t.admitted_at))
 ),
 logged AS (
     INSERT INTO django_strait_jobrateadmission (job_id, admitted_at, count)

@@ -8,6 +8,10 @@ It never outlives the worker: on Linux the kernel sends it SIGKILL when the
 worker dies (``PR_SET_PDEATHSIG``, however the worker died, kill -9 included),
 and on every system a thread waits on the lifeline pipe, whose other end only
 the worker holds: when the worker is gone, the read returns and the child exits.
+
+Nothing a run starts outlives the run: the child adopts the processes its handlers
+orphan (a child subreaper, Linux), the worker kills the child with everything below
+it (``tree``), and after each run the child kills what the handler left running.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import inspect
+import logging
 import os
 import signal
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -29,12 +35,16 @@ from django.db import connections
 from django_strait.dispatch.python import RunContext, call_sync, settle
 from django_strait.handlers import UNKNOWN_HANDLER, find_handler, handlers
 from django_strait.outcome import failure
-from django_strait.worker.process import wire
+from django_strait.worker.process import tree, wire
+
+logger = logging.getLogger(__name__)
 
 #: prctl(2) option: the signal this process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
 #: The child's exit status when the worker is gone.
 EXIT_ORPHANED = 70
+#: How long the child waits for what it killed after a run to exit, to reap it.
+REAP_TIMEOUT = 2.0
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -99,6 +109,32 @@ def execute(message: dict[str, Any], max_result_bytes: int) -> dict[str, Any]:
         return wire.outcome_to_wire(wire.oom("the child ran out of memory"))
 
 
+def end_of_run(run_id: int) -> None:
+    """Kill and reap the processes a run left running: none outlives its run.
+
+    Nothing tracks them once the handler has returned (no timeout, no memory watch,
+    no cancel), and an orphan of this child's would be init's at its exit.
+    """
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return  # no child at all, so nothing below either: the usual case, one call
+    killed = tree.kill_descendants(os.getpid())
+    if killed:
+        logger.warning(
+            "run %s left processes running after its handler returned: killed %s",
+            run_id, sorted(killed), extra={"run_id": run_id},
+        )  # fmt: skip
+    deadline = time.monotonic() + REAP_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.005)
+
+
 def serve(commands: Connection, results: Connection) -> None:
     """Answer run messages until told to stop or the worker's end closes."""
     init = wire.loads(commands.recv_bytes())
@@ -112,7 +148,9 @@ def serve(commands: Connection, results: Connection) -> None:
             return
         if message.get("stop"):
             return
-        results.send_bytes(wire.dumps(execute(message, max_result_bytes)))
+        outcome = execute(message, max_result_bytes)
+        end_of_run(message["run_id"])
+        results.send_bytes(wire.dumps(outcome))
 
 
 def main(argv: list[str]) -> None:
@@ -120,6 +158,7 @@ def main(argv: list[str]) -> None:
     parent_pid, commands_fd, results_fd, lifeline_fd = (int(a) for a in argv)
     die_with_parent(parent_pid)
     watch_lifeline(lifeline_fd)
+    tree.become_subreaper()
     # The worker stops its children itself, after draining: a Ctrl-C in the terminal or a
     # service manager's SIGTERM to the whole group must not kill a run midway.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -32,7 +32,7 @@ from typing import Any
 
 from django_strait.outcome import Outcome, failure
 from django_strait.presets import show_bytes
-from django_strait.worker.process import wire
+from django_strait.worker.process import tree, wire
 
 logger = logging.getLogger(__name__)
 
@@ -108,12 +108,17 @@ class Child:
         return not self.killed and self.proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the child and its process group: any process its handler started too.
+        """SIGKILL the child and every process below it: any process its handler started,
+        also one in a session of its own (``tree``).
 
         SIGKILL, since a handler may ignore every other signal. The child leads a
-        process group of its own (it was started in a new session).
+        process group of its own (it was started in a new session): the group is
+        killed too, which is all there is where /proc is not.
         """
         self.killed = True
+        if self.proc.poll() is not None:
+            return  # reaped: its pid may be another process's now
+        tree.kill_tree(self.pid)
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

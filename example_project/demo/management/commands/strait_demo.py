@@ -7,7 +7,7 @@ import random
 
 from django.core.management.base import BaseCommand, CommandError
 
-from example_project.demo.runner import Demo, DemoOptions
+from example_project.demo.runner import Demo, DemoOptions, manage_py
 
 MAX_RUNS = 1000
 
@@ -63,5 +63,5 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             raise CommandError(
                 "interrupted; runs left unfinished stay queued "
-                "(python manage.py run_strait_worker finishes them)"
+                f"({manage_py()} run_strait_worker finishes them)"
             ) from None

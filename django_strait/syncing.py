@@ -1,0 +1,102 @@
+"""Write the ``Job`` rows of the jobs declared in code (:mod:`django_strait.registry`).
+
+What code declares wins: the options ``@job(...)`` names are written to the row
+each time it is synced, the others stay as the admin or the API left them
+(the admin shows the declared ones read-only). A schedule declared in code is
+marked on the row (``schedule_in_code``), so that removing it from the code
+removes it from the row at the next sync, rather than leaving the job firing
+on a schedule nobody declares. A row is synced on its job's first trigger in a
+process, by a worker at start-up when the job has a schedule to fire (or had
+one in code), and by ``manage.py strait_sync``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django_strait import registry
+from django_strait.conf import strait_settings
+from django_strait.models import Job
+from django_strait.registry import JobSpec
+from django_strait.retry import check_registered
+
+logger = logging.getLogger(__name__)
+
+_synced: set[str] = set()
+
+
+def sync(entry: Any) -> Job:
+    """Create or update the ``Job`` row of a ``@job`` function; return it."""
+    spec = entry.spec
+    check_registered({"function": spec.columns.get("retry_function")}, prefix="@job.retry")
+    _check_preset(spec)
+    wanted = {"handler": spec.path, "endpoint_url": "", **spec.columns}
+    wanted["schedule_in_code"] = bool(spec.schedule)
+    row, created = Job.objects.get_or_create(name=spec.name, defaults=wanted)
+    if not created and row.schedule_in_code and not spec.schedule:
+        wanted["schedule"] = ""  # the code that declared it no longer does
+        logger.info("job %s: its schedule is no longer declared in code; removed", spec.name)
+    changed = [k for k, v in wanted.items() if getattr(row, k) != v]
+    if not created and changed:
+        for k in changed:
+            setattr(row, k, wanted[k])
+        row.save(update_fields=[*changed, "updated_at"])
+    _synced.add(spec.name)
+    return row
+
+
+def _check_preset(spec: JobSpec) -> None:
+    preset = spec.columns.get("preset")
+    names = strait_settings.PRESETS.names
+    if preset and preset not in names:
+        raise ValueError(
+            f"@job(preset={preset!r}) on {spec.path}: not a preset; allowed: {', '.join(names)}"
+        )
+
+
+def sync_all() -> list[Job]:
+    """Sync every registered handler's ``Job`` row (``manage.py strait_sync``)."""
+    return [sync(h) for h in registry.registered().values()]
+
+
+def sync_schedules() -> list[Job]:
+    """Sync the rows whose schedule code declares, or declared: a worker's start-up.
+
+    The scheduler fires what the rows say, so a schedule in code must reach its
+    row before anything triggers the job. One job that cannot be synced (a preset
+    the settings lack) is logged and skipped; the others still are.
+    """
+    entries = registry.registered()
+    formerly = set(
+        Job.objects.filter(name__in=list(entries), schedule_in_code=True).values_list(
+            "name", flat=True
+        )
+    )
+    synced = []
+    for name, entry in entries.items():
+        if entry.spec.schedule or name in formerly:
+            try:
+                synced.append(sync(entry))
+            except ValueError as exc:
+                logger.error("job %s: its row cannot be synced: %s", name, exc)
+    return synced
+
+
+def is_synced_or_plain(name: str) -> bool:
+    """Tell whether ``name`` needs no sync before a trigger (synced here, or no @job)."""
+    return name in _synced or registry.get(name) is None
+
+
+def synced_row(name: str) -> Job | None:
+    """Return the ``Job`` row for a ``@job`` handler, synced once per process.
+
+    The row is synced again whenever it is missing (deleted in the admin, or a
+    test database flushed), so a registered handler can always be triggered.
+    """
+    entry = registry.get(name)
+    if entry is None:
+        return None
+    if name not in _synced:
+        return sync(entry)
+    return Job.objects.filter(name=name).first() or sync(entry)
