@@ -25,6 +25,8 @@ CRON_SYNTAX = (
     "(e.g. '*/15 * * * *', '0 9 * * 1-5', '30 2 1 * *') or one of " + ", ".join(ALIASES)
 )
 TIMEZONE_SYNTAX = "an IANA time zone name such as UTC, Europe/Paris or America/New_York"
+#: The longest time zone name taken (``Job.timezone``'s column; IANA's longest is 32).
+TIMEZONE_MAX_LENGTH = 64
 
 #: Missed ticks counted per job and round; past this the count is a lower bound.
 MAX_COUNTED_MISSES = 1000
@@ -77,9 +79,17 @@ def check_schedule(expression: str) -> str:
 
 def check_timezone(name: str) -> ZoneInfo:
     """Return the zone named ``name``, or raise ScheduleError naming the timezone field."""
+    if not isinstance(name, str) or len(name) > TIMEZONE_MAX_LENGTH:
+        shown = repr(name)[:TIMEZONE_MAX_LENGTH] + "..." if isinstance(name, str) else repr(name)
+        raise ScheduleError(
+            "timezone",
+            f"{shown} is not a time zone name of at most {TIMEZONE_MAX_LENGTH} characters; "
+            f"use {TIMEZONE_SYNTAX}",
+        )
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
+    # OSError: a name the file system refuses as a path (too long, or of odd bytes).
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
         raise ScheduleError(
             "timezone", f"{name!r} is not a time zone; use {TIMEZONE_SYNTAX}"
         ) from None

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import SafeString
 
 from django_strait.admin import display, endpoints
+from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.unreadable import ReadsRowsAside
 from django_strait.circuits import reset_circuit, reset_health
 from django_strait.models import CircuitState, EndpointCircuit, EndpointHealth, HealthLevel
@@ -78,7 +79,7 @@ def unhealthy_scores(urls: list[str]) -> dict[str, float]:
 
 @admin.register(EndpointCircuit)
 class EndpointCircuitAdmin(
-    ReadsRowsAside, display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin
+    GuardedInput, ReadsRowsAside, display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin
 ):
     """Circuits, one per endpoint URL; rows are written by the workers."""
 

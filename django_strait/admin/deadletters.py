@@ -18,6 +18,7 @@ from django.utils.safestring import SafeString
 
 from django_strait.admin import actions, display
 from django_strait.admin.filters import ByNameOfListedFilter, ErrorTypeFilter, QueueFilter
+from django_strait.admin.inputs import row_id
 from django_strait.admin.runs import JobRunAdmin
 from django_strait.models import DeadLetter, Job, JobRun
 from django_strait.states import RunStatus
@@ -154,13 +155,12 @@ class DeadLetterAdmin(JobRunAdmin):
         return self.get_changelist_instance(request).queryset.order_by()
 
     def _replay_matching(self, request: HttpRequest, matching: QuerySet[JobRun]) -> HttpResponse:
-        up_to = request.POST.get("up_to_id", "")
-        if not up_to.isdigit():
+        # The id the confirmation page showed: a run id, else the page was not the one shown.
+        up_to = row_id(JobRun, request.POST.get("up_to_id", ""))
+        if up_to is None:
             self.message_user(request, "Confirm on the replay page first.", messages.ERROR)
             return redirect(request.get_full_path())
-        result = actions.replay_runs(
-            matching.filter(pk__lte=int(up_to)), by=request.user.get_username()
-        )
+        result = actions.replay_runs(matching.filter(pk__lte=up_to), by=request.user.get_username())
         self.message_user(request, result.message(), level=result.level)
         return redirect(self._list_url(request))
 

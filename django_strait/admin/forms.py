@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
 
+from django_strait.admin.inputs import BoundedJSONField, read_json
 from django_strait.models import Execution, Job
 from django_strait.triggering import TriggerError
 
@@ -30,7 +30,11 @@ PAYLOAD_HELP = 'JSON: an object such as {"order_id": 42}, a list, a string, a nu
 
 
 class PayloadField(forms.CharField):
-    """A JSON document typed into a text area; the cleaned value is the parsed JSON."""
+    """A JSON document typed into a text area; the cleaned value is the parsed JSON.
+
+    Read as every surface reads outside JSON (``inputs.read_json``): the text stays
+    in the box as typed when it is refused.
+    """
 
     widget = forms.Textarea(attrs={"rows": 12, "cols": 80, "class": "vLargeTextField"})
 
@@ -39,12 +43,9 @@ class PayloadField(forms.CharField):
         if not text:
             return None
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(
-                f"Not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}. "
-                + PAYLOAD_HELP
-            ) from exc
+            return read_json(text)
+        except forms.ValidationError as exc:
+            raise forms.ValidationError(f"{exc.messages[0]} {PAYLOAD_HELP}") from None
 
 
 class TriggerErrorMixin:
@@ -122,7 +123,7 @@ def unmasked(edited: object, stored: object) -> object:
     return {name: kept[name] if value == MASK else value for name, value in edited.items()}
 
 
-class OptionalJSONField(forms.JSONField):
+class OptionalJSONField(BoundedJSONField):
     """A JSON field whose "not set" (None, inherit the default) shows empty, not ``null``."""
 
     def prepare_value(self, value: Any) -> Any:
@@ -139,9 +140,10 @@ class JobForm(forms.ModelForm):
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
     )
     clear_signing_secret = forms.BooleanField(label="Clear the secret", required=False)
-    headers = forms.JSONField(
+    headers = BoundedJSONField(
         label="Headers",
         required=False,
+        empty={},
         help_text=HEADERS_HELP,
         widget=forms.Textarea(attrs={"rows": 4, "cols": 80, "class": "vLargeTextField"}),
     )

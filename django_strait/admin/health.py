@@ -21,6 +21,7 @@ from django.utils.safestring import SafeString
 
 from django_strait.admin import charts, display, endpoints
 from django_strait.admin.circuits import ResetCircuitsMixin
+from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.unreadable import ReadsRowsAside, SetsAside
 from django_strait.models import EndpointHealth
 
@@ -38,7 +39,7 @@ class HealthChangeList(SetsAside):
 
 @admin.register(EndpointHealth)
 class EndpointHealthAdmin(
-    ReadsRowsAside, display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin
+    GuardedInput, ReadsRowsAside, display.AutoRefresh, ResetCircuitsMixin, admin.ModelAdmin
 ):
     """Endpoint health, one row per endpoint URL, worst first."""
 

@@ -26,6 +26,7 @@ from django_strait import registry
 from django_strait.admin import display, endpoints
 from django_strait.admin.drilldown import endpoint_stats_view, job_stats_view
 from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
+from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.overview import overview_view
 from django_strait.admin.unreadable import ReadsRowsAside, SetsAside, say_problems
 from django_strait.database import alias
@@ -91,7 +92,7 @@ class JobChangeList(SetsAside):
 
 
 @admin.register(Job)
-class JobAdmin(ReadsRowsAside, admin.ModelAdmin):
+class JobAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
     """Jobs: what runs, where, and how it retries; pause and resume."""
 
     list_display = (

@@ -27,6 +27,7 @@ from django_strait.admin import actions, display, timeline
 from django_strait.admin.filters import ByNameFilter, ErrorTypeFilter, QueueFilter
 from django_strait.admin.forms import ReplayPayloadForm
 from django_strait.admin.inlines import HistoryInline
+from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.unreadable import ReadsRowsAside, SetsAside, unshown
 from django_strait.admin.webhooks import WebhookDeliveryInline
 from django_strait.models import Job, JobRun, RunAttempt, RunHold, WorkflowStepRun
@@ -190,7 +191,7 @@ def pretty_json(value: Any) -> str:
 
 
 @admin.register(JobRun)
-class JobRunAdmin(ReadsRowsAside, display.AutoRefresh, admin.ModelAdmin):
+class JobRunAdmin(GuardedInput, ReadsRowsAside, display.AutoRefresh, admin.ModelAdmin):
     """Every run: filter, search, inspect, and replay / cancel / discard through transitions."""
 
     list_display = (

@@ -14,6 +14,7 @@ from django.utils.safestring import SafeString
 
 from django_strait.admin import display
 from django_strait.admin.inlines import HistoryInline
+from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.unreadable import ReadsRowsAside, unshown
 from django_strait.models import Job, JobRun, WebhookDelivery, Workflow, WorkflowRun
 from django_strait.webhooks.redelivery import redeliver
@@ -94,7 +95,7 @@ class WebhookDeliveryInline(DeliveryCells, HistoryInline):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(ReadsRowsAside, DeliveryCells, admin.ModelAdmin):
+class WebhookDeliveryAdmin(GuardedInput, ReadsRowsAside, DeliveryCells, admin.ModelAdmin):
     """Every delivery: what it notifies, where, how it went; redeliver by hand."""
 
     # The event opens the delivery's page, where every field is whole.

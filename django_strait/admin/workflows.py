@@ -26,6 +26,7 @@ from django_strait.admin.charts import OTHER_COLOUR
 from django_strait.admin.dagpicture import Box, draw
 from django_strait.admin.filters import ByNameFilter
 from django_strait.admin.inlines import HistoryInline
+from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.runs import pretty_json
 from django_strait.admin.unreadable import ReadsRowsAside, unshown
 from django_strait.admin.webhooks import WebhookDeliveryInline
@@ -61,7 +62,7 @@ def badge(status: str) -> SafeString:
     )  # fmt: skip
 
 
-class ReadOnlyAdmin(ReadsRowsAside, admin.ModelAdmin):
+class ReadOnlyAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
     """Nothing is added, changed or deleted here: code and the workflow engine write these."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -41,7 +41,7 @@ LAST_USED_PRECISION = dt.timedelta(minutes=1)
 
 
 class ScopeError(ValueError):
-    """A scope that does not exist."""
+    """A scope that does not exist, or a queue name a key cannot be limited to."""
 
 
 def hash_key(key: str) -> str:
@@ -62,11 +62,46 @@ def check_scopes(scopes: Iterable[str]) -> list[str]:
     return checked
 
 
+#: Most queues one key may be limited to, and the longest name (a run's ``queue`` column).
+MAX_KEY_QUEUES = 100
+QUEUE_NAME_MAX_LENGTH = 100
+
+
+def check_queues(queues: Iterable[Any]) -> list[str]:
+    """Return the queue names a key is limited to, without repeats, or raise naming the first bad one.
+
+    Empty: every queue. Each name is what a run's queue can be: printable text of 1
+    to 100 characters.
+    """
+    checked: list[str] = []
+    for queue in queues:
+        if (
+            not isinstance(queue, str)
+            or not 1 <= len(queue) <= QUEUE_NAME_MAX_LENGTH
+            or not queue.isprintable()
+        ):
+            shown = repr(queue)[:60]
+            raise ScopeError(
+                f"queue {shown} is not a queue name; allowed: printable text of 1 to "
+                f"{QUEUE_NAME_MAX_LENGTH} characters"
+            )
+        if queue not in checked:
+            checked.append(queue)
+    if len(checked) > MAX_KEY_QUEUES:
+        raise ScopeError(f"{len(checked)} queues; a key may be limited to at most {MAX_KEY_QUEUES}")
+    return checked
+
+
 PREFIX_ALPHABET = string.ascii_letters + string.digits
 
 
 def issue_key(
-    name: str, scopes: Iterable[str], *, expires_at: dt.datetime | None = None, created_by=None
+    name: str,
+    scopes: Iterable[str],
+    *,
+    queues: Iterable[str] = (),
+    expires_at: dt.datetime | None = None,
+    created_by=None,
 ) -> tuple[ApiKey, str]:
     """Create a key; return its row and the key itself (shown once, never stored)."""
     # Letters and digits only: a prefix starting with "-" would read as an option
@@ -78,10 +113,14 @@ def issue_key(
         prefix=prefix,
         hashed_key=hash_key(key),
         scopes=check_scopes(scopes),
+        queues=check_queues(queues),
         expires_at=expires_at,
         created_by=created_by,
     )
-    logger.info("api key %s (%s) created with scopes %s", name, prefix, ", ".join(row.scopes))
+    logger.info(
+        "api key %s (%s) created with scopes %s, queues %s",
+        name, prefix, ", ".join(row.scopes), ", ".join(row.queues) or "all",
+    )  # fmt: skip
     return row, key
 
 
@@ -208,6 +247,60 @@ def _touch(key: ApiKey, now: dt.datetime) -> None:
     ApiKey.objects.filter(
         Q(last_used_at__isnull=True) | Q(last_used_at__lte=stale), pk=key.pk
     ).update(last_used_at=now)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueScope:
+    """The queues a request may fetch, ack, enqueue and read; ``names`` None is every queue.
+
+    A key limited to queues (``ApiKey.queues``) sees only their runs: a run of
+    another queue answers 404, as if it did not exist; naming another queue to
+    fetch from or enqueue into is 403. A user (session, token) is allowed by
+    Django permissions, on every queue; so is a key without queues.
+    """
+
+    names: frozenset[str] | None = None
+
+    @classmethod
+    def of(cls, request: Request) -> QueueScope:
+        """Return the scope of the request's credential."""
+        key = getattr(request, "auth", None)
+        return cls(key_queues(key)) if isinstance(key, ApiKey) else cls()
+
+    @property
+    def limited(self) -> bool:
+        return self.names is not None
+
+    def allows(self, queue: str) -> bool:
+        """Whether a run of ``queue`` is within the scope."""
+        return self.names is None or queue in self.names
+
+    def only(self, queryset: Any, field: str = "queue") -> Any:
+        """Return ``queryset`` narrowed to rows whose ``field`` is a queue in the scope."""
+        if self.names is None:
+            return queryset
+        return queryset.filter(**{f"{field}__in": sorted(self.names)})
+
+    def refusal(self, queue: str) -> str:
+        """Say why ``queue`` is refused, naming what this key may use."""
+        allowed = ", ".join(repr(q) for q in sorted(self.names or ()))
+        return f"this API key is limited to the queues {allowed}; {queue!r} is not one of them"
+
+
+def key_queues(key: ApiKey) -> frozenset[str] | None:
+    """Return the queues ``key`` is limited to (None: every queue).
+
+    A stored value that is not a list of names (a row written around the checks)
+    limits the key to no queue at all: it fails closed, and says so in the log.
+    """
+    stored = key.queues
+    if isinstance(stored, list) and all(isinstance(q, str) for q in stored):
+        return frozenset(stored) or None
+    logger.error(
+        "api key %s (%s): its queues column is not a list of names (%.200r); it may use no queue",
+        key.name, key.prefix, stored, extra={"api_key": key.prefix},
+    )  # fmt: skip
+    return frozenset()
 
 
 @dataclass(frozen=True, slots=True)

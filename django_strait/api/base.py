@@ -15,11 +15,12 @@ from rest_framework.views import APIView
 
 from django_strait.api.auth import (
     ApiKeyAuthentication,
+    QueueScope,
     Rule,
     ScopeOrPermission,
     StraitTokenAuthentication,
 )
-from django_strait.api.errors import InvalidField, strait_exception_handler
+from django_strait.api.errors import InvalidField, OutsideQueues, strait_exception_handler
 from django_strait.api.pagination import MAX_ID, one
 from django_strait.api.parsers import LimitedJSONParser, refuse_declared_size
 from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
@@ -44,11 +45,31 @@ class StraitAPIView(APIView):
     rules: Mapping[str, Rule] = {}
     #: What the URL's ``name`` names, for the 404 of a name that cannot exist.
     named = "job"
+    #: Whether the endpoint works on several queues at once (workflows): a key limited
+    #: to queues is refused it (403), rather than shown part of a workflow.
+    across_queues = False
+    #: The queues the request's credential may use (set once it is authenticated).
+    scope = QueueScope()
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         refuse_declared_size(request)
         super().initial(request, *args, **kwargs)
         refuse_nul(request, kwargs, named=self.named)
+        self.scope = QueueScope.of(request)
+        if self.across_queues and self.scope.limited:
+            raise exceptions.PermissionDenied(
+                "this API key is limited to queues, and this endpoint works across queues "
+                "(a workflow's steps run in any queue); use a key without queues"
+            )
+
+    def runs(self, queryset: Any = None) -> Any:
+        """Return ``queryset`` (every run by default) narrowed to the key's queues."""
+        return self.scope.only(JobRun.objects.all() if queryset is None else queryset)
+
+    def within_scope(self, queue: str, field: str = "queue") -> None:
+        """Refuse (403) a request that names ``queue`` to enqueue into, outside the key's queues."""
+        if not self.scope.allows(queue):
+            raise OutsideQueues(field, self.scope.refusal(queue))
 
     def handle_exception(self, exc: Exception) -> Any:
         if isinstance(exc, exceptions.AuthenticationFailed):

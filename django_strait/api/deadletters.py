@@ -51,7 +51,7 @@ class DeadLetterListView(StraitAPIView):
     )
     def get(self, request: Request) -> Response:
         condition = run_condition(request.query_params, allowed=DLQ_FILTERS)
-        runs = DeadLetter.objects.filter(condition).select_related("job")
+        runs = self.runs(DeadLetter.objects.filter(condition)).select_related("job")
         page = paginate(runs, NEWEST_FIRST, request)
         data = shown(RunSummarySerializer, page.rows)
         return Response({"results": data, "next": page.next_url})
@@ -68,7 +68,7 @@ class DeadLetterReplayView(StraitAPIView):
         responses={200: RunSerializer, **errors(400, 404, 409, 413, 415)},
     )
     def post(self, request: Request, pk: int) -> Response:
-        return replay(request, pk, DeadLetter.objects.all())
+        return replay(request, pk, self.runs(DeadLetter.objects.all()))
 
 
 class DeadLetterDiscardView(StraitAPIView):
@@ -82,7 +82,7 @@ class DeadLetterDiscardView(StraitAPIView):
         responses={200: RunSerializer, **errors(400, 404, 409, 413, 415)},
     )
     def post(self, request: Request, pk: int) -> Response:
-        find_run(pk, DeadLetter.objects.all())
+        find_run(pk, self.runs(DeadLetter.objects.all()))
         body = DiscardSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
@@ -105,7 +105,7 @@ class DeadLetterBulkReplayView(StraitAPIView):
     def post(self, request: Request) -> Response:
         body = BulkReplaySerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        runs = DeadLetter.objects.filter(run_condition(_as_params(body.validated_data)))
+        runs = self.runs(DeadLetter.objects.filter(run_condition(_as_params(body.validated_data))))
         replayed = replay_in_batches(runs, by=who(request))
         logger.info("api: %s dead letters replayed by %s", replayed, who(request))
         return Response({"replayed": replayed})

@@ -53,6 +53,13 @@ class InvalidField(exceptions.ValidationError):
         return cls(error.field, error.message)
 
 
+class OutsideQueues(exceptions.PermissionDenied):
+    """A queue the request's API key is not limited to (403); ``details`` names the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__({field: [message]})
+
+
 def strait_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Answer an API error as ``{"error": {"code", "message", "details"}}``."""
     response = exception_handler(exc, context)  # DRF's: status, WWW-Authenticate, Retry-After
@@ -67,7 +74,8 @@ def error_body(exc: exceptions.APIException) -> dict[str, Any]:
     if isinstance(exc.detail, dict):
         details = _flatten(exc.detail)
         first = next(iter(details.items()), ("", [""]))
-        return {"code": "invalid", "message": f"{first[0]}: {first[1][0]}", "details": details}
+        code = exc.default_code if isinstance(exc, exceptions.PermissionDenied) else "invalid"
+        return {"code": code, "message": f"{first[0]}: {first[1][0]}", "details": details}
     if isinstance(exc.detail, list):
         return {"code": "invalid", "message": "; ".join(map(str, exc.detail)), "details": {}}
     return {"code": exc.detail.code or exc.default_code, "message": str(exc.detail), "details": {}}

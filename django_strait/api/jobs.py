@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from django.urls import reverse
@@ -12,7 +13,7 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from django_strait.api.auth import Rule
+from django_strait.api.auth import QueueScope, Rule
 from django_strait.api.base import StraitAPIView
 from django_strait.api.errors import InvalidField, UnknownJob
 from django_strait.api.pagination import Keyset, one, page_serializer, paginate, shown
@@ -44,9 +45,9 @@ TRIGGER = Rule("jobs:trigger", "django_strait.trigger_job")
 JobPage = page_serializer("JobPage", JobSerializer)
 
 
-def find_job(name: str) -> Job:
-    """Return the job named ``name``, or raise a 404 naming it."""
-    job = one(Job.objects.filter(name=name))
+def find_job(name: str, scope: QueueScope) -> Job:
+    """Return the job named ``name`` (if its queue is in ``scope``), or raise a 404 naming it."""
+    job = one(scope.only(Job.objects.filter(name=name)))
     if job is None:
         raise UnknownJob(f"no job named {name!r}")
     return job
@@ -66,7 +67,7 @@ class JobListView(StraitAPIView):
         unknown = sorted(set(request.query_params) - {"cursor", "limit"})
         if unknown:
             raise InvalidField(unknown[0], "unknown parameter; allowed: cursor, limit")
-        page = paginate(Job.objects.all(), Keyset("name", kind=str), request)
+        page = paginate(self.scope.only(Job.objects.all()), Keyset("name", kind=str), request)
         return Response({"results": shown(JobSerializer, page.rows), "next": page.next_url})
 
     @documented(
@@ -77,6 +78,7 @@ class JobListView(StraitAPIView):
     def post(self, request: Request) -> Response:
         serializer = JobSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        self.within_scope(serializer.validated_data.get("queue", "default"))
         job = serializer.save()
         logger.info("api: job %s defined by %s", job.name, request.user.get_username())
         return Response(
@@ -93,7 +95,7 @@ class JobView(StraitAPIView):
 
     @documented(operation_id="jobs_retrieve", responses={200: JobSerializer, **errors(404)})
     def get(self, request: Request, name: str) -> Response:
-        return Response(shown(JobSerializer, [find_job(name)])[0])
+        return Response(shown(JobSerializer, [find_job(name, self.scope)])[0])
 
     @documented(
         operation_id="jobs_update",
@@ -112,8 +114,10 @@ class JobView(StraitAPIView):
         return self._change(request, name, partial=True)
 
     def _change(self, request: Request, name: str, *, partial: bool) -> Response:
-        serializer = JobUpdateSerializer(find_job(name), data=request.data, partial=partial)
+        job = find_job(name, self.scope)
+        serializer = JobUpdateSerializer(job, data=request.data, partial=partial)
         serializer.is_valid(raise_exception=True)
+        self.within_scope(serializer.validated_data.get("queue", job.queue))
         job = serializer.save()
         logger.info("api: job %s changed by %s", job.name, request.user.get_username())
         return Response(JobSerializer(job).data)
@@ -124,7 +128,7 @@ class _EnabledView(StraitAPIView):
     enabled = True
 
     def post(self, request: Request, name: str) -> Response:
-        job = find_job(name)
+        job = find_job(name, self.scope)
         # A guarded update: a repeat changes nothing and still answers the state.
         Job.objects.filter(pk=job.pk).exclude(enabled=self.enabled).update(
             enabled=self.enabled, updated_at=timezone.now()
@@ -187,6 +191,7 @@ class TriggerView(StraitAPIView):
     def post(self, request: Request, name: str) -> Response:
         try:
             wanted = TriggerRequest.parse(request.data, request.headers.get(IDEMPOTENCY_HEADER))
+            within_trigger_scope(self, name, wanted.options)
             run = trigger(name, wanted.payload, **wanted.options)
         except TriggerError as exc:
             raise _refused(exc, name) from None
@@ -220,6 +225,7 @@ class BulkTriggerView(StraitAPIView):
     def post(self, request: Request, name: str) -> Response:
         try:
             wanted = BulkTriggerRequest.parse(request.data, strait_settings.API_BULK_TRIGGER_MAX)
+            within_trigger_scope(self, name, wanted.options)
             taken = _taken_keys(name, wanted.options.get("idempotency_keys"))
             runs = trigger_many(name, wanted.payloads, **wanted.options)
         except TriggerError as exc:
@@ -233,6 +239,20 @@ class BulkTriggerView(StraitAPIView):
             {"runs": TriggeredRunSerializer(runs, many=True).data, "created": created},
             status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
         )
+
+
+def within_trigger_scope(view: StraitAPIView, name: str, options: Mapping[str, Any]) -> None:
+    """Refuse (403) a trigger whose runs go to a queue outside the key's: the one asked, or the job's.
+
+    Nothing is read for a key without queues (the trigger's path stays as it was).
+    """
+    if not view.scope.limited:
+        return
+    asked = options.get("queue")
+    if not isinstance(asked, str):
+        asked = Job.objects.filter(name=name).values_list("queue", flat=True).first()
+    if asked is not None:  # None: no such job, and trigger() says so
+        view.within_scope(asked)
 
 
 def _taken_keys(name: str, keys: Any) -> set[str]:

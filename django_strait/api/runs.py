@@ -67,7 +67,8 @@ class RunListView(StraitAPIView):
         responses={200: RunPage, **errors(400)},
     )
     def get(self, request: Request) -> Response:
-        runs = JobRun.objects.filter(run_condition(request.query_params)).select_related("job")
+        runs = self.runs(JobRun.objects.filter(run_condition(request.query_params)))
+        runs = runs.select_related("job")
         page = paginate(runs, NEWEST_FIRST, request)
         data = shown(RunSummarySerializer, page.rows)
         return Response({"results": data, "next": page.next_url})
@@ -80,7 +81,7 @@ class RunView(StraitAPIView):
 
     @documented(operation_id="runs_retrieve", responses={200: RunSerializer, **errors(404)})
     def get(self, request: Request, pk: int) -> Response:
-        return Response(shown(RunSerializer, [find_run(pk, with_attempts())])[0])
+        return Response(shown(RunSerializer, [find_run(pk, self.runs(with_attempts()))])[0])
 
 
 class CancelView(StraitAPIView):
@@ -92,7 +93,7 @@ class CancelView(StraitAPIView):
         operation_id="runs_cancel", request=None, responses={200: RunSerializer, **errors(404, 409)}
     )
     def post(self, request: Request, pk: int) -> Response:
-        find_run(pk)
+        find_run(pk, self.runs())
         try:
             transitions.cancel(pk)
         except transitions.InvalidTransition as exc:
@@ -101,7 +102,7 @@ class CancelView(StraitAPIView):
         return Response(RunSerializer(find_run(pk, with_attempts())).data)
 
 
-def replay(request: Request, pk: int, runs: Any = None) -> Response:
+def replay(request: Request, pk: int, runs: Any) -> Response:
     """Replay run ``pk`` (found among ``runs``), with the body's payload if it has one."""
     find_run(pk, runs)
     body = ReplaySerializer(data=request.data if request.data is not None else {})
@@ -128,4 +129,4 @@ class ReplayView(StraitAPIView):
         responses={200: RunSerializer, **errors(400, 404, 409, 413, 415)},
     )
     def post(self, request: Request, pk: int) -> Response:
-        return replay(request, pk)
+        return replay(request, pk, self.runs())

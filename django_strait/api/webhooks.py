@@ -32,7 +32,7 @@ class RunDeliveriesView(StraitAPIView):
         operation_id="runs_deliveries", responses={200: DeliveryListSerializer, **errors(404)}
     )
     def get(self, request: Request, pk: int) -> Response:
-        run = find_run(pk)
+        run = find_run(pk, self.runs())
         deliveries = read(WebhookDelivery.objects.filter(run=run).order_by("id"), stand_ins=True)
         return Response({"results": shown(DeliverySerializer, deliveries.rows)})
 
@@ -48,7 +48,14 @@ class RedeliverView(StraitAPIView):
         responses={200: DeliverySerializer, **errors(404)},
     )
     def post(self, request: Request, pk: int) -> Response:
-        if pk > MAX_ID or not redeliver([pk], by=who(request)):
+        if pk > MAX_ID or not self._within_scope(pk) or not redeliver([pk], by=who(request)):
             raise exceptions.NotFound(f"no webhook delivery with id {pk}")
         logger.info("api: delivery %s redelivered by %s", pk, who(request))
         return Response(DeliverySerializer(WebhookDelivery.objects.get(pk=pk)).data)
+
+    def _within_scope(self, pk: int) -> bool:
+        # A workflow's delivery has no run, hence no queue: only an unlimited key sees it.
+        if not self.scope.limited:
+            return True
+        found = WebhookDelivery.objects.filter(pk=pk)
+        return self.scope.only(found, field="run__queue").exists()

@@ -98,6 +98,7 @@ def _workflows(names: list[str]) -> Q:
 class WorkflowTriggerView(StraitAPIView):
     """POST workflows/<name>/trigger/: start a run of the workflow."""
 
+    across_queues = True
     rules = {"POST": TRIGGER}
     throttle_classes = [ClientThrottle, TriggerThrottle]
     named = "workflow"
@@ -140,6 +141,7 @@ class WorkflowTriggerView(StraitAPIView):
 class WorkflowRunListView(StraitAPIView):
     """GET workflow-runs/: workflow runs, newest first, filtered by status and workflow."""
 
+    across_queues = True
     rules = {"GET": READ}
 
     @documented(
@@ -164,6 +166,7 @@ class WorkflowRunListView(StraitAPIView):
 class WorkflowRunView(StraitAPIView):
     """GET workflow-runs/<id>/: a workflow run and its step runs."""
 
+    across_queues = True
     rules = {"GET": READ}
 
     @documented(
@@ -177,6 +180,7 @@ class WorkflowRunView(StraitAPIView):
 class WorkflowRunCancelView(StraitAPIView):
     """POST workflow-runs/<id>/cancel/: cancel a workflow run and its unfinished steps."""
 
+    across_queues = True
     rules = {"POST": CANCEL}
 
     @documented(

@@ -1,4 +1,4 @@
-"""API keys for the REST API: stored hashed, with scopes."""
+"""API keys for the REST API and the OJS binding: stored hashed, with scopes and queues."""
 
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=16, unique=True)
     hashed_key = models.CharField(max_length=128)
     scopes = models.JSONField(default=list)
+    #: The queues the key may fetch, ack, enqueue and read (OJS and the REST API); empty: all.
+    queues = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The queues this key may fetch, ack, enqueue and read; empty: every queue.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

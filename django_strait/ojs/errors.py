@@ -56,6 +56,11 @@ def validation_error(field_name: str, message: str) -> OjsError:
     )
 
 
+def forbidden(field_name: str, message: str) -> OjsError:
+    """A request this credential may not make as it is (a queue outside its scope): 403."""
+    return OjsError(403, "forbidden", f"{field_name}: {message}", details={"field": field_name})
+
+
 def not_found(what: str, ident: str) -> OjsError:
     """No such job (or cron, or dead letter): 404."""
     return OjsError(

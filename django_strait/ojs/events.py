@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django_strait.api.auth import QueueScope
 from django_strait.models import AttemptOutcome, Execution, JobRun, RunAttempt
 from django_strait.ojs.present import ojs_type, stamp
 from django_strait.states import RunStatus
@@ -17,11 +18,18 @@ from django_strait.states import RunStatus
 EVENT_TYPES = ("job.enqueued", "job.started", "job.completed", "job.failed", "job.cancelled")
 
 
-def recent(types: Sequence[str], queues: Sequence[str], limit: int) -> list[dict[str, Any]]:
-    """Return up to ``limit`` events, newest first, of the given types and queues (all if empty)."""
+def recent(
+    types: Sequence[str], queues: Sequence[str], limit: int, scope: QueueScope
+) -> list[dict[str, Any]]:
+    """Return up to ``limit`` events, newest first, of the given types and queues (all if empty).
+
+    Only runs of the queues in ``scope`` have events here.
+    """
     wanted = set(types) or set(EVENT_TYPES)
     found: list[dict[str, Any]] = []
-    runs = JobRun.objects.select_related("job").filter(job__execution=Execution.EXTERNAL)
+    runs = scope.only(
+        JobRun.objects.select_related("job").filter(job__execution=Execution.EXTERNAL)
+    )
     if queues:
         runs = runs.filter(queue__in=list(queues))
     if "job.enqueued" in wanted:

@@ -29,6 +29,8 @@ BATCH_MAX = 1000
 #: ten years ahead: OJS clients schedule in years like 2099 (the conformance suite does).
 EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 LATEST = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
+#: The highest attempt an ack or nack may name (a run's attempt is a 32-bit integer).
+MAX_ATTEMPT = 2**31 - 1
 #: The worker id of a fetch or heartbeat that names none.
 ANONYMOUS = "ojs:anonymous"
 #: Envelope keys read by the binding; the rest are kept and returned as they came.
@@ -178,10 +180,13 @@ def when(value: Any, name: str, now: dt.datetime | None = None) -> dt.datetime:
             name,
             f"must be an RFC 3339 time with its offset (2026-01-01T00:00:00Z) or +PT5S; got {value!r}",
         )
-    utc = moment.astimezone(dt.UTC)
-    if not EARLIEST <= utc <= LATEST:
+    try:
+        utc = moment.astimezone(dt.UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-23:59 is past year 9999 in UTC
+        utc = None
+    if utc is None or not EARLIEST <= utc <= LATEST:
         raise errors.invalid_request(
-            name, f"must be from {EARLIEST:%Y} to {LATEST:%Y}, got {value!r}"
+            name, f"must be from {EARLIEST:%Y} to {LATEST:%Y} in UTC, got {value!r}"
         )
     return utc
 
@@ -218,6 +223,31 @@ def fetch_request(body: Mapping[str, Any]) -> tuple[list[str], int, str, int]:
         worker,
         default_visibility_ms() if vis is None else milliseconds(vis, "visibility_timeout_ms"),
     )
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Whose reservation an ack or nack says it ends: the fetch's worker id, the job's attempt.
+
+    Either may be missing (the SDKs send neither): what is missing is not checked.
+    """
+
+    worker: str | None = None
+    attempt: int | None = None
+
+
+def holder(body: Mapping[str, Any]) -> Holder:
+    """Read ``worker_id`` and ``attempt`` of an ack or nack; each is checked when given."""
+    worker = body.get("worker_id")
+    attempt = body.get("attempt")
+    if attempt is not None and (
+        isinstance(attempt, bool) or not isinstance(attempt, int) or not 1 <= attempt <= MAX_ATTEMPT
+    ):
+        raise errors.invalid_request(
+            "attempt",
+            f"must be the fetched job's attempt, an integer from 1 to {MAX_ATTEMPT}, got {attempt!r}",
+        )
+    return Holder(None if worker in (None, "") else worker_id(worker), attempt)
 
 
 def default_visibility_ms() -> int:

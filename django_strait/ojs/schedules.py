@@ -15,6 +15,7 @@ from typing import Any
 from croniter import croniter
 from django.db import IntegrityError, transaction
 
+from django_strait.api.auth import QueueScope
 from django_strait.cron import ScheduleError, check_schedule, check_timezone
 from django_strait.models import Execution, Job
 from django_strait.models.job import JOB_NAME_VALIDATOR, Overlap
@@ -23,8 +24,8 @@ from django_strait.ojs.present import stamp
 from django_strait.rows import read
 
 
-def register(body: Mapping[str, Any]) -> Job:
-    """Create (or replace) the cron registration ``body`` names."""
+def register(body: Mapping[str, Any], scope: QueueScope) -> Job:
+    """Create (or replace) the cron registration ``body`` names, its queue within ``scope``."""
     name = body.get("name")
     if (
         not isinstance(name, str)
@@ -46,16 +47,28 @@ def register(body: Mapping[str, Any]) -> Job:
             exc.field if exc.field != "schedule" else "expression", exc.message
         ) from None
     job = inputs.job_request({"args": [], **template}, "job_template.")
+    if not scope.allows(job.queue):
+        raise errors.forbidden("job_template.options.queue", scope.refusal(job.queue))
     overlap = body.get("overlap_policy", "allow")
     if overlap not in (Overlap.ALLOW, Overlap.SKIP):
         raise errors.invalid_request(
             "overlap_policy", f"must be 'allow' or 'skip', got {overlap!r}"
         )
-    return _save(name, schedule, zone, overlap, job, body.get("meta") or {})
+    return _save(name, schedule, zone, overlap, job, body.get("meta") or {}, scope)
 
 
-def _save(name: str, schedule: str, zone: str, overlap: str, job: inputs.Enqueue, meta: Any) -> Job:
+def _save(
+    name: str,
+    schedule: str,
+    zone: str,
+    overlap: str,
+    job: inputs.Enqueue,
+    meta: Any,
+    scope: QueueScope,
+) -> Job:
     existing = Job.objects.filter(name=name).first()
+    if existing is not None and not scope.allows(existing.queue):
+        raise errors.forbidden("name", f"cron {name!r} fires into a queue this key may not use")
     if existing is not None and not _is_cron(existing):
         raise errors.conflict(f"{name!r} names a job of this project that is not an OJS cron")
     ojs = {
@@ -85,24 +98,24 @@ def _is_cron(job: Job) -> bool:
     )
 
 
-def crons() -> list[Job]:
-    """Every OJS cron registration, by name."""
+def crons(scope: QueueScope) -> list[Job]:
+    """Every OJS cron registration firing into a queue of ``scope``, by name."""
     # A job row that cannot be read is left out (and logged), not every registration.
     rows = Job.objects.filter(execution=Execution.EXTERNAL).exclude(schedule="")
-    return [j for j in read(rows).rows if _is_cron(j)]
+    return [j for j in read(scope.only(rows)).rows if _is_cron(j)]
 
 
-def find(name: str) -> Job:
-    """Return the cron registration ``name``, or raise not_found."""
+def find(name: str, scope: QueueScope) -> Job:
+    """Return the cron registration ``name``, or raise not_found (also outside ``scope``)."""
     job = Job.objects.filter(name=name).first()
-    if job is None or not _is_cron(job):
+    if job is None or not _is_cron(job) or not scope.allows(job.queue):
         raise errors.not_found("cron", name)
     return job
 
 
-def delete(name: str) -> Job:
+def delete(name: str, scope: QueueScope) -> Job:
     """Stop a cron registration: its schedule is cleared and the job paused (its runs stay)."""
-    job = find(name)
+    job = find(name, scope)
     Job.objects.filter(pk=job.pk).update(schedule="", enabled=False)
     return job
 

@@ -3,7 +3,7 @@
 No trailing slashes (OJS's paths have none, and a POST must not meet APPEND_SLASH).
 """
 
-from django.urls import path
+from django.urls import path, re_path
 
 from django_strait.ojs import views
 
@@ -46,4 +46,7 @@ urlpatterns = [
     path("ojs/v1/cron", views.Crons.as_view(), name="crons"),
     path("ojs/v1/cron/<str:name>", views.CronDetail.as_view(), name="cron"),
     path("ojs/v1/events", views.Events.as_view(), name="events"),
+    # Last: any other path under /ojs/ is a 404 in the OJS error shape, not Django's HTML page
+    # (an id holding "/", a path no endpoint serves).
+    re_path(r"^ojs/[\s\S]*$", views.not_found, name="not-found"),
 ]

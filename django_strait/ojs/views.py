@@ -12,9 +12,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.core.paginator import Paginator
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
@@ -24,13 +26,14 @@ from rest_framework.views import APIView
 from django_strait import __version__
 from django_strait.api.auth import (
     ApiKeyAuthentication,
+    QueueScope,
     Rule,
     ScopeOrPermission,
     StraitTokenAuthentication,
 )
-from django_strait.api.parsers import JSONRefused, loads
 from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
 from django_strait.conf import strait_settings
+from django_strait.json_text import JSONRefused, loads
 from django_strait.ojs import errors, events, inputs, schedules, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
@@ -56,6 +59,8 @@ class OjsView(APIView):
         StraitTokenAuthentication,
     ]
     throttle_classes = [ClientThrottle]
+    #: The queues the request's credential may use (set once it is authenticated).
+    scope = QueueScope()
     parser_classes: list = []
     rules: Mapping[str, Rule] = {}
 
@@ -68,11 +73,26 @@ class OjsView(APIView):
         # One representation, whatever Accept says: the SDKs send the OJS type, JSON or */*.
         return JSONRenderer(), strait_settings.OJS_CONTENT_TYPE
 
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        refuse_nul(request, kwargs)
+        self.scope = QueueScope.of(request)
+
+    def within_scope(self, queue: str, field: str) -> None:
+        """Refuse (403) naming ``queue`` to fetch from or enqueue into, if outside the key's queues."""
+        if not self.scope.allows(queue):
+            raise errors.forbidden(field, self.scope.refusal(queue))
+
     def body(self) -> dict[str, Any]:
         """The request's JSON object; an empty or unreadable body is ``invalid_payload``."""
-        raw = self.request._request.body
         limit = strait_settings.API_MAX_PAYLOAD_BYTES
-        if len(raw) > limit:
+        declared = self.request.META.get("CONTENT_LENGTH") or "0"
+        try:
+            too_long = declared.isdigit() and (len(declared) > 18 or int(declared) > limit)
+            raw = b"" if too_long else self.request._request.body
+        except RequestDataTooBig:  # past DATA_UPLOAD_MAX_MEMORY_SIZE, if that is lower
+            too_long = True
+        if too_long or len(raw) > limit:
             raise OjsError(
                 413,
                 "invalid_payload",
@@ -105,6 +125,30 @@ class OjsView(APIView):
         response["OJS-Version"] = SPEC_VERSION
         response["X-Request-ID"] = request_id(request)
         return response
+
+
+NUL = "\x00"
+
+
+def refuse_nul(request: Request, url_kwargs: Mapping[str, Any]) -> None:
+    """Refuse the NUL character in the path and the query string, naming where.
+
+    No id, name or queue holds it, and PostgreSQL cannot compare text with it: a
+    path parameter holding it names nothing (404), a query parameter is refused (400).
+    """
+    for name, value in url_kwargs.items():
+        if isinstance(value, str) and NUL in value:
+            raise OjsError(
+                404,
+                "not_found",
+                f"{name} {value!r} not found: no {name} holds the NUL character (\\u0000)",
+                details={name: value},
+            )
+    for name, values in request.query_params.lists():
+        if NUL in name or any(NUL in v for v in values):
+            raise errors.invalid_request(
+                name.replace(NUL, "\\u0000"), "must not contain the NUL character (\\u0000)"
+            )
 
 
 def _as_ojs(exc: Exception) -> OjsError:
@@ -155,6 +199,16 @@ def answer(
     return response
 
 
+@csrf_exempt  # it changes nothing, and a POST must get the same 404
+def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    """Answer a path under ``/ojs/`` that no endpoint serves (``/ojs/v1/jobs/a/b``) in the OJS shape."""
+    error = OjsError(404, "not_found", f"no OJS endpoint at {request.path}")
+    response = answer(request, error.body(request_id(request)), 404)
+    response["OJS-Version"] = SPEC_VERSION
+    response["X-Request-ID"] = request_id(request)
+    return response
+
+
 def _read(scope: str) -> Rule:
     return Rule(scope, "django_strait.view_jobrun")
 
@@ -200,7 +254,9 @@ class Jobs(OjsView):
     rules = {"POST": _ENQUEUE}
 
     def post(self, request: Request) -> HttpResponse:
-        run = work.enqueue(inputs.job_request(self.body()))
+        wanted = inputs.job_request(self.body())
+        self.within_scope(wanted.queue, "options.queue")
+        run = work.enqueue(wanted)
         return answer(
             request,
             {"job": work.describe(run, with_errors=False)},
@@ -220,9 +276,10 @@ class JobsBatch(OjsView):
             raise errors.invalid_request(
                 "jobs", f"must be an array of 1 to {inputs.BATCH_MAX} jobs"
             )
-        runs = work.enqueue_batch(
-            [inputs.job_request(j, f"jobs[{i}].") for i, j in enumerate(jobs)]
-        )
+        wanted = [inputs.job_request(j, f"jobs[{i}].") for i, j in enumerate(jobs)]
+        for i, one in enumerate(wanted):
+            self.within_scope(one.queue, f"jobs[{i}].options.queue")
+        runs = work.enqueue_batch(wanted)
         bodies = [work.describe(r, with_errors=False) for r in runs]
         return answer(request, {"jobs": bodies, "count": len(bodies)}, 201)
 
@@ -233,10 +290,10 @@ class JobDetail(OjsView):
     rules = {"GET": _read("runs:read"), "DELETE": _CANCEL}
 
     def get(self, request: Request, job_id: str) -> HttpResponse:
-        return answer(request, {"job": work.describe(work.find(job_id))})
+        return answer(request, {"job": work.describe(work.find(job_id, self.scope))})
 
     def delete(self, request: Request, job_id: str) -> HttpResponse:
-        return answer(request, {"job": work.describe(work.cancel(job_id))})
+        return answer(request, {"job": work.describe(work.cancel(job_id, self.scope))})
 
 
 class Fetch(OjsView):
@@ -246,6 +303,8 @@ class Fetch(OjsView):
 
     def post(self, request: Request) -> HttpResponse:
         queues, count, worker, visibility = inputs.fetch_request(self.body())
+        for i, queue in enumerate(queues):
+            self.within_scope(queue, f"queues[{i}]")
         runs = work.fetch(queues, count, worker, visibility)
         return answer(request, {"jobs": [work.describe(r, with_errors=False) for r in runs]})
 
@@ -257,7 +316,8 @@ class Ack(OjsView):
 
     def post(self, request: Request) -> HttpResponse:
         body = self.body()
-        return answer(request, work.ended(work.ack(body.get("job_id"), body.get("result"))))
+        run = work.ack(body.get("job_id"), body.get("result"), inputs.holder(body), self.scope)
+        return answer(request, work.ended(run))
 
 
 class Nack(OjsView):
@@ -272,7 +332,9 @@ class Nack(OjsView):
             raise errors.invalid_request(
                 "error", "must be an object {code, message, retryable, details}"
             )
-        run, decision = work.nack(body.get("job_id"), error, body.get("requeue") is True)
+        run, decision = work.nack(
+            body.get("job_id"), error, body.get("requeue") is True, inputs.holder(body), self.scope
+        )
         return answer(request, work.ended(run, decision))
 
 
@@ -290,7 +352,8 @@ class Heartbeat(OjsView):
             raise errors.invalid_request("active_jobs", "must be an array of job ids")
         vis = body.get("visibility_timeout_ms")
         vis = None if vis is None else inputs.milliseconds(vis, "visibility_timeout_ms")
-        directive, extended = work.heartbeat(inputs.worker_id(body.get("worker_id")), ids, vis)
+        worker = inputs.worker_id(body.get("worker_id"))
+        directive, extended = work.heartbeat(worker, ids, vis, self.scope)
         return answer(request, {"state": directive, "directive": directive,
                                 "jobs_extended": extended, "server_time": job_stamp()})  # fmt: skip
 
@@ -307,7 +370,7 @@ class DeadLetters(OjsView):
 
     def get(self, request: Request) -> HttpResponse:
         page_number, per_page = _page(request)
-        pages = Paginator(work.dead_letters(), per_page)
+        pages = Paginator(work.dead_letters(self.scope), per_page)
         page = pages.get_page(page_number)
         # A run that cannot be read is left out of its page (and logged), not the page.
         bodies = [work.describe(run) for run in read(page.object_list).rows]
@@ -339,7 +402,7 @@ class DeadLetterStats(OjsView):
     rules = {"GET": _DLQ_READ}
 
     def get(self, request: Request) -> HttpResponse:
-        runs = work.dead_letters()
+        runs = work.dead_letters(self.scope)
         by_type: dict[str, int] = {}
         by_queue: dict[str, int] = {}
         for name, queue in runs.values_list("job__name", "queue"):
@@ -356,7 +419,7 @@ class DeadLetterRetry(OjsView):
     rules = {"POST": _DLQ_WRITE}
 
     def post(self, request: Request, job_id: str) -> HttpResponse:
-        return answer(request, {"job": work.describe(work.retry_dead_letter(job_id))})
+        return answer(request, {"job": work.describe(work.retry_dead_letter(job_id, self.scope))})
 
 
 class DeadLetterDetail(OjsView):
@@ -366,10 +429,10 @@ class DeadLetterDetail(OjsView):
     no_content = False
 
     def get(self, request: Request, job_id: str) -> HttpResponse:
-        return answer(request, {"job": work.describe(work.dead_letter(job_id))})
+        return answer(request, {"job": work.describe(work.dead_letter(job_id, self.scope))})
 
     def delete(self, request: Request, job_id: str) -> HttpResponse:
-        work.delete_dead_letter(job_id)
+        work.delete_dead_letter(job_id, self.scope)
         if self.no_content:
             return answer(request, None, 204)
         return answer(request, {"deleted": True, "job_id": job_id})
@@ -386,11 +449,11 @@ class Crons(OjsView):
 
     def get(self, request: Request) -> HttpResponse:
         now = timezone.now()
-        listed = [schedules.describe(j, now) for j in schedules.crons()]
+        listed = [schedules.describe(j, now) for j in schedules.crons(self.scope)]
         return answer(request, {"crons": listed, "cron_jobs": listed})
 
     def post(self, request: Request) -> HttpResponse:
-        described = schedules.describe(schedules.register(self.body()), timezone.now())
+        described = schedules.describe(schedules.register(self.body(), self.scope), timezone.now())
         return answer(request, {"cron": described, "cron_job": described}, 201)
 
 
@@ -400,11 +463,11 @@ class CronDetail(OjsView):
     rules = {"GET": _CRON_READ, "DELETE": _CRON_WRITE}
 
     def get(self, request: Request, name: str) -> HttpResponse:
-        described = schedules.describe(schedules.find(name), timezone.now())
+        described = schedules.describe(schedules.find(name, self.scope), timezone.now())
         return answer(request, {"cron": described, "cron_job": described})
 
     def delete(self, request: Request, name: str) -> HttpResponse:
-        job = schedules.delete(name)
+        job = schedules.delete(name, self.scope)
         described = {**schedules.describe(job, timezone.now()), "enabled": False}
         return answer(request, {"cron": described, "cron_job": described, "deleted": True})
 
@@ -422,7 +485,7 @@ class Events(OjsView):
             limit = min(max(int(params.get("limit", 50)), 1), 500)
         except ValueError:
             raise errors.invalid_request("limit", "must be a whole number from 1 to 500") from None
-        return answer(request, {"events": events.recent(types, queues, limit)})
+        return answer(request, {"events": events.recent(types, queues, limit, self.scope)})
 
 
 class Activate(OjsView):

@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from django_strait import transitions
+from django_strait.api.auth import QueueScope
 from django_strait.conf import strait_settings
 from django_strait.decisions import Decision, decide, trim
 from django_strait.models import Execution, Job, JobRun, RunAttempt
@@ -59,11 +60,15 @@ def external_job(kind: str) -> Job:
     return job
 
 
-def find(ident: Any, what: str = "job") -> JobRun:
-    """Return the OJS run with id ``ident`` (and its job), or raise not_found."""
+def find(ident: Any, scope: QueueScope, what: str = "job") -> JobRun:
+    """Return the OJS run with id ``ident`` (and its job), or raise not_found.
+
+    A run of a queue outside ``scope`` is not found either: a key limited to
+    other queues cannot even learn that the id exists.
+    """
     key = parse_any(ident) if isinstance(ident, str) else None
     run = JobRun.objects.select_related("job").filter(ojs_id=key).first() if key else None
-    if run is None or run.job.execution != Execution.EXTERNAL:
+    if run is None or run.job.execution != Execution.EXTERNAL or not scope.allows(run.queue):
         raise errors.not_found(what, str(ident))
     return run
 
@@ -174,22 +179,31 @@ def _deadline(
     return until
 
 
-def heartbeat(worker: str, ids: Sequence[Any], visibility_ms: int | None) -> tuple[str, list[str]]:
-    """Extend the named active runs' visibility; return the directive and the runs extended."""
+def heartbeat(
+    worker: str, ids: Sequence[Any], visibility_ms: int | None, scope: QueueScope
+) -> tuple[str, list[str]]:
+    """Extend the visibility of the named runs ``worker`` holds; return the directive and those extended.
+
+    A worker keeps only the jobs it fetched (one that named no worker, those fetched
+    without a name): a stale worker's heartbeat extends nothing another holds now.
+    """
     now = timezone.now()
     keys = [key for i in ids if (key := parse_any(i)) is not None]
-    runs = JobRun.objects.filter(
-        ojs_id__in=keys, status=RunStatus.EXECUTING, job__execution=Execution.EXTERNAL
+    runs = scope.only(
+        JobRun.objects.filter(
+            ojs_id__in=keys,
+            status=RunStatus.EXECUTING,
+            job__execution=Execution.EXTERNAL,
+            claimed_by=worker,
+        )
     )
-    if worker != inputs.ANONYMOUS:  # a named worker keeps only the jobs it fetched
-        runs = runs.filter(claimed_by=worker)
     # Ids it no longer holds (acked, canceled, another's, unknown) are left out, not refused.
     found = list(runs)
     deadlines = {
         r.pk: _deadline(r.ojs or {}, r.started_at or now, now, visibility_ms or _visibility(r))
         for r in found
     }
-    moved = set(transitions.external.extend(deadlines))
+    moved = set(transitions.external.extend(worker, deadlines))
     return _directive(found), [str(r.ojs_id) for r in found if r.pk in moved]
 
 
@@ -210,9 +224,9 @@ def _directive(runs: Sequence[JobRun]) -> str:
     return RUNNING
 
 
-def ack(ident: Any, result: Any) -> JobRun:
-    """Complete an active run with the worker's result (stored as JSON)."""
-    run = _active(ident, "ack")
+def ack(ident: Any, result: Any, holder: inputs.Holder, scope: QueueScope) -> JobRun:
+    """Complete an active run ``holder`` holds with the worker's result (stored as JSON)."""
+    run = _held(ident, "ack", holder, scope)
     size = len(json.dumps(result, allow_nan=False))
     if size > strait_settings.RESULT_MAX_BYTES:
         raise errors.invalid_request(
@@ -224,9 +238,11 @@ def ack(ident: Any, result: Any) -> JobRun:
     return reload(run)
 
 
-def nack(ident: Any, error: Mapping[str, Any], requeue: bool) -> tuple[JobRun, Decision]:
-    """End an active run's attempt as failed; its retry policy (or ``requeue``) decides next."""
-    run = _active(ident, "nack")
+def nack(
+    ident: Any, error: Mapping[str, Any], requeue: bool, holder: inputs.Holder, scope: QueueScope
+) -> tuple[JobRun, Decision]:
+    """End the attempt of an active run ``holder`` holds as failed; its policy decides next."""
+    run = _held(ident, "nack", holder, scope)
     kind = error.get("type") or error.get("code") or "ojs.error"
     message = error.get("message") or ""
     retryable = error.get("retryable", True) is not False
@@ -254,12 +270,35 @@ def _policy(run: JobRun):
         return strait_settings.DEFAULT_RETRY
 
 
-def _active(ident: Any, what: str) -> JobRun:
-    run = find(ident)
+def _held(ident: Any, what: str, holder: inputs.Holder, scope: QueueScope) -> JobRun:
+    """Return the active run ``ident`` if ``holder`` holds its reservation, else raise conflict.
+
+    Checked here on the row as read, for a clear answer, and again by the record's
+    guarded update (its worker and attempt): a reservation that changed between
+    the two is refused by the statement that would have ended it.
+    """
+    run = find(ident, scope)
     if run.status != RunStatus.EXECUTING:
         state = job_body(run, run.job, timezone.now())["state"]
         raise errors.conflict(
             f"cannot {what} job {ident}: it is {state}, not active", job_id=str(ident), state=state
+        )
+    attempt = run.attempt - run.attempts_before_replay
+    if (holder.worker is not None and holder.worker != run.claimed_by) or (
+        holder.attempt is not None and holder.attempt != attempt
+    ):
+        named = ", ".join(
+            f"{k} {v!r}"
+            for k, v in (("worker_id", holder.worker), ("attempt", holder.attempt))
+            if v
+        )
+        raise errors.conflict(
+            f"cannot {what} job {ident}: the reservation this request names ({named}) is not "
+            f"the job's: attempt {attempt} holds it now (the job was requeued and fetched "
+            "again); nothing was changed",
+            job_id=str(ident),
+            state="active",
+            attempt=attempt,
         )
     return run
 
@@ -312,9 +351,9 @@ def ended(run: JobRun, decision: Decision | None = None) -> dict[str, Any]:
 # People's changes.
 
 
-def cancel(ident: Any) -> JobRun:
+def cancel(ident: Any, scope: QueueScope) -> JobRun:
     """Cancel a job at once, also an active one."""
-    run = find(ident)
+    run = find(ident, scope)
     try:
         transitions.cancel_now(run.pk)
     except InvalidTransition:
@@ -325,32 +364,32 @@ def cancel(ident: Any) -> JobRun:
     return reload(run)
 
 
-def dead_letters() -> Any:
-    """The dead-letter queue's OJS runs, newest first."""
-    return (
+def dead_letters(scope: QueueScope) -> Any:
+    """The dead-letter queue's OJS runs (of the queues in ``scope``), newest first."""
+    return scope.only(
         JobRun.objects.select_related("job")
         .filter(status=RunStatus.DEAD_LETTER, job__execution=Execution.EXTERNAL)
         .order_by("-finished_at", "-id")
     )
 
 
-def dead_letter(ident: Any) -> JobRun:
+def dead_letter(ident: Any, scope: QueueScope) -> JobRun:
     """Return one dead-lettered OJS run, or raise not_found."""
-    run = find(ident, "dead letter")
+    run = find(ident, scope, "dead letter")
     if run.status != RunStatus.DEAD_LETTER:
         raise errors.not_found("dead letter", str(ident))
     return run
 
 
-def retry_dead_letter(ident: Any) -> JobRun:
+def retry_dead_letter(ident: Any, scope: QueueScope) -> JobRun:
     """Queue a dead-lettered job again, its attempts reset."""
-    run = dead_letter(ident)
+    run = dead_letter(ident, scope)
     transitions.replay(run.pk, by="ojs")
     return reload(run)
 
 
-def delete_dead_letter(ident: Any) -> JobRun:
+def delete_dead_letter(ident: Any, scope: QueueScope) -> JobRun:
     """Take a job out of the dead-letter queue (it stays, discarded, in the history)."""
-    run = dead_letter(ident)
+    run = dead_letter(ident, scope)
     transitions.discard(run.pk, by="ojs", reason="deleted from the dead-letter queue")
     return reload(run)

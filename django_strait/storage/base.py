@@ -93,8 +93,13 @@ class Storage(Protocol):
     ) -> list[Claimed]:
         """Move up to ``limit`` due runs of external-worker jobs to dequeued, queue by queue."""
 
-    def set_deadlines(self, deadlines: Mapping[int, dt.datetime], *, now: dt.datetime) -> list[int]:
-        """Set executing external runs' deadlines (the reaper's); return the runs that moved."""
+    def set_deadlines(
+        self, worker_id: str, deadlines: Mapping[int, dt.datetime], *, now: dt.datetime
+    ) -> list[int]:
+        """Set the deadlines (the reaper's) of executing external runs ``worker_id`` holds.
+
+        Return the runs that moved: a run another worker holds now keeps its deadline.
+        """
 
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """Move claimed runs to executing, spending an attempt; return those that moved.

@@ -55,7 +55,7 @@ def fetch(
                 break
         # From the start as recorded (the database's clock on PostgreSQL).
         deadlines = {run.id: deadline(run, run.started_at or now) for run in started}
-        storage.set_deadlines(deadlines, now=now)
+        storage.set_deadlines(worker_id, deadlines, now=now)
     signals.send_started(started, None, using=storage.alias)
     signals.send_changed(dropped)
     return started
@@ -72,9 +72,11 @@ def _drop(storage: Storage, worker_id: str, run_ids: set[int], now: dt.datetime)
     ]
 
 
-def extend(deadlines: Mapping[int, dt.datetime], *, storage: Storage | None = None) -> list[int]:
-    """Move executing external runs' deadlines on (a heartbeat); return the runs that moved."""
-    return (storage or backend()).set_deadlines(deadlines, now=timezone.now())
+def extend(
+    worker_id: str, deadlines: Mapping[int, dt.datetime], *, storage: Storage | None = None
+) -> list[int]:
+    """Move the deadlines of runs ``worker_id`` holds on (a heartbeat); return the runs that moved."""
+    return (storage or backend()).set_deadlines(worker_id, deadlines, now=timezone.now())
 
 
 def finish(worker_id: str, done: Record, *, storage: Storage | None = None) -> Recorded:

@@ -75,13 +75,18 @@ def test_fetch__never_gives_one_run_to_two_workers(storage):
     assert sorted(ids) == sorted(r.pk for r in runs)
 
 
-def test_set_deadlines__moves_only_executing_runs(storage):
+def test_set_deadlines__moves_only_executing_runs_the_worker_holds(storage):
     job = external_job()
     queued = make_run(job)
-    executing = make_run(job, status="executing")
+    mine, theirs = make_run(job, status="executing"), make_run(job, status="executing")
+    JobRun.objects.filter(pk=mine.pk).update(claimed_by="ojs:a")
+    JobRun.objects.filter(pk=theirs.pk).update(claimed_by="ojs:b")
     later = timezone.now() + dt.timedelta(minutes=5)
 
-    moved = storage.set_deadlines({queued.pk: later, executing.pk: later}, now=timezone.now())
+    moved = storage.set_deadlines(
+        "ojs:a", {queued.pk: later, mine.pk: later, theirs.pk: later}, now=timezone.now()
+    )
 
-    assert moved == [executing.pk]
+    assert moved == [mine.pk]
     assert JobRun.objects.get(pk=queued.pk).visible_until is None
+    assert JobRun.objects.get(pk=theirs.pk).visible_until is None

@@ -258,6 +258,31 @@ def test_command__create_with_expiry_and_several_scopes():
     assert row.expires_at > timezone.now() + dt.timedelta(days=29)
 
 
+def test_command__create_limits_a_key_to_queues():
+    out = io.StringIO()
+    call_command(
+        "strait_api_key", "create", "billing", "--scope", "runs:write", "--queue", "billing",
+        "--queue", "billing-slow", "--queue", "billing", stdout=out,
+    )  # fmt: skip
+    assert ApiKey.objects.get().queues == ["billing", "billing-slow"]
+    assert "on billing, billing-slow." in out.getvalue()
+    listed = io.StringIO()
+    call_command("strait_api_key", "list", stdout=listed)
+    assert "queues: billing, billing-slow" in listed.getvalue()
+
+
+@pytest.mark.parametrize("name", ["", "q" * 101, "tab\there", "nul\x00"])
+def test_command__a_queue_name_that_is_none_is_refused_naming_what_is_allowed(name):
+    with pytest.raises(CommandError, match="allowed: printable text of 1 to 100 characters"):
+        call_command("strait_api_key", "create", "x", "--scope", "runs:read", "--queue", name)
+    assert not ApiKey.objects.exists()
+
+
+def test_issue_key__refuses_more_than_100_queues():
+    with pytest.raises(ScopeError, match="101 queues; a key may be limited to at most 100"):
+        issue_key("x", ["runs:read"], queues=[f"q{i}" for i in range(101)])
+
+
 def test_command__unknown_scope_is_refused_naming_the_allowed_ones():
     with pytest.raises(CommandError, match="'jobs:delete' is not a scope; allowed: jobs:read"):
         call_command("strait_api_key", "create", "x", "--scope", "jobs:delete")
@@ -271,8 +296,8 @@ def test_command__list_shows_state_without_the_key():
     out = io.StringIO()
     call_command("strait_api_key", "list", stdout=out)
     text = out.getvalue()
-    assert "ci  [*]  active  last used: never" in text
-    assert "old  [runs:read]  revoked" in text
+    assert "ci  [*]  all queues  active  last used: never" in text
+    assert "old  [runs:read]  all queues  revoked" in text
     assert key not in text
 
 
@@ -308,6 +333,29 @@ def test_admin__creating_a_key_shows_it_once_and_stores_its_hash(client):
     assert (
         APIClient().get("/api/strait/runs/", HTTP_AUTHORIZATION=f"Api-Key {key}").status_code == 200
     )
+
+
+def test_admin__a_key_limited_to_queues_one_per_line(client):
+    client.force_login(User.objects.create_superuser("root"))
+    response = client.post(
+        "/admin/django_strait/apikey/add/",
+        {"name": "billing", "scopes": ["runs:write"], "queues": "billing\r\n\r\n email \n"},
+    )
+    assert response.status_code == 302
+    assert ApiKey.objects.get().queues == ["billing", "email"]
+    listed = client.get("/admin/django_strait/apikey/").content.decode()
+    assert "billing, email" in listed
+
+
+@pytest.mark.parametrize("queues", ["q" * 101, "bell\x07", "\n".join(f"q{i}" for i in range(101))])
+def test_admin__queues_past_their_bounds_are_a_form_error(client, queues):
+    client.force_login(User.objects.create_superuser("root"))
+    response = client.post(
+        "/admin/django_strait/apikey/add/", {"name": "x", "scopes": ["runs:read"], "queues": queues}
+    )
+    assert response.status_code == 200
+    assert "queues" in response.context["adminform"].form.errors
+    assert not ApiKey.objects.exists()
 
 
 def test_admin__unknown_scope_is_a_form_error(client):

@@ -15,10 +15,9 @@ fifteen cases per operation.
 from __future__ import annotations
 
 import base64
-import json
 from decimal import Decimal
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
 import schemathesis
@@ -37,6 +36,14 @@ from django_strait.api.auth import issue_key
 from django_strait.api.schema import generate_schema
 from django_strait.models import BudgetLedger, EndpointCircuit, EndpointHealth, Project
 from django_strait.resilience.budgets import today
+from tests.hostile import (
+    URL_TEXT,
+    encode,
+    hostile_tree,
+    not_dots,
+    path_value,
+    query_value,
+)
 from tests.integration.factories import make_job, make_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -108,70 +115,7 @@ def test_api__fuzzed_requests_never_5xx_and_match_the_schema(method, path, live_
     check()
 
 
-# Hostile values
-
-
-class Raw(str):
-    """JSON text sent as it is: what Python's json cannot write (1e999, NaN, deep nesting)."""
-
-
-def encode(value: Any, *, ascii_only: bool) -> str:
-    """Return ``value`` as JSON text, ``Raw`` parts verbatim, surrogates kept as they are."""
-    if isinstance(value, Raw):
-        return str(value)
-    if isinstance(value, dict):
-        items = (f"{encode(k, ascii_only=ascii_only)}: {encode(v, ascii_only=ascii_only)}"
-                 for k, v in value.items())  # fmt: skip
-        return "{" + ", ".join(items) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(encode(v, ascii_only=ascii_only) for v in value) + "]"
-    return json.dumps(value, ensure_ascii=ascii_only)
-
-
-SPECIALS = ["\x00", "\ud800", "\udbff", "\udc00", "\udfff", "\r\n", "\r", "\n", "\x1b", "\x7f",
-            "\u2028", "\ufeff", "\U0010ffff", "\u0661", "\uff15", "%00", "\\u0000", '"', "\\"]  # fmt: skip
-
-
-def hostile_text(longest: int) -> st.SearchStrategy[str]:
-    """Text of special characters, or one of them repeated a quarter of ``longest`` times or more."""
-    return st.one_of(
-        st.lists(st.sampled_from(SPECIALS) | st.text(max_size=3), min_size=1, max_size=8).map(
-            "".join
-        ),
-        st.tuples(st.sampled_from(SPECIALS + ["a", "9"]), st.integers(longest // 4, longest)).map(
-            lambda pair: pair[0] * pair[1]
-        ),
-    )
-
-
-HOSTILE_TEXT = hostile_text(200_000)
-#: In a URL, shorter: the server refuses a request line past 64 KiB (414) before the API
-#: sees it, and runs/ has eight parameters of up to 12 characters per one sent.
-URL_TEXT = hostile_text(400)
-HOSTILE_NUMBERS = st.sampled_from(
-    [1e308, -1e308, 1.7976931348623157e308, 5e-324, -0.0, 10**400, -(10**400), 2**63,
-     -(2**63) - 1, 2**64, 2**31, 10**308, Raw("1e999"), Raw("-1e999"), Raw("1E400"),
-     Raw("NaN"), Raw("Infinity"), Raw("-Infinity"), Raw("1" * 5000), Raw("-" + "9" * 400)]
-)  # fmt: skip
-DEEP = st.sampled_from([65, 320, 1000, 20_000]).flatmap(
-    lambda depth: st.sampled_from(
-        [Raw("[" * depth + "]" * depth), Raw('{"a": ' * depth + "1" + "}" * depth)]
-    )
-)
-HOSTILE = st.one_of(HOSTILE_TEXT, HOSTILE_NUMBERS, DEEP, st.lists(HOSTILE_TEXT, max_size=3))
-
-
-def hostile_tree(value: Any) -> st.SearchStrategy[Any]:
-    """Return ``value`` with some of its parts (or all of it) swapped for hostile values."""
-    if isinstance(value, dict):
-        children = st.fixed_dictionaries({k: hostile_tree(v) for k, v in value.items()})
-        extra = st.dictionaries(HOSTILE_TEXT, HOSTILE, max_size=1)
-        mutated = st.tuples(children, extra).map(lambda pair: {**pair[0], **pair[1]})
-    elif isinstance(value, list):
-        mutated = st.tuples(*(hostile_tree(v) for v in value)).map(list)
-    else:
-        mutated = st.just(value)
-    return st.one_of(mutated, HOSTILE)
+# Hostile values (tests/hostile.py), and the cursors and query values of this API
 
 
 def _cursor(text: str) -> str:
@@ -186,19 +130,6 @@ QUERY_SPECIALS = st.sampled_from(
 )
 
 
-def query_value(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
-
-
-def path_value(text: str) -> str:
-    return quote(text, safe="", errors="surrogatepass")
-
-
-def _not_dots(text: str) -> bool:
-    # An empty, "." or ".." segment is resolved away by the client before it is sent.
-    return bool(text.strip("."))
-
-
 @st.composite
 def hostile_cases(draw: st.DrawFn, operation: Any) -> tuple[Any, dict[str, bytes]]:
     """Draw a case of ``operation`` with hostile body and path values, and hostile query values.
@@ -211,7 +142,7 @@ def hostile_cases(draw: st.DrawFn, operation: Any) -> tuple[Any, dict[str, bytes
         body = draw(hostile_tree(case.body))
         case.body = encode(body, ascii_only=draw(st.booleans())).encode("utf-8", "surrogatepass")
     case.path_parameters = {
-        name: path_value(draw(st.one_of(st.just(value), URL_TEXT.filter(_not_dots))))
+        name: path_value(draw(st.one_of(st.just(value), URL_TEXT.filter(not_dots))))
         if isinstance(value, str) else value
         for name, value in case.path_parameters.items()
     }  # fmt: skip

@@ -62,11 +62,13 @@ def work(client: Client, worker: str, job: dict[str, Any], vis: int) -> dict[str
             while True:
                 time.sleep(3600)
         time.sleep(float(arg.get("work_secs", 0)))
+        # Whose reservation this ends: the worker that fetched it, at the attempt it fetched.
+        holder = {"job_id": job["id"], "worker_id": worker, "attempt": job["attempt"]}
         if arg.get("action") == "fail":
             error = {"code": "handler_error", "message": "asked to fail", "retryable": True}
-            return client.post("/ojs/v1/workers/nack", {"job_id": job["id"], "error": error})
+            return client.post("/ojs/v1/workers/nack", {**holder, "error": error})
         result = {"doubled": 2 * arg.get("value", 0)}
-        return client.post("/ojs/v1/workers/ack", {"job_id": job["id"], "result": result})
+        return client.post("/ojs/v1/workers/ack", {**holder, "result": result})
     finally:
         stop.set()
 

@@ -77,7 +77,7 @@ def test_request_id__is_echoed_in_errors(open_ojs):
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({"type": "a.b", "args": ["\u0000"]}, "payload"),
+        ({"type": "a.b", "args": ["\u0000"]}, "args"),
         (
             {"type": "a.b", "args": [], "options": {"visibility_timeout_ms": 0}},
             "visibility_timeout_ms",

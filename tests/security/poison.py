@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from django_strait import models as m
 from django_strait import transitions, trigger, trigger_many
+from django_strait.api.auth import QueueScope
 from django_strait.ojs import schedules
 from django_strait.workflows import define_workflow, trigger_workflow
 from tests.conftest import unreadable_json
@@ -359,7 +360,9 @@ def _victims(world: World) -> None:
     wr = trigger_workflow("victim-flow", {"order": 1})
     rows[m.WorkflowRun] = wr
     rows[m.WorkflowStepRun] = wr.step_runs.get(step__name="a")
-    ojs = schedules.register({"name": "ojs-victim", "cron": "0 3 * * *", "type": "ojs.victim"})
+    ojs = schedules.register(
+        {"name": "ojs-victim", "cron": "0 3 * * *", "type": "ojs.victim"}, QueueScope()
+    )
     rows["ojs_job"] = ojs
     rows["ojs_dead_letter"] = dead = make_run(ojs, status="dead_letter", attempts=1)
     rows["ojs_attempt"] = dead.attempts.get()

@@ -16,7 +16,7 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
-from django_strait.api.parsers import MAX_DEPTH
+from django_strait.json_text import MAX_DEPTH
 from django_strait.models import Job, JobRun
 from tests.integration.factories import make_job, make_run
 

@@ -1,4 +1,4 @@
-"""``parsers.loads``: JSON past the depth, with lone surrogates or huge numbers, is refused naming where."""
+"""``json_text.loads``: JSON past the depth, with lone surrogates, NUL or huge numbers, is refused naming where."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_strait.api.parsers import MAX_DEPTH, JSONRefused, loads
+from django_strait.json_text import MAX_DEPTH, JSONRefused, loads
 
 #: Text heavy in what confuses a scanner: brackets, quotes, backslashes, surrogate escapes.
 TRICKY_TEXT = st.text(alphabet=st.sampled_from('[]{}"\\,:u d8a0x\U0001f600'), max_size=12)
@@ -72,6 +72,12 @@ def test_loads__refuses_past_the_depth_whatever_the_strings_hold(value, extra):
         ('{"priority": -' + "9" * 5000 + "}", "priority", "past the range"),
         ('{"payload": [NaN]}', "payload", "NaN, past the range"),
         ('{"payload": -Infinity}', "payload", "-Infinity, past the range"),
+        (
+            '{"options": {"unique": {"key": ["a\\u0000"]}}}',
+            "options",
+            "NUL character (\\u0000) in a string at options.unique.key[0]",
+        ),
+        ('{"meta": {"k\\u0000": 1}}', "meta", "NUL character (\\u0000) in an object key at meta"),
     ],
 )
 def test_loads__names_the_field_and_where(text, field, where):
@@ -105,3 +111,7 @@ def test_loads__takes_what_is_within_the_rules(text):
 def test_loads__unterminated_text_never_recurses(text):
     with pytest.raises(ValueError):
         loads(text)
+
+
+def test_loads__takes_an_escaped_backslash_before_u0000_as_text():
+    assert loads('{"a": "\\\\u0000"}') == {"a": "\\u0000"}

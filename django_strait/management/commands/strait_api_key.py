@@ -9,7 +9,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from django_strait.api.auth import issue_key, key_state, revoke_key
+from django_strait.api.auth import (
+    ScopeError,
+    check_queues,
+    issue_key,
+    key_queues,
+    key_state,
+    revoke_key,
+)
 from django_strait.models import SCOPES, ApiKey
 from django_strait.retry import PolicyError, parse_duration
 
@@ -19,6 +26,14 @@ def scope(value: str) -> str:
     if value not in SCOPES:
         raise argparse.ArgumentTypeError(f"{value!r} is not a scope; allowed: {', '.join(SCOPES)}")
     return value
+
+
+def queue(value: str) -> str:
+    """Parse --queue: a queue name a key may be limited to."""
+    try:
+        return check_queues([value])[0]
+    except ScopeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def expiry(value: str) -> dt.datetime:
@@ -44,6 +59,11 @@ class Command(BaseCommand):
             metavar="SCOPE", help=f"Repeat for several. One of: {', '.join(SCOPES)}.",
         )  # fmt: skip
         create.add_argument(
+            "--queue", dest="queues", type=queue, action="append", default=[], metavar="QUEUE",
+            help="Limit the key to this queue's jobs and runs (fetch, ack, enqueue, read); "
+            "repeat for several. Default: every queue.",
+        )  # fmt: skip
+        create.add_argument(
             "--expires-in", type=expiry, metavar="DURATION", help="e.g. 90d; default: never."
         )
         actions.add_parser("list", help="List keys: prefix, name, scopes, state, last used.")
@@ -54,9 +74,16 @@ class Command(BaseCommand):
         getattr(self, f"_{options['action']}")(options)
 
     def _create(self, options: dict[str, Any]) -> None:
-        row, key = issue_key(options["name"], options["scopes"], expires_at=options["expires_in"])
+        try:
+            row, key = issue_key(
+                options["name"], options["scopes"], queues=options["queues"],
+                expires_at=options["expires_in"],
+            )  # fmt: skip
+        except ScopeError as exc:
+            raise CommandError(str(exc)) from None
+        queues = ", ".join(row.queues) or "every queue"
         self.stdout.write(
-            f"Created API key {row.name!r} ({row.prefix}) with {', '.join(row.scopes)}."
+            f"Created API key {row.name!r} ({row.prefix}) with {', '.join(row.scopes)} on {queues}."
         )
         self.stdout.write("Store it now; it is not shown again:")
         self.stdout.write(key)
@@ -65,8 +92,10 @@ class Command(BaseCommand):
         now = timezone.now()
         for row in ApiKey.objects.order_by("name", "pk"):
             used = row.last_used_at.isoformat() if row.last_used_at else "never"
+            queues = key_queues(row)
+            on = "all queues" if queues is None else "queues: " + ", ".join(sorted(queues))
             self.stdout.write(
-                f"{row.prefix}  {row.name}  [{', '.join(row.scopes)}]  "
+                f"{row.prefix}  {row.name}  [{', '.join(row.scopes)}]  {on}  "
                 f"{key_state(row, now)}  last used: {used}"
             )
 

@@ -94,9 +94,11 @@ class OrmStorage:
         """Move up to ``limit`` due external runs to dequeued, queue by queue; in a transaction."""
         return external.claim(self.alias, worker_id, queues, limit, now) if limit > 0 else []
 
-    def set_deadlines(self, deadlines: Mapping[int, dt.datetime], *, now: dt.datetime) -> list[int]:
-        """Set executing external runs' deadlines (fetch, heartbeat); return those that moved."""
-        return external.set_deadlines(self.alias, deadlines, now) if deadlines else []
+    def set_deadlines(
+        self, worker_id: str, deadlines: Mapping[int, dt.datetime], *, now: dt.datetime
+    ) -> list[int]:
+        """Set the deadlines of executing external runs ``worker_id`` holds; return those moved."""
+        return external.set_deadlines(self.alias, worker_id, deadlines, now) if deadlines else []
 
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """Move claimed runs to executing, spending an attempt; return those that moved."""

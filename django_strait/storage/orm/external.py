@@ -29,11 +29,19 @@ def claim(
     return taken
 
 
-def set_deadlines(alias: str, deadlines: Mapping[int, dt.datetime], now: dt.datetime) -> list[int]:
-    """Give executing external runs their deadline (a fetch, a heartbeat); return those that took it."""
+def set_deadlines(
+    alias: str, worker_id: str, deadlines: Mapping[int, dt.datetime], now: dt.datetime
+) -> list[int]:
+    """Give executing runs ``worker_id`` holds their deadline (a fetch, a heartbeat).
+
+    Return those that took it; a run requeued and fetched by another worker meanwhile
+    keeps its own (a stale worker's heartbeat extends nothing of another's).
+    """
     moved = []
     for run_id, until in deadlines.items():
-        runs = JobRun.objects.using(alias).filter(pk=run_id, status=RunStatus.EXECUTING)
+        runs = JobRun.objects.using(alias).filter(
+            pk=run_id, status=RunStatus.EXECUTING, claimed_by=worker_id
+        )
         if runs.update(visible_until=until, heartbeat_at=now, updated_at=now):
             moved.append(run_id)
     return moved
