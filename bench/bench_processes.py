@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Process execution on this machine (DESIGN §12), as one JSON object.
+"""Process execution on this machine (docs/process-execution.md), as one JSON object.
 
     python bench/bench_processes.py [--n-cpu 400] [--n-noop 2000] [--reps 3] [--only ...]
 

@@ -1,4 +1,4 @@
-"""The bounds of every number a job definition or a run may hold (DESIGN §14).
+"""The bounds of every number a job definition or a run may hold (docs/security.md).
 
 One table, read by the model fields' validators (so the admin's forms, the REST
 API's serializers and ``full_clean`` all check the same), by the retry policy's

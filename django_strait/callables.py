@@ -3,7 +3,7 @@
 A job's ``handler`` and a retry policy's ``function`` are names looked up in one
 of these tables (``handlers.handlers``, ``retry.functions.table``), never dotted
 paths imported on demand: nothing a request, a form or a table row supplies can
-make a process import or call anything else (DESIGN §14).
+make a process import or call anything else (docs/security.md).
 """
 
 from __future__ import annotations

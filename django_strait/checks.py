@@ -61,7 +61,7 @@ ROUTER = "django_strait.database.StraitRouter"
 
 
 def _router_missing() -> list[checks.CheckMessage]:
-    """Without the router, the admin, the API and trigger() would use "default" (DESIGN §14)."""
+    """Without the router, the admin, the API and trigger() would use "default" (docs/security.md)."""
     if strait_settings.DATABASE == "default":
         return []
     routers = getattr(settings, "DATABASE_ROUTERS", [])

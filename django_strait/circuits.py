@@ -32,7 +32,7 @@ def reset_all() -> int:
 def reset_health(urls: list[str]) -> int:
     """Forget the health scores of ``urls``: each starts again unscored, as a new endpoint.
 
-    A closed circuit does not release runs that an unhealthy score holds (DESIGN §5);
+    A closed circuit does not release runs that an unhealthy score holds (docs/resilience.md);
     this does. Workers reload unwell endpoints at most every second. Return how many
     scores were forgotten.
     """

@@ -202,7 +202,7 @@ def _boolean(value: Any, field: str) -> bool:
     return value
 
 
-#: The content types the OJS binding may answer with (DESIGN §15).
+#: The content types the OJS binding may answer with (docs/ojs.md).
 OJS_CONTENT_TYPES = ("application/openjobspec+json", "application/json")
 
 
@@ -367,10 +367,10 @@ KEYS: dict[str, Key] = {
         # Completion webhooks: each delivery's deadline, and most in flight per worker.
         Key("WEBHOOK_TIMEOUT", 10.0, _duration(positive=True), _text),
         Key("WEBHOOK_CONCURRENCY", 50, _integer(1), _int_text),
-        # Process execution (DESIGN §12): the memory preset chain, and runs per child.
+        # Process execution (docs/process-execution.md): the memory preset chain, and runs per child.
         Key("PRESETS", parse_chain(DEFAULT_PRESETS), _presets, _presets_text),
         Key("PROCESS_MAX_RUNS", 1000, _integer(1), _int_text),
-        # The OJS binding (DESIGN §15): API keys required, the answers' content type, and
+        # The OJS binding (docs/ojs.md): API keys required, the answers' content type, and
         # the conformance suite's meta.test_directive (off outside tests).
         Key("OJS_REQUIRE_AUTH", True, _boolean, _bool_text),
         Key("OJS_CONTENT_TYPE", OJS_CONTENT_TYPES[0], _ojs_content_type, _text),

@@ -1,6 +1,6 @@
 """The handlers a job may name: functions registered in code with ``@job`` or ``@handler``.
 
-Only what the project registers in code can run (DESIGN §14). A job's
+Only what the project registers in code can run (docs/security.md). A job's
 ``handler`` column names a function registered here, by its dotted path (or
 the name given to ``@handler``). Nothing is ever imported from a name that a
 request, a form or a table row supplied: a name that is not registered is

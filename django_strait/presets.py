@@ -1,4 +1,4 @@
-"""Memory presets: the ordered chain a process job climbs after an out-of-memory kill (DESIGN §12).
+"""Memory presets: the ordered chain a process job climbs after an out-of-memory kill (docs/process-execution.md).
 
 Pure values and functions: the settings check (``conf``), the model checks,
 the worker's choice of a run's preset and the decision after an OOM all read
@@ -15,7 +15,7 @@ from typing import Any
 
 from django_strait.retry.errors import PolicyError
 
-#: DESIGN §12's chain, smallest first.
+#: The chain docs/process-execution.md describes, smallest first.
 DEFAULT_PRESETS: dict[str, str] = {
     "micro": "256MB",
     "small-1x": "512MB",

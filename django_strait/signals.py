@@ -1,4 +1,4 @@
-"""Django signals for what happens to runs (DESIGN §7), and the helpers that send them.
+"""Django signals for what happens to runs (docs/observability.md), and the helpers that send them.
 
 Every run signal is sent with ``sender=JobRun`` (Django's convention: the model
 class) and these keyword arguments:
@@ -64,7 +64,7 @@ run_dead_lettered = Signal()
 run_discarded = Signal()
 #: The run was canceled (before it started, or when its running attempt returned).
 run_canceled = Signal()
-#: A process run's child was killed for memory (DESIGN §12), sent with the attempt's
+#: A process run's child was killed for memory (docs/process-execution.md), sent with the attempt's
 #: signal: adds ``preset`` (the attempt's) and ``next_preset`` (None at the last preset).
 run_oom = Signal()
 

@@ -1,4 +1,4 @@
-"""Run states and the table of allowed transitions (DESIGN §2).
+"""Run states and the table of allowed transitions (docs/concepts.md).
 
 This module is data only: the transitions module (``django_strait.transitions``)
 is the one place that applies these rules to rows.

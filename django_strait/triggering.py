@@ -126,7 +126,7 @@ def trigger_external(
     queue: str | None = None,
     retry: Mapping[str, Any] | None = None,
 ) -> JobRun:
-    """Queue one run of an external-worker job with its OJS id and envelope (DESIGN §15).
+    """Queue one run of an external-worker job with its OJS id and envelope (docs/ojs.md).
 
     The id is also the run's idempotency key: the run that already holds it comes
     back with ``idempotency_hit`` True. ``run_at`` is checked by the binding, which

@@ -11,7 +11,7 @@ SQLite.
 The listening connection must be a direct one: behind PgBouncer in transaction
 mode LISTEN does not survive. ``STRAIT["LISTEN_DATABASE"]`` names the
 ``DATABASES`` alias to listen on (default: the worker's own database); set it to
-a direct alias when the main one goes through a pooler (DESIGN §6). After its
+a direct alias when the main one goes through a pooler (docs/worker.md). After its
 LISTEN the listener checks, in the next transaction, that the LISTEN holds; when
 it does not (a pooler), it logs one error naming the setting, UNLISTENs and
 stops: the worker polls. ``STRAIT["LISTEN"] = False`` never listens.

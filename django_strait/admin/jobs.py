@@ -102,7 +102,7 @@ class JobAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
     search_fields = ("name", "endpoint_url", "handler")
     actions = ("trigger_now", "pause_selected", "resume_selected")
     change_form_template = "admin/django_strait/job_change_form.html"
-    # The signing secret and header values are written, never shown (DESIGN §14).
+    # The signing secret and header values are written, never shown (docs/security.md).
     form = JobForm
     readonly_fields = ("recommended_preset", "created_at", "updated_at")
     # A URL typed without a scheme means https (Django 6's default; 5.x warns without it).

@@ -234,7 +234,7 @@ class JobRunAdmin(GuardedInput, ReadsRowsAside, display.AutoRefresh, admin.Model
         ("Replays", {"fields": ("replay_count", "replayed_by", "replayed_at")}),
     )  # fmt: skip
 
-    #: An external worker's run (OJS, DESIGN §15): its job id and visibility deadline. Its
+    #: An external worker's run (OJS, docs/ojs.md): its job id and visibility deadline. Its
     #: worker id, attempts and errors are in the sections every run has.
     ojs_fieldset = ("OJS", {"fields": ("ojs_id", "visible_until")})
 

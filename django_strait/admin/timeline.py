@@ -42,7 +42,7 @@ HOLD_COLOURS = {
 }
 WAIT_COLOUR = "#90a4ae"
 SHORT_CIRCUITED = "short_circuited"
-#: Answers whose ``Retry-After`` the worker honours (DESIGN §3).
+#: Answers whose ``Retry-After`` the worker honours (docs/retry.md).
 RETRY_AFTER_STATUSES = frozenset({429, 503})
 
 

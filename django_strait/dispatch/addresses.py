@@ -1,4 +1,4 @@
-"""Which addresses HTTP jobs may call (DESIGN §4): the rules, and how a URL's host is read.
+"""Which addresses HTTP jobs may call (docs/http-jobs.md): the rules, and how a URL's host is read.
 
 Pure (no HTTP client): ``Job.clean`` checks a URL's host on save with these,
 and the worker's guard (``dispatch.ssrf``) checks every address it connects to

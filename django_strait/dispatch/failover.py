@@ -1,4 +1,4 @@
-"""Which endpoint an HTTP run calls, and when a failed call moves on at once (DESIGN §4).
+"""Which endpoint an HTTP run calls, and when a failed call moves on at once (docs/http-jobs.md).
 
 A job's endpoints are its ``endpoint_url`` then its ``fallback_endpoint_urls``.
 A run's first attempt of a cycle (after it was queued or replayed) starts at

@@ -1,4 +1,4 @@
-"""Call an HTTP job's endpoint once and describe the answer as an Outcome (DESIGN §4).
+"""Call an HTTP job's endpoint once and describe the answer as an Outcome (docs/http-jobs.md).
 
 The dispatcher persists nothing: it builds the request (JSON body, Strait headers,
 signature), sends it over one connection pool (dispatch/wire.py), reads a bounded part of the
@@ -55,7 +55,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ACTION_HEADER = "Strait-Action"
-#: The endpoint's report of what the call cost (budgets, DESIGN §5).
+#: The endpoint's report of what the call cost (budgets, docs/resilience.md).
 COST_HEADER = "Strait-Cost"
 #: Costs fit the ledger's columns (18 digits, 6 of them decimals).
 MAX_COST = Decimal(10) ** 12

@@ -1,4 +1,4 @@
-"""Refuse HTTP job calls to private, loopback and other non-public addresses (DESIGN §4).
+"""Refuse HTTP job calls to private, loopback and other non-public addresses (docs/http-jobs.md).
 
 A job definition names a URL; without this guard it could be pointed at the
 worker's own network (a database admin page, a cloud metadata service at

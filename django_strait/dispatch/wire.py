@@ -18,7 +18,7 @@ httptools (the parser uvicorn uses), reads the answer; this module owns the rest
   :data:`MAX_HEAD_BYTES` and :data:`MAX_HEADERS`, the body read only up to the
   caller's limit, after which the connection is closed rather than drained.
 
-Nothing else: no redirects, cookies, proxies, compression or retries (DESIGN §4).
+Nothing else: no redirects, cookies, proxies, compression or retries (docs/http-jobs.md).
 """
 
 from __future__ import annotations

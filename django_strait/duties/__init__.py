@@ -3,7 +3,7 @@
 A duty is a small service with ``run_once(now)`` (River's ``runOnce``, Oban's
 plugins): validated options with named defaults, a result with counts, batched
 work, and leadership taken for the length of one transaction so that exactly one
-host does it per round (DESIGN §6).
+host does it per round (docs/worker.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Pruning: delete finished runs past their retention, in batches, on one host at a time.
 
 Only ``completed``, ``discarded`` and ``canceled`` runs are pruned. Dead letters
-wait for a person (DESIGN §2: never pruned automatically) and ``failed`` runs are
+wait for a person (docs/concepts.md: never pruned automatically) and ``failed`` runs are
 a recognised permanent failure someone may still need to read; both stay until
 deleted by hand. Active runs are never touched. Attempts go with their run
 (``on_delete=CASCADE``), and so do delivered completion webhooks; a run that

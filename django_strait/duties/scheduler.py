@@ -2,7 +2,7 @@
 
 The tick math is in :mod:`django_strait.cron`. This duty applies it to jobs
 under the leader lock; the idempotency key ``cron:<tick in UTC>`` makes a second
-host firing the same tick harmless (DESIGN §6).
+host firing the same tick harmless (docs/worker.md).
 """
 
 from __future__ import annotations

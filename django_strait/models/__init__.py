@@ -1,4 +1,4 @@
-"""django-strait's models (DESIGN §1)."""
+"""django-strait's models (docs/concepts.md)."""
 
 from django_strait.models.apikey import SCOPES, ApiKey
 from django_strait.models.attempt import AttemptOutcome, RunAttempt

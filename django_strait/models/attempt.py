@@ -11,7 +11,7 @@ class AttemptOutcome(models.TextChoices):
     TIMED_OUT = "timed_out"
     SHORT_CIRCUITED = "short_circuited"
     SYSTEM_FAILED = "system_failed"
-    #: A child process killed for memory (DESIGN §12): retried at the next preset.
+    #: A child process killed for memory (docs/process-execution.md): retried at the next preset.
     OOM = "oom"
 
 

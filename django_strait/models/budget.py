@@ -1,4 +1,4 @@
-"""Budgets (DESIGN §5): a project's daily budget and its ledger, one row per day."""
+"""Budgets (docs/resilience.md): a project's daily budget and its ledger, one row per day."""
 
 from __future__ import annotations
 

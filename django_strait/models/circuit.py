@@ -1,4 +1,4 @@
-"""One circuit breaker per endpoint URL, shared by every worker (DESIGN §5)."""
+"""One circuit breaker per endpoint URL, shared by every worker (docs/resilience.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One health score per endpoint URL, and its history (DESIGN §5).
+"""One health score per endpoint URL, and its history (docs/resilience.md).
 
 The EWMA columns are written by the worker with every batch of results; the
 score and the level are computed by the database from them (generated

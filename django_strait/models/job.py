@@ -56,7 +56,7 @@ class RetryStrategy(models.TextChoices):
 class Job(models.Model):
     """A job definition: an HTTP endpoint or a Python callable, with its retry policy.
 
-    Retry columns left empty inherit ``STRAIT["DEFAULT_RETRY"]`` (DESIGN §3).
+    Retry columns left empty inherit ``STRAIT["DEFAULT_RETRY"]`` (docs/retry.md).
     """
 
     name = models.CharField(max_length=200, unique=True, validators=[JOB_NAME_VALIDATOR])
@@ -86,7 +86,7 @@ class Job(models.Model):
     timeout_secs = models.FloatField(
         default=30.0, validators=bounds.within(*bounds.TIMEOUT_SECS, "seconds")
     )
-    # Process execution (DESIGN §12): Python jobs only.
+    # Process execution (docs/process-execution.md): Python jobs only.
     execution = models.CharField(
         max_length=10,
         choices=Execution.choices,
@@ -94,7 +94,7 @@ class Job(models.Model):
         db_default=Execution.THREAD,  # rows written by SQL (older releases, scripts) too
         help_text="process: each run in a child process with a memory limit and a hard timeout.",
     )
-    #: External jobs (DESIGN §15): the OJS ``type`` their runs carry and, for an OJS cron
+    #: External jobs (docs/ojs.md): the OJS ``type`` their runs carry and, for an OJS cron
     #: registration, its job template (``args``, ``meta``, ``options``).
     ojs = models.JSONField(null=True, blank=True, editable=False)
     preset = models.CharField(
@@ -134,7 +134,7 @@ class Job(models.Model):
         max_length=20, choices=OnExhaustion.choices, null=True, blank=True
     )
 
-    # Cron schedule (DESIGN §6): one run per tick across all workers and hosts.
+    # Cron schedule (docs/worker.md): one run per tick across all workers and hosts.
     schedule = models.CharField(
         max_length=100, blank=True, help_text="5-field cron, or @hourly / @daily / ..."
     )
@@ -151,7 +151,7 @@ class Job(models.Model):
     #: admin shows it read-only, and code that stops declaring it removes it.
     schedule_in_code = models.BooleanField(default=False, db_default=False, editable=False)
 
-    # Limits across all workers and hosts (DESIGN §5), decided inside the claim transaction.
+    # Limits across all workers and hosts (docs/resilience.md), decided inside the claim transaction.
     max_concurrency = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -172,7 +172,7 @@ class Job(models.Model):
         help_text="The rate limit's window in seconds (with rate_limit_max).",
     )
 
-    # Budgets (DESIGN §5): runs reserve estimated_cost from the project's daily budget.
+    # Budgets (docs/resilience.md): runs reserve estimated_cost from the project's daily budget.
     project = models.ForeignKey(
         "django_strait.Project",
         on_delete=models.SET_NULL,
@@ -196,7 +196,7 @@ class Job(models.Model):
         null=True, blank=True, validators=bounds.within(*bounds.RETENTION_DAYS)
     )
 
-    # Completion webhooks (DESIGN §11): notified when a run ends, signed with signing_secret.
+    # Completion webhooks (docs/webhooks.md): notified when a run ends, signed with signing_secret.
     webhook_url = models.URLField(
         max_length=2048, blank=True, help_text="Notified (POST) when a run ends; empty = none."
     )

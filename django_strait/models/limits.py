@@ -1,4 +1,4 @@
-"""The log of a rate-limited job's admissions, shared by every worker (DESIGN §5)."""
+"""The log of a rate-limited job's admissions, shared by every worker (docs/resilience.md)."""
 
 from __future__ import annotations
 

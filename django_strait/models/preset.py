@@ -1,4 +1,4 @@
-"""Which memory preset a job's runs start at after an out-of-memory kill (DESIGN §12)."""
+"""Which memory preset a job's runs start at after an out-of-memory kill (docs/process-execution.md)."""
 
 from __future__ import annotations
 

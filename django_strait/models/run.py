@@ -81,7 +81,7 @@ class JobRun(models.Model):
         db_index=False,  # strait_run_workflow_step: partial, so plain runs never write it
     )
 
-    # External-worker runs (DESIGN §15): the OJS job id (a UUIDv7), the deadline the
+    # External-worker runs (docs/ojs.md): the OJS job id (a UUIDv7), the deadline the
     # reaper holds an active run to (its visibility timeout, or timeout_ms), and the
     # envelope's meta, options and unknown fields, returned as they came.
     ojs_id = models.UUIDField(null=True, blank=True, unique=True, editable=False)

@@ -1,4 +1,4 @@
-"""Completion webhooks' outbox (DESIGN §11): one row per notification owed to a receiver."""
+"""Completion webhooks' outbox (docs/webhooks.md): one row per notification owed to a receiver."""
 
 from __future__ import annotations
 

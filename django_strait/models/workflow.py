@@ -1,4 +1,4 @@
-"""Workflows: DAGs of steps, each naming a job (DESIGN §10)."""
+"""Workflows: DAGs of steps, each naming a job (docs/workflows.md)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class Workflow(models.Model):
 
     name = models.SlugField(max_length=100, unique=True)
     description = models.TextField(blank=True, max_length=bounds.DESCRIPTION_MAX_LENGTH)
-    # Completion webhooks (DESIGN §11): notified when a workflow run completes or fails.
+    # Completion webhooks (docs/webhooks.md): notified when a workflow run completes or fails.
     webhook_url = models.URLField(
         max_length=2048, blank=True, help_text="Notified (POST) when a run ends; empty = none."
     )

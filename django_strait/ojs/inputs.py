@@ -196,7 +196,7 @@ def _stamp(moment: dt.datetime) -> str:
 
 
 def _retry(value: Any, name: str) -> dict[str, Any] | None:
-    """An OJS policy, on OJS's defaults (DESIGN §13): its fields are checked at enqueue."""
+    """An OJS policy, on OJS's defaults (docs/retry.md): its fields are checked at enqueue."""
     if value is None:
         return {"preset": "ojs"}
     if not isinstance(value, Mapping):

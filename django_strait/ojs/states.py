@@ -1,4 +1,4 @@
-"""How Strait's run statuses read on the OJS wire: eight states (DESIGN §15, docs/ojs.md)."""
+"""How Strait's run statuses read on the OJS wire: eight states (docs/ojs.md)."""
 
 from __future__ import annotations
 

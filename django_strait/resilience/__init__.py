@@ -1,4 +1,4 @@
-"""The protection layer's rules (DESIGN §5), as pure functions of their inputs and ``now``.
+"""The protection layer's rules (docs/resilience.md), as pure functions of their inputs and ``now``.
 
 Circuit decisions (:mod:`.policy`), endpoint health (:mod:`.health`),
 concurrency and rate limits (:mod:`.limits`) and budgets (:mod:`.budgets`).

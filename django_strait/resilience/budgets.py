@@ -1,4 +1,4 @@
-"""Budgets (DESIGN §5): reserve before dispatch, settle on the result, never over-commit.
+"""Budgets (docs/resilience.md): reserve before dispatch, settle on the result, never over-commit.
 
 The rules, as pure functions; the storage backends apply them with the ledger
 rows locked (``storage.Storage.reserve_budgets``):

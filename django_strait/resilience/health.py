@@ -1,4 +1,4 @@
-"""Endpoint health (DESIGN §5): a score from every result, and what each level allows.
+"""Endpoint health (docs/resilience.md): a score from every result, and what each level allows.
 
 Each batch of results a worker records is summarized per endpoint
 (:func:`summarize`) and folded into the endpoint's ``EndpointHealth`` row with

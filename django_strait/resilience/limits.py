@@ -1,4 +1,4 @@
-"""Per-job concurrency and rate limits (DESIGN §5): the rules, as pure functions.
+"""Per-job concurrency and rate limits (docs/resilience.md): the rules, as pure functions.
 
 The storage backends apply them inside the claim transaction, with the limited
 jobs' rows locked, so that they hold across every worker and host

@@ -1,4 +1,4 @@
-"""Retry policies: durations, the layered policy, and the delay before each retry (DESIGN §3)."""
+"""Retry policies: durations, the layered policy, and the delay before each retry (docs/retry.md)."""
 
 from __future__ import annotations
 

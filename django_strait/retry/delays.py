@@ -1,4 +1,4 @@
-"""How long to wait before retry number n (DESIGN §3): the strategy formulas, floor, cap, jitter.
+"""How long to wait before retry number n (docs/retry.md): the strategy formulas, floor, cap, jitter.
 
 Pure functions of the policy, the retry number and a ``random.Random`` the
 caller passes in, so tests choose the randomness instead of patching it.

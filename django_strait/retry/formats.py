@@ -1,6 +1,6 @@
-"""Retry policies written for other systems, read into Strait's fields (DESIGN §13).
+"""Retry policies written for other systems, read into Strait's fields (docs/retry.md).
 
-A dict policy may be written in Strait's own fields (DESIGN §3), in the Open
+A dict policy may be written in Strait's own fields (docs/retry.md), in the Open
 Job Spec's (``initial_interval``, ``max_interval``, ``jitter: true``,
 ``max_attempts: 0``) or in Zizq's (``retry_limit``, ``backoff_base``,
 ``backoff_exponent``, ``backoff_jitter``), and may start from a named

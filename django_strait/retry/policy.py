@@ -1,4 +1,4 @@
-"""The retry policy (DESIGN §3): its fields, their validation, and the merge of its layers.
+"""The retry policy (docs/retry.md): its fields, their validation, and the merge of its layers.
 
 A policy is built by :func:`merge`, field by field, from built-in defaults <
 ``STRAIT["DEFAULT_RETRY"]`` < job columns < workflow step < run override;
@@ -83,7 +83,7 @@ class RetryPolicy:
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RetryPolicy))
-#: The built-in defaults (DESIGN §3), the bottom layer of every policy.
+#: The built-in defaults (docs/retry.md), the bottom layer of every policy.
 BUILTIN = RetryPolicy()
 
 #: Policy field -> ``Job`` column. ``min_delay`` has no column.
@@ -101,7 +101,7 @@ JOB_COLUMNS: dict[str, str] = {
     "on_exhaustion": "on_exhaustion",
 }
 
-#: A workflow step's retry fields (DESIGN §10: the seed's names), by policy field.
+#: A workflow step's retry fields (docs/workflows.md: the seed's names), by policy field.
 STEP_FIELDS: dict[str, str] = {
     "max_attempts": "max_attempts",
     "strategy": "retry_backoff",

@@ -87,7 +87,7 @@ class Storage(Protocol):
         come back ``begun``: executing in the database); one that cannot ignores it.
         """
 
-    # External workers' runs (OJS, DESIGN §15).
+    # External workers' runs (OJS, docs/ojs.md).
     def claim_external(
         self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
     ) -> list[Claimed]:
@@ -138,7 +138,7 @@ class Storage(Protocol):
         attempt row for that record is there (an earlier try's COMMIT landed).
         """
 
-    # The worker's process runs (DESIGN §12).
+    # The worker's process runs (docs/process-execution.md).
     def presets_of(
         self, run_ids: Sequence[int], job_ids: Sequence[int], *, now: dt.datetime
     ) -> PresetsOf:

@@ -208,7 +208,7 @@ EVENTS = list(EVENT_FOR_STATUS.values())
 
 
 class Webhooks:
-    """The completion webhooks owed for the runs the batch ended (the outbox, DESIGN §11).
+    """The completion webhooks owed for the runs the batch ended (the outbox, docs/webhooks.md).
 
     Written with the record, so a committed result always has its deliveries and
     a rolled-back one never does; workers deliver them later (``worker.webhooks``).
@@ -265,7 +265,7 @@ class Workflows:
 
 
 class Presets:
-    """Process runs (DESIGN §12): each attempt's preset, the run's, and after an OOM kill the
+    """Process runs (docs/process-execution.md): each attempt's preset, the run's, and after an OOM kill the
     budget it did not spend and the preset the job's future runs start at.
 
     Only batches with process runs carry it, as a step after the record's statement in

@@ -124,7 +124,7 @@ class Record:
     step_run_id: int | None = None
     #: The step's (workflow run id, step id), as its start loaded them (None: unknown).
     step: tuple[int, int] | None = None
-    #: Process runs (DESIGN §12): the preset the attempt ran at, the run's preset from
+    #: Process runs (docs/process-execution.md): the preset the attempt ran at, the run's preset from
     #: now on (the next one after an OOM), and whether the attempt is free of the retry
     #: budget (an OOM retried at the next preset).
     preset: str = ""

@@ -6,7 +6,7 @@ become hyphens), kept in sync like an ``@job`` one, with the function
 registered as that job's handler when its module is imported (the worker
 imports every app's ``jobs.py`` and ``tasks.py``). ``enqueue`` is a
 ``trigger``: in the caller's transaction, seen by workers at commit. The task
-result's id is the run's id (DESIGN §13).
+result's id is the run's id (docs/django-tasks.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A Strait run read as Django's ``TaskResult``: status, return value, errors, workers.
 
-Statuses (DESIGN §13): queued, dequeued, waiting and system_failed (the reaper
+Statuses (docs/django-tasks.md): queued, dequeued, waiting and system_failed (the reaper
 will move it on) read ``READY``; executing ``RUNNING``; completed ``SUCCESSFUL``;
 failed, dead_letter, discarded and canceled ``FAILED``. Each attempt that ended
 adds one worker id, and one ``TaskError`` when it failed; an executing run

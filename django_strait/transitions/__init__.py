@@ -1,4 +1,4 @@
-"""The named transitions of runs (DESIGN §2): the one way anything changes ``JobRun.status``.
+"""The named transitions of runs (docs/concepts.md): the one way anything changes ``JobRun.status``.
 
 Each is a guarded change through the storage backend (``django_strait.storage``)
 that refuses a run whose status its transition (``states.Transition``) does

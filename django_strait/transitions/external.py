@@ -1,4 +1,4 @@
-"""External workers' transitions (OJS, DESIGN §15): fetch, visibility, and the end of an attempt.
+"""External workers' transitions (OJS, docs/ojs.md): fetch, visibility, and the end of an attempt.
 
 A fetch claims and starts runs of external-worker jobs in one transaction, as
 the worker's ``claim_and_start`` does, and gives each a deadline; a claimed run

@@ -71,7 +71,7 @@ def cancel(run_id: int, *, storage: Storage | None = None) -> JobRun:
 
 
 def cancel_now(run_id: int, *, storage: Storage | None = None) -> JobRun:
-    """Cancel a run at once, also an executing one: an external worker's (DESIGN §15).
+    """Cancel a run at once, also an executing one: an external worker's (docs/ojs.md).
 
     The worker is not waited for; its later ack or nack finds the run canceled.
     """

@@ -82,7 +82,7 @@ def policy(partial: Mapping[str, Any] | None) -> RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """What one delivery tells its receiver (the POST body, DESIGN §11)."""
+    """What one delivery tells its receiver (the POST body, docs/webhooks.md)."""
 
     event: str
     delivery_id: str

@@ -38,7 +38,7 @@ class WorkerConfig:
     #: A webhook delivery's total deadline in seconds, and most deliveries in flight at once.
     webhook_timeout: float = 10.0
     webhook_concurrency: int = 50
-    #: Most child processes for process jobs (DESIGN §12); None: the CPU count.
+    #: Most child processes for process jobs (docs/process-execution.md); None: the CPU count.
     processes: int | None = None
     #: Runs a child executes before it is replaced (STRAIT["PROCESS_MAX_RUNS"]).
     process_max_runs: int = 1000

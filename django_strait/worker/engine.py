@@ -329,7 +329,7 @@ class Worker:
         return runs
 
     def _choose_presets(self, runs: list[Claimed]) -> None:
-        """Give each process run the preset its attempt runs at (DESIGN §12).
+        """Give each process run the preset its attempt runs at (docs/process-execution.md).
 
         Read after the claim, and only when the batch has process runs: the run's
         own preset (after an OOM), else its job's, raised to the job's recommendation.

@@ -63,7 +63,7 @@ class Executors:
         )
         #: Runs executing: their task, or None for plain-function handlers on the threads.
         self.in_flight: dict[int, asyncio.Task[None] | None] = {}
-        #: The child processes of process runs (DESIGN §12), and the runs they execute.
+        #: The child processes of process runs (docs/process-execution.md), and the runs they execute.
         self.processes = processes
         self.process_runs: set[int] = set()
 

@@ -1,4 +1,4 @@
-"""Workflows: define a DAG of steps, trigger it, cancel a run of it (DESIGN §10)."""
+"""Workflows: define a DAG of steps, trigger it, cancel a run of it (docs/workflows.md)."""
 
 from __future__ import annotations
 

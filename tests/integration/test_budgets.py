@@ -1,4 +1,4 @@
-"""Budgets: reservations at claim, settlement at record, never over-committed (DESIGN §5)."""
+"""Budgets: reservations at claim, settlement at record, never over-committed (docs/resilience.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fallback endpoints against real HTTP servers on 127.0.0.1 (DESIGN §4)."""
+"""Fallback endpoints against real HTTP servers on 127.0.0.1 (docs/http-jobs.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Process execution (DESIGN §12) with an in-process worker and real child processes.
+"""Process execution (docs/process-execution.md) with an in-process worker and real child processes.
 
 The presets are tests/settings.py's: micro 160MB, small-1x 320MB, small-2x 480MB
 (a child starts at about 60MB resident). Tests that need the worker as its own

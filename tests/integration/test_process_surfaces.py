@@ -1,4 +1,4 @@
-"""Process execution on every write path and view: API, admin, @job (DESIGN §12, §14)."""
+"""Process execution on every write path and view: API, admin, @job (docs/process-execution.md, docs/security.md)."""
 
 from __future__ import annotations
 

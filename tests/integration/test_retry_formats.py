@@ -1,4 +1,4 @@
-"""OJS and Zizq policies and the presets are accepted wherever a policy is (DESIGN §13)."""
+"""OJS and Zizq policies and the presets are accepted wherever a policy is (docs/retry.md)."""
 
 from __future__ import annotations
 

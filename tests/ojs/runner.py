@@ -1,4 +1,4 @@
-"""A runner for the OJS conformance suite's JSON cases (its docs/test-case-reference.md).
+"""A runner for the OJS conformance suite's JSON cases (the suite's own test-case-reference.md).
 
 The suite's own runner is in Go; this one reads the same cases and speaks plain
 HTTP to a live server with ``urllib``: steps with their delays, templates

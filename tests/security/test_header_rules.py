@@ -229,7 +229,7 @@ def test_worker__row_with_a_bad_header__holds_its_runs_and_others_run(
     burst()
 
     # The worker checks each job row as the write paths do: a bad definition holds its
-    # own runs (job.invalid, no attempt spent) until the row is fixed (DESIGN §14).
+    # own runs (job.invalid, no attempt spent) until the row is fixed (docs/security.md).
     bad, good = JobRun.objects.get(pk=bad.pk), JobRun.objects.get(pk=good.pk)
     assert (bad.status, bad.error_type, bad.attempt) == ("queued", "job.invalid", 0)
     assert f"headers: {named}" in bad.last_error

@@ -66,3 +66,35 @@ def test_index__numbers_its_pages_once_each_in_reading_order():
     index = (ROOT / "docs" / "index.md").read_text()
     numbers = [int(n) for n in re.findall(r"(?m)^(\d+)\. \[", index)]
     assert numbers == list(range(1, len(numbers) + 1))
+
+
+SOURCES = sorted(
+    path
+    for folder in ("django_strait", "tests", "bench", "example_project")
+    for path in (ROOT / folder).rglob("*")
+    if path.suffix in {".py", ".sql", ".html", ".md"} and "suite" not in path.parts
+)
+
+
+def test_code_points_to_docs_pages_that_exist():
+    """Code says where its contract is written as ``docs/<page>.md``: each such page is here."""
+    missing = sorted(
+        f"{source.relative_to(ROOT)}: {name}"
+        for source in SOURCES
+        for name in set(
+            re.findall(r"(?<![\w/.-])docs/([\w.-]+\.md)", source.read_text(errors="replace"))
+        )
+        if not (ROOT / "docs" / name).exists()
+    )
+    assert not missing
+
+
+def test_nothing_refers_to_a_design_document_the_repository_does_not_hold():
+    # Written in two parts, so that this file does not match itself.
+    absent = re.compile("DESIGN" + r"(\.md| §)")
+    found = sorted(
+        str(path.relative_to(ROOT))
+        for path in [*SOURCES, *PAGES]
+        if absent.search(path.read_text(errors="replace"))
+    )
+    assert not found

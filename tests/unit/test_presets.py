@@ -1,4 +1,4 @@
-"""Memory presets: sizes, the chain, where a run starts, what an OOM leads to (DESIGN §12)."""
+"""Memory presets: sizes, the chain, where a run starts, what an OOM leads to (docs/process-execution.md)."""
 
 from __future__ import annotations
 

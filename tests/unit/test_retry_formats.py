@@ -11,7 +11,7 @@ Where each expected table comes from:
   (``delay_ms = attempts^exponent + base_ms + rand(0..1) * jitter_ms * (attempts + 1)``,
   with its own test ``compute_backoff_zero_jitter_is_deterministic``: exponent 2,
   base 100 ms -> 101, 104, 109 ms), and its defaults B = 15 s, E = 4, J = 30 s,
-  25 retries (issue 14 and DESIGN §13).
+  25 retries (issue 14 and docs/retry.md).
 - zzz: base 15 s, maximum 3600 s (issue 14); the other fields are Strait's defaults.
 """
 

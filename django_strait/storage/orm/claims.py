@@ -83,7 +83,7 @@ def _claim_once(
     due = runs.filter(status=RunStatus.QUEUED, available_at__lte=now, job__enabled=True)
     if external:
         due = due.filter(job__execution=Execution.EXTERNAL)
-    else:  # worked by OJS workers (DESIGN §15), never by the project's own
+    else:  # worked by OJS workers (docs/ojs.md), never by the project's own
         due = due.exclude(job__execution=Execution.EXTERNAL)
     if queues:
         due = due.filter(queue__in=list(queues))

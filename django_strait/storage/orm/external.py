@@ -1,4 +1,4 @@
-"""External workers' runs with the ORM (DESIGN §15): fetch and visibility.
+"""External workers' runs with the ORM (docs/ojs.md): fetch and visibility.
 
 An OJS worker fetches runs of external-worker jobs over HTTP; each fetched run
 is claimed and started like a worker's, and carries a deadline

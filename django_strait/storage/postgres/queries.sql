@@ -17,7 +17,7 @@
 -- not at the dead entries of the runs claimed before it; the nested loop over the
 -- ranges stops, and locks no more rows, once %(limit)s are found. One range from the
 -- bottom of every priority is the whole index: the claim without floors.
--- External-worker jobs' runs (OJS, DESIGN §15) are left out like a paused job's.
+-- External-worker jobs' runs (OJS, docs/ojs.md) are left out like a paused job's.
 -- With %(begin)s, the runs' attempts begin here (executing, attempt + 1, started_at):
 -- the start statement's work without its round trip, and one row version per run
 -- fewer. The gate runs after it in the same transaction; a run it holds gets its

@@ -1,4 +1,4 @@
-"""Process execution (DESIGN §12): Python handlers in warm child processes with memory presets.
+"""Process execution (docs/process-execution.md): Python handlers in warm child processes with memory presets.
 
 - ``pool``: the worker's side: spawns children, hands each a run over a pipe,
   watches its memory, its deadline and whether the run is still the worker's,
