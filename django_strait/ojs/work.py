@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from django_strait import transitions
 from django_strait.api.auth import QueueScope
+from django_strait.api.pagination import one, said
 from django_strait.conf import strait_settings
 from django_strait.decisions import Decision, decide, trim
 from django_strait.models import Execution, Job, JobRun, RunAttempt
@@ -67,7 +68,7 @@ def find(ident: Any, scope: QueueScope, what: str = "job") -> JobRun:
     other queues cannot even learn that the id exists.
     """
     key = parse_any(ident) if isinstance(ident, str) else None
-    run = JobRun.objects.select_related("job").filter(ojs_id=key).first() if key else None
+    run = one(JobRun.objects.select_related("job").filter(ojs_id=key)) if key else None
     if run is None or run.job.execution != Execution.EXTERNAL or not scope.allows(run.queue):
         raise errors.not_found(what, str(ident))
     return run
@@ -80,7 +81,10 @@ def describe(run: JobRun, *, with_errors: bool = True) -> dict[str, Any]:
         if with_errors
         else None
     )
-    return job_body(run, run.job, timezone.now(), attempts)
+    body = job_body(run, run.job, timezone.now(), attempts)
+    if getattr(run, "unreadable", None):  # a stand-in: what cannot be read, by field
+        body["unreadable"] = said(run.unreadable)
+    return body
 
 
 def reload(run: JobRun) -> JobRun:
