@@ -1,8 +1,17 @@
-"""The ``storage`` fixture: each backend that this database runs, and helpers to drive it."""
+"""The ``storage`` fixture: each backend that this database runs, and helpers to drive it.
+
+By default the suite runs on the project's backends this database can run: the
+ORM's everywhere, PostgreSQL's on PostgreSQL. ``STRAIT_CONFORMANCE_BACKEND`` names
+one class by its dotted path (``STRAIT_CONFORMANCE_BACKEND=mypkg.storage.MyStorage
+pytest tests/conformance``): the suite runs against that class alone, and the tests
+that compare or instrument the project's own two (they take no ``storage``) are
+skipped, saying so (docs/architecture.md, "A new storage backend").
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -11,19 +20,45 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from django_strait.resilience import limits
 from django_strait.storage import Claimed, Hold, OrmStorage, PostgresStorage, Storage
 from django_strait.transitions.worker import claim_and_start
 
 ON_POSTGRES = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
-BACKENDS = {"orm": OrmStorage, "postgres": PostgresStorage}
+#: The dotted path of the one backend to run the suite against (empty: the project's).
+NAMED = os.environ.get("STRAIT_CONFORMANCE_BACKEND", "").strip()
+
+
+def backends() -> dict[str, type]:
+    """The backends the suite runs against, by test id."""
+    if NAMED:
+        try:
+            return {NAMED: import_string(NAMED)}
+        except ImportError as exc:
+            raise pytest.UsageError(f"STRAIT_CONFORMANCE_BACKEND={NAMED!r}: {exc}") from exc
+    if ON_POSTGRES:
+        return {"orm": OrmStorage, "postgres": PostgresStorage}
+    return {"orm": OrmStorage}
+
+
+BACKENDS = backends()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "storage" in metafunc.fixturenames:
-        names = ["orm", "postgres"] if ON_POSTGRES else ["orm"]
-        metafunc.parametrize("storage", names, indirect=True)
+        metafunc.parametrize("storage", list(BACKENDS), indirect=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With a backend named, skip the tests that are about the project's own two."""
+    if not NAMED:
+        return
+    mine = pytest.mark.skip(reason=f"about the project's own backends, not {NAMED}")
+    for item in items:
+        if "tests/conformance/" in item.nodeid and "storage" not in item.fixturenames:
+            item.add_marker(mine)
 
 
 @pytest.fixture
