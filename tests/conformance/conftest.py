@@ -25,6 +25,7 @@ from django.utils.module_loading import import_string
 from django_strait.resilience import limits
 from django_strait.storage import Claimed, Hold, OrmStorage, PostgresStorage, Storage
 from django_strait.transitions.worker import claim_and_start
+from tests.conformance.rows import DatabaseRows, Rows
 
 ON_POSTGRES = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
 #: The dotted path of the one backend to run the suite against (empty: the project's).
@@ -52,18 +53,38 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """With a backend named, skip the tests that are about the project's own two."""
+    """With a backend named, skip the tests that are about the project's own two, and,
+    for a backend that keeps runs outside the tables, those that read the tables."""
     if not NAMED:
         return
     mine = pytest.mark.skip(reason=f"about the project's own backends, not {NAMED}")
+    elsewhere = pytest.mark.skip(
+        reason=f"needs a database: reads or writes the tables itself; {NAMED} keeps runs elsewhere"
+    )
     for item in items:
-        if "tests/conformance/" in item.nodeid and "storage" not in item.fixturenames:
+        if "tests/conformance/" not in item.nodeid:
+            continue
+        if "storage" not in item.fixturenames:
             item.add_marker(mine)
+        elif keeps_runs_elsewhere() and item.get_closest_marker("needs_database"):
+            item.add_marker(elsewhere)
+
+
+def keeps_runs_elsewhere() -> bool:
+    """Whether the backend under test gives its own rows (``conformance_rows``), not the tables'."""
+    return any(hasattr(cls, "conformance_rows") for cls in BACKENDS.values())
 
 
 @pytest.fixture
 def storage(request: pytest.FixtureRequest) -> Storage:
     return BACKENDS[request.param](connection.alias)
+
+
+@pytest.fixture
+def rows(storage: Storage) -> Rows:
+    """How this test makes and reads the rows of ``storage`` (tests/conformance/rows.py)."""
+    own = getattr(storage, "conformance_rows", None)
+    return own() if own else DatabaseRows()
 
 
 def needs_postgres(reason: str) -> None:

@@ -15,6 +15,7 @@ from django_strait.storage import (
     backend_class,
     protocol_gaps,
 )
+from tests.unit.memory import MemoryStorage
 
 # Settings are read from a clean environment (tests/unit/conftest.py).
 pytestmark = pytest.mark.usefixtures("clean_strait_env")
@@ -115,6 +116,7 @@ def test_the_postgresql_backend_on_another_database__is_e006():
     assert "cannot run on 'default', a sqlite database" in error.msg
 
 
-def test_protocol_gaps__none_in_the_projects_backends():
+def test_protocol_gaps__none_in_the_projects_backends_and_the_in_memory_one():
     assert protocol_gaps(OrmStorage) == protocol_gaps(PostgresStorage) == []
+    assert protocol_gaps(MemoryStorage) == []
     assert "record" in protocol_gaps(HalfStorage) and "alias" not in protocol_gaps(HalfStorage)
