@@ -217,6 +217,29 @@ class Rescued:
     available_at: dt.datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StaleRuns:
+    """What the reaper found, locked for its transaction: the stale runs, and those whose
+    rows cannot be read (run id -> what cannot be, field by field)."""
+
+    runs: list[Stale] = field(default_factory=list)
+    unreadable: dict[int, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.runs) + len(self.unreadable)
+
+
+@dataclass(frozen=True, slots=True)
+class Rescue:
+    """A stale run and what was decided for it (``decisions.after_lost``): CANCEL (its cancel
+    was asked), or RETRY, DEAD_LETTER or DISCARD after it is rescued to system_failed."""
+
+    run: Stale
+    then: Transition
+    #: When a retried run is due again.
+    available_at: dt.datetime | None = None
+
+
 def json_column(value: Any) -> Any:
     """A JSON column read by raw SQL, decoded as the ORM would (both backends answer text)."""
     return json.loads(value) if isinstance(value, str) else value

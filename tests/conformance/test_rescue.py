@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import random
 
 import pytest
 from django.db import DataError, connection
@@ -11,7 +10,7 @@ from django.utils import timezone
 
 from django_strait.models import JobRun, RunAttempt
 from django_strait.states import Transition
-from tests.conformance.conftest import needs_postgres
+from tests.conformance.conftest import needs_postgres, rescue
 from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -20,13 +19,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def stale(run, seconds: float = 3600) -> None:
     silent = timezone.now() - dt.timedelta(seconds=seconds)
     JobRun.objects.filter(pk=run.pk).update(heartbeat_at=silent, dequeued_at=silent)
-
-
-def rescue(storage, **options):
-    return storage.rescue_batch(
-        timezone.now(), stale_after=60, waiting_stale_after=3600, limit=50,
-        rng=random.Random(0), **options,
-    )  # fmt: skip
 
 
 def test_rescue__a_run_with_attempts_left_is_retried(storage):

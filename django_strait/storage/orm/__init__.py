@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import random
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -21,7 +21,6 @@ from django_strait.models import JobRun
 from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import Health
 from django_strait.resilience.policy import Change, Circuit, Result
-from django_strait.states import Transition
 from django_strait.storage import workflows
 from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.moves import retry_moved
@@ -43,7 +42,9 @@ from django_strait.storage.values import (
     PresetsOf,
     RecordBatch,
     Recorded,
+    Rescue,
     Rescued,
+    StaleRuns,
     Waiting,
 )
 
@@ -241,17 +242,11 @@ class OrmStorage:
         """Take the one probe of an unhealthy endpoint this cooldown; True if this call won it."""
         return protection.win_health_probe(self.alias, url, now, cooldown)
 
-    # -- what people ask for ------------------------------------------------------------
+    # -- decided transitions: people's, the reaper's, external workers' ---------------
 
-    def apply(self, run_id: int, transition: Transition, **updates: Any) -> JobRun:
-        """Move one run through ``transition`` if its status allows; raise InvalidTransition else."""
-        return retry_moved(
-            self.alias, lambda: people.apply(self.alias, run_id, transition, updates)
-        )
-
-    def replay_updates(self, by: str, now: dt.datetime) -> dict[str, Any]:
-        """What a replay writes beside the status."""
-        return people.replay_updates(by, now)
+    def replay(self, run_id: int, *, by: str, now: dt.datetime, payload: Any = ...) -> JobRun:
+        """Queue a replayable run again, its budget reset; raise InvalidTransition else."""
+        return retry_moved(self.alias, lambda: people.replay(self.alias, run_id, by, now, payload))
 
     def replay_many(self, run_ids: Sequence[int], *, by: str, now: dt.datetime) -> int:
         """Replay the replayable runs among ``run_ids`` in one statement; return how many moved."""
@@ -259,27 +254,49 @@ class OrmStorage:
             return 0
         return retry_moved(self.alias, lambda: people.replay_many(self.alias, run_ids, by, now))
 
+    def cancel(self, run_id: int, *, now: dt.datetime) -> JobRun:
+        """Cancel a run that may be canceled now; raise InvalidTransition else."""
+        return retry_moved(self.alias, lambda: people.cancel(self.alias, run_id, now))
+
+    def drop(self, run_id: int, *, now: dt.datetime) -> JobRun:
+        """Discard a run no worker holds; raise InvalidTransition else."""
+        return retry_moved(self.alias, lambda: people.drop(self.alias, run_id, now))
+
     def request_cancel(self, run_id: int, *, now: dt.datetime) -> bool:
         """Flag an executing run to be canceled when its attempt returns."""
         return retry_moved(self.alias, lambda: people.request_cancel(self.alias, run_id, now))
 
-    # -- the reaper ---------------------------------------------------------------------
-
-    def rescue_batch(
-        self,
-        now: dt.datetime,
-        *,
-        stale_after: float,
-        waiting_stale_after: float,
-        limit: int,
-        rng: random.Random,
-        isolate: bool = False,
-    ) -> tuple[int, list[Rescued]]:
-        """Rescue up to ``limit`` stale runs in one transaction; return how many were found, and the rescued."""
-        return retry_moved(self.alias, lambda: rescue.rescue_batch(
-            self.alias, now, stale_after=stale_after, waiting_stale_after=waiting_stale_after,
-            limit=limit, rng=rng, isolate=isolate,
+    def stale_runs(
+        self, now: dt.datetime, *, stale_after: float, waiting_stale_after: float, limit: int
+    ) -> StaleRuns:
+        """Find and lock up to ``limit`` stale runs; call in the transaction that rescues them."""
+        return retry_moved(self.alias, lambda: rescue.select_stale(
+            self.alias, now, stale_after, waiting_stale_after, limit
         ))  # fmt: skip
+
+    def rescue(
+        self,
+        rescues: Sequence[Rescue],
+        *,
+        unreadable: Mapping[int, str],
+        now: dt.datetime,
+        stale_after: float,
+        isolate: bool = False,
+    ) -> list[Rescued]:
+        """Apply decided rescues and dead-letter unreadable stale runs; return the rescued."""
+        return retry_moved(self.alias, lambda: rescue.rescue(
+            self.alias, rescues, unreadable, now, stale_after=stale_after, isolate=isolate
+        ))  # fmt: skip
+
+    def set_external_ids(self, ids: Mapping[int, uuid.UUID]) -> list[int]:
+        """Give runs without an OJS id theirs; return those that took it."""
+        return retry_moved(self.alias, lambda: external.set_ids(self.alias, ids)) if ids else []
+
+    def set_external_retry_delay(self, run_id: int, delay_ms: int) -> bool:
+        """Note the delay of a nacked run's retry in its OJS envelope."""
+        return retry_moved(
+            self.alias, lambda: external.set_retry_delay(self.alias, run_id, delay_ms)
+        )
 
     # -- making runs --------------------------------------------------------------------
 
