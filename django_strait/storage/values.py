@@ -229,6 +229,10 @@ class StaleRuns:
         return len(self.runs) + len(self.unreadable)
 
 
+#: What a rescue may end in: canceled (cancel was asked), or on from system_failed.
+_RESCUE_ENDS = (Transition.CANCEL, Transition.RETRY, Transition.DEAD_LETTER, Transition.DISCARD)
+
+
 @dataclass(frozen=True, slots=True)
 class Rescue:
     """A stale run and what was decided for it (``decisions.after_lost``): CANCEL (its cancel
@@ -238,6 +242,15 @@ class Rescue:
     then: Transition
     #: When a retried run is due again.
     available_at: dt.datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.then not in _RESCUE_ENDS:
+            raise ValueError(
+                f"run {self.run.id}: a rescue ends in cancel, retry, dead_letter or discard, "
+                f"not {self.then.name.lower()}"
+            )
+        if self.then is Transition.RETRY and self.available_at is None:
+            raise ValueError(f"run {self.run.id}: a rescue's retry needs its available_at")
 
 
 def json_column(value: Any) -> Any:

@@ -191,3 +191,22 @@ def test_rescue__leaves_a_run_that_moved_since_it_was_found(storage):
 
     assert (rescued, JobRun.objects.get(pk=run.pk).status) == ([], "completed")
     assert not RunAttempt.objects.filter(run=run).exists()
+
+
+@pytest.mark.parametrize(
+    ("then", "at", "problem"),
+    [
+        (Transition.COMPLETE, None, "not complete"),
+        (Transition.REPLAY, None, "not replay"),
+        (Transition.RETRY, None, "needs its available_at"),
+    ],
+)
+def test_rescue__a_transition_a_rescue_cannot_end_in_is_refused_naming_it(
+    storage, then, at, problem
+):
+    run = make_run(make_job(), status="executing")
+    stale(run)
+    [found] = find(storage).runs
+
+    with pytest.raises(ValueError, match=problem):
+        Rescue(found, then, at)
