@@ -3,17 +3,17 @@
 Oban's perform -> normalize -> record: executors say what happened
 (:class:`~django_strait.outcome.Outcome`), this module says what it means for the
 run under its retry policy, and storage applies it. Every path that ends an
-attempt decides here: the worker (:func:`after_attempt`), the reaper for a run
-whose worker was lost (:func:`after_lost`), a process killed for memory
-(:func:`after_oom`), an external worker's nack
-(:func:`after_nack`) and a webhook delivery's answer (:func:`after_delivery`).
+attempt decides here: the worker (:func:`after_attempt`; :func:`after_oom` for a
+process killed for memory), the reaper for a run whose worker was lost
+(:func:`after_lost`), an external worker's nack (:func:`after_nack`) and a
+webhook delivery's answer (:func:`after_delivery`).
 A run's policy is resolved one way (:func:`run_policy`), with one fallback for a
 stored policy that cannot be read. Storage never imports this module: it is
 handed decisions already made (docs/architecture.md).
 
 ``decide`` and the ``after_*`` rules are pure: their inputs and ``now`` in, a
-:class:`Decision` out. Only :func:`run_policy` reads a setting, and
-:func:`safely` logs.
+:class:`Decision` out. Only :func:`run_policy` reads a setting
+(``STRAIT["DEFAULT_RETRY"]``); it and :func:`safely` log what they fall back from.
 """
 
 from __future__ import annotations
