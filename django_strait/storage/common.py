@@ -15,7 +15,7 @@ of a run that may meet a run moved to another partition meanwhile is retried
 from __future__ import annotations
 
 import datetime as dt
-import random
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,7 +25,6 @@ from django_strait.models import JobRun
 from django_strait.resilience import budgets
 from django_strait.resilience.health import Health
 from django_strait.resilience.policy import Change, Circuit, Result
-from django_strait.states import Transition
 from django_strait.storage import workflows
 from django_strait.storage.moves import retry_moved
 from django_strait.storage.orm import (
@@ -37,7 +36,7 @@ from django_strait.storage.orm import (
     protection,
     rescue,
 )
-from django_strait.storage.values import Claimed, PresetsOf, Rescued, Waiting
+from django_strait.storage.values import Claimed, PresetsOf, Rescue, Rescued, StaleRuns, Waiting
 
 
 def atomic(alias: str) -> Any:
@@ -195,14 +194,9 @@ def win_health_probe(alias: str, url: str, now: dt.datetime, cooldown: dt.timede
 # -- what people ask for --------------------------------------------------------------
 
 
-def apply(alias: str, run_id: int, transition: Transition, updates: dict[str, Any]) -> JobRun:
-    """Move one run through ``transition`` if its status allows; raise InvalidTransition else."""
-    return retry_moved(alias, lambda: people.apply(alias, run_id, transition, updates))
-
-
-def replay_updates(by: str, now: dt.datetime) -> dict[str, Any]:
-    """What a replay writes beside the status."""
-    return people.replay_updates(by, now)
+def replay(alias: str, run_id: int, by: str, now: dt.datetime, payload: Any = ...) -> JobRun:
+    """Queue a replayable run again, its budget reset; raise InvalidTransition else."""
+    return retry_moved(alias, lambda: people.replay(alias, run_id, by, now, payload))
 
 
 def replay_many(alias: str, run_ids: Sequence[int], by: str, now: dt.datetime) -> int:
@@ -212,29 +206,55 @@ def replay_many(alias: str, run_ids: Sequence[int], by: str, now: dt.datetime) -
     return retry_moved(alias, lambda: people.replay_many(alias, run_ids, by, now))
 
 
+def cancel(alias: str, run_id: int, now: dt.datetime) -> JobRun:
+    """Cancel a run that may be canceled now; raise InvalidTransition else."""
+    return retry_moved(alias, lambda: people.cancel(alias, run_id, now))
+
+
+def drop(alias: str, run_id: int, now: dt.datetime) -> JobRun:
+    """Discard a run no worker holds; raise InvalidTransition else."""
+    return retry_moved(alias, lambda: people.drop(alias, run_id, now))
+
+
 def request_cancel(alias: str, run_id: int, now: dt.datetime) -> bool:
     """Flag an executing run to be canceled when its attempt returns."""
     return retry_moved(alias, lambda: people.request_cancel(alias, run_id, now))
 
 
-# -- the reaper -----------------------------------------------------------------------
+# -- the reaper and external workers: decided transitions -----------------------------
 
 
-def rescue_batch(
-    alias: str,
-    now: dt.datetime,
-    *,
-    stale_after: float,
-    waiting_stale_after: float,
-    limit: int,
-    rng: random.Random,
-    isolate: bool = False,
-) -> tuple[int, list[Rescued]]:
-    """Rescue up to ``limit`` stale runs in one transaction; return how many were found, and the rescued."""
-    return retry_moved(alias, lambda: rescue.rescue_batch(
-        alias, now, stale_after=stale_after, waiting_stale_after=waiting_stale_after,
-        limit=limit, rng=rng, isolate=isolate,
+def stale_runs(
+    alias: str, now: dt.datetime, stale_after: float, waiting_stale_after: float, limit: int
+) -> StaleRuns:
+    """Find and lock up to ``limit`` stale runs; call in the transaction that rescues them."""
+    return retry_moved(alias, lambda: rescue.select_stale(
+        alias, now, stale_after, waiting_stale_after, limit
     ))  # fmt: skip
+
+
+def rescue_runs(
+    alias: str,
+    rescues: Sequence[Rescue],
+    unreadable: Mapping[int, str],
+    now: dt.datetime,
+    stale_after: float,
+    isolate: bool = False,
+) -> list[Rescued]:
+    """Apply decided rescues and dead-letter unreadable stale runs; return the rescued."""
+    return retry_moved(alias, lambda: rescue.rescue(
+        alias, rescues, unreadable, now, stale_after=stale_after, isolate=isolate
+    ))  # fmt: skip
+
+
+def set_external_ids(alias: str, ids: Mapping[int, uuid.UUID]) -> list[int]:
+    """Give runs without an OJS id theirs; return those that took it."""
+    return retry_moved(alias, lambda: external.set_ids(alias, ids)) if ids else []
+
+
+def set_external_retry_delay(alias: str, run_id: int, delay_ms: int) -> bool:
+    """Note the delay of a nacked run's retry in its OJS envelope."""
+    return retry_moved(alias, lambda: external.set_retry_delay(alias, run_id, delay_ms))
 
 
 # -- making runs ----------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import random
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,7 +24,8 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from django_strait.resilience import limits
-from django_strait.storage import Claimed, Hold, OrmStorage, PostgresStorage, Storage
+from django_strait.storage import Claimed, Hold, OrmStorage, PostgresStorage, Rescued, Storage
+from django_strait.transitions.reaper import rescue_found
 from django_strait.transitions.worker import claim_and_start
 from tests.conformance.rows import DatabaseRows, Rows
 
@@ -150,3 +152,16 @@ def most_in_any_window(times: Sequence[dt.datetime], window: float) -> int:
     span = dt.timedelta(seconds=window)
     ordered = sorted(times)
     return max((sum(1 for t in ordered if end - span < t <= end) for end in ordered), default=0)
+
+
+def rescue(storage: Storage, **options: Any) -> tuple[int, list[Rescued]]:
+    """Find the stale runs, decide and rescue them, as the reaper does, in a transaction."""
+    return rescue_found(
+        timezone.now(),
+        stale_after=options.pop("stale_after", 60),
+        waiting_stale_after=options.pop("waiting_stale_after", 3600),
+        limit=options.pop("limit", 50),
+        rng=random.Random(0),
+        storage=storage,
+        **options,
+    )

@@ -8,7 +8,6 @@ one that needs the reaper's rows is marked ``needs_database``.
 from __future__ import annotations
 
 import datetime as dt
-import random
 
 import pytest
 from django.utils import timezone
@@ -16,7 +15,7 @@ from django.utils import timezone
 from django_strait.models import JobRun
 from django_strait.states import InvalidTransition, RunStatus, Transition
 from django_strait.storage import Hold, Record, RecordBatch
-from tests.conformance.conftest import claim, start
+from tests.conformance.conftest import claim, rescue, start
 
 # Committed, as a worker's claims are: PostgreSQL's claim asks now(), the transaction's time.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,36 +30,40 @@ def ended(rows, run_id: int, worker: str, attempt: int = 1) -> RecordBatch:
     return RecordBatch(worker, [rec])
 
 
-@pytest.mark.parametrize(
-    ("transition", "allowed"),
-    [(t, sorted(t.sources)) for t in (Transition.REPLAY, Transition.DROP, Transition.CANCEL)],
-)
-def test_apply__moves_only_from_the_statuses_the_table_allows(storage, rows, transition, allowed):
+#: Each transition a person asks for, and the storage verb that applies it.
+VERBS = {
+    Transition.REPLAY: lambda storage, run_id, now: storage.replay(run_id, by="t", now=now),
+    Transition.DROP: lambda storage, run_id, now: storage.drop(run_id, now=now),
+    Transition.CANCEL: lambda storage, run_id, now: storage.cancel(run_id, now=now),
+}
+
+
+@pytest.mark.parametrize(("transition", "allowed"), [(t, sorted(t.sources)) for t in VERBS])
+def test_verbs__move_only_from_the_statuses_the_table_allows(storage, rows, transition, allowed):
+    verb = VERBS[transition]
     for current in RunStatus:
         run = rows.run(status=current)
         if current in transition.sources:
-            assert (
-                storage.apply(run, transition, updated_at=timezone.now()).status
-                == transition.target
-            )
+            assert verb(storage, run, timezone.now()).status == transition.target
         else:
             with pytest.raises(InvalidTransition) as caught:
-                storage.apply(run, transition, updated_at=timezone.now())
+                verb(storage, run, timezone.now())
             assert caught.value.status == current
             assert f"allowed from: {', '.join(allowed)}" in str(caught.value)
             assert rows.value(run, "status") == current
 
 
-def test_apply__a_run_that_does_not_exist_is_said_so(storage, rows):
+@pytest.mark.parametrize("transition", list(VERBS))
+def test_verbs__a_run_that_does_not_exist_is_said_so(storage, transition):
     with pytest.raises(JobRun.DoesNotExist):
-        storage.apply(10**9, Transition.REPLAY, updated_at=timezone.now())
+        VERBS[transition](storage, 10**9, timezone.now())
 
 
 def test_start__leaves_out_a_run_canceled_since_its_claim(storage, rows):
     job = rows.job()
     kept, canceled = rows.run(job), rows.run(job)
     claimed = claim(storage)
-    storage.apply(canceled, Transition.CANCEL, updated_at=timezone.now())
+    storage.cancel(canceled, now=timezone.now())
 
     started = storage.start("w1", claimed, now=timezone.now())
 
@@ -191,8 +194,8 @@ def test_record__of_a_run_the_reaper_took_is_lost_not_already_recorded(storage, 
     start(storage, "w1")
     silent = timezone.now() - dt.timedelta(hours=1)
     rows.update(run, heartbeat_at=silent, dequeued_at=silent)
-    storage.rescue_batch(
-        timezone.now(), stale_after=60, waiting_stale_after=3600, limit=50, rng=random.Random(0)
+    rescue(
+        storage
     )  # its worker.lost attempt has this run, number and worker, not this record's end
 
     done = storage.record(ended(rows, run, "w1"))

@@ -24,8 +24,8 @@ import contextlib
 import copy
 import datetime as dt
 import itertools
-import random
 import threading
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -40,7 +40,7 @@ from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import InvalidTransition, RunStatus, Transition
 from django_strait.storage import Claimed, Hold, Record, RecordBatch, Recorded, Rescued, common
 from django_strait.storage.floors import ClaimFloors
-from django_strait.storage.values import HistoryDay, PresetsOf, Waiting
+from django_strait.storage.values import HistoryDay, PresetsOf, Rescue, StaleRuns, Waiting
 
 EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
@@ -387,7 +387,8 @@ class MemoryStorage:
 
     # -- what people ask for --------------------------------------------------------
 
-    def apply(self, run_id: int, transition: Transition, **updates: Any) -> JobRun:
+    def _move(self, run_id: int, transition: Transition, **updates: Any) -> JobRun:
+        """Move one run through ``transition`` if its status allows, writing ``updates``."""
         with self._lock:
             row = self.runs.get(run_id)
             if row is None:
@@ -403,9 +404,26 @@ class MemoryStorage:
                 queue=row.queue, priority=row.priority, claimed_by=row.claimed_by,
             )  # fmt: skip
 
-    def replay_updates(self, by: str, now: dt.datetime) -> dict[str, Any]:
+    def _replay_updates(self, by: str, now: dt.datetime) -> dict[str, Any]:
         return {"available_at": now, "replayed_by": by[:200], "claimed_by": "",
                 "cancel_requested": False, "finished_at": None, "updated_at": now}  # fmt: skip
+
+    def replay(self, run_id: int, *, by: str, now: dt.datetime, payload: Any = ...) -> JobRun:
+        with self._lock:
+            row = self.runs.get(run_id)
+            attempt = row.attempt if row is not None else 0
+            moved = self._move(run_id, Transition.REPLAY, **self._replay_updates(by, now))
+            row = self.runs[run_id]
+            row.attempts_before_replay, row.replay_count = attempt, row.replay_count + 1
+            if payload is not ...:
+                row.payload = payload
+            return moved
+
+    def cancel(self, run_id: int, *, now: dt.datetime) -> JobRun:
+        return self._move(run_id, Transition.CANCEL, finished_at=now, claimed_by="", updated_at=now)
+
+    def drop(self, run_id: int, *, now: dt.datetime) -> JobRun:
+        return self._move(run_id, Transition.DROP, finished_at=now, updated_at=now)
 
     def replay_many(self, run_ids: Sequence[int], *, by: str, now: dt.datetime) -> int:
         with self._lock:
@@ -416,7 +434,7 @@ class MemoryStorage:
                     continue
                 row.status, row.attempts_before_replay = Transition.REPLAY.target, row.attempt
                 row.replay_count += 1
-                for name, value in self.replay_updates(by, now).items():
+                for name, value in self._replay_updates(by, now).items():
                     setattr(row, name, value)
                 moved += 1
             return moved
@@ -431,17 +449,27 @@ class MemoryStorage:
 
     # -- the reaper -----------------------------------------------------------------
 
-    def rescue_batch(
+    def stale_runs(
+        self, now: dt.datetime, *, stale_after: float, waiting_stale_after: float, limit: int
+    ) -> StaleRuns:
+        raise _no("reaper (heartbeats and visibility deadlines live in the database's rows)")
+
+    def rescue(
         self,
-        now: dt.datetime,
+        rescues: Sequence[Rescue],
         *,
+        unreadable: Mapping[int, str],
+        now: dt.datetime,
         stale_after: float,
-        waiting_stale_after: float,
-        limit: int,
-        rng: random.Random,
         isolate: bool = False,
-    ) -> tuple[int, list[Rescued]]:
-        raise _no("reaper (retry policies and dead letters live in the database's rows)")
+    ) -> list[Rescued]:
+        raise _no("reaper (heartbeats and visibility deadlines live in the database's rows)")
+
+    def set_external_ids(self, ids: Mapping[int, uuid.UUID]) -> list[int]:
+        raise _no("external workers' ids (OJS)")
+
+    def set_external_retry_delay(self, run_id: int, delay_ms: int) -> bool:
+        raise _no("external workers' retry delays (OJS)")
 
     # -- making runs ----------------------------------------------------------------
 

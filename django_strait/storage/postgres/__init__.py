@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import random
 import time
+import uuid
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -33,7 +33,6 @@ from django_strait.resilience.health import Health, concurrency_share
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.rows import check_finite, explain
 from django_strait.sql import prepares, server_bound_cursor
-from django_strait.states import Transition
 from django_strait.storage import common
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.moves import is_moved_row, retry_moved
@@ -49,7 +48,9 @@ from django_strait.storage.values import (
     PresetsOf,
     RecordBatch,
     Recorded,
+    Rescue,
     Rescued,
+    StaleRuns,
     Waiting,
 )
 
@@ -323,41 +324,51 @@ class PostgresStorage:
 
     # -- what people ask for: the ORM's statements ------------------------------------
 
-    def apply(self, run_id: int, transition: Transition, **updates: Any) -> JobRun:
-        return common.apply(self.alias, run_id, transition, updates)
-
-    def replay_updates(self, by: str, now: dt.datetime) -> dict[str, Any]:
-        return common.replay_updates(by, now)
+    def replay(self, run_id: int, *, by: str, now: dt.datetime, payload: Any = ...) -> JobRun:
+        """Queue a replayable run again, its budget reset; raise InvalidTransition else."""
+        return common.replay(self.alias, run_id, by, now, payload)
 
     def replay_many(self, run_ids: Sequence[int], *, by: str, now: dt.datetime) -> int:
+        """Replay the replayable runs among ``run_ids`` in one statement; return how many moved."""
         return common.replay_many(self.alias, run_ids, by, now)
 
+    def cancel(self, run_id: int, *, now: dt.datetime) -> JobRun:
+        """Cancel a run that may be canceled now; raise InvalidTransition else."""
+        return common.cancel(self.alias, run_id, now)
+
+    def drop(self, run_id: int, *, now: dt.datetime) -> JobRun:
+        """Discard a run no worker holds; raise InvalidTransition else."""
+        return common.drop(self.alias, run_id, now)
+
     def request_cancel(self, run_id: int, *, now: dt.datetime) -> bool:
+        """Flag an executing run to be canceled when its attempt returns."""
         return common.request_cancel(self.alias, run_id, now)
 
-    # -- the reaper: the ORM's statements ---------------------------------------------
+    def stale_runs(
+        self, now: dt.datetime, *, stale_after: float, waiting_stale_after: float, limit: int
+    ) -> StaleRuns:
+        """Find and lock up to ``limit`` stale runs; call in the transaction that rescues them."""
+        return common.stale_runs(self.alias, now, stale_after, waiting_stale_after, limit)
 
-    def rescue_batch(
+    def rescue(
         self,
-        now: dt.datetime,
+        rescues: Sequence[Rescue],
         *,
+        unreadable: Mapping[int, str],
+        now: dt.datetime,
         stale_after: float,
-        waiting_stale_after: float,
-        limit: int,
-        rng: random.Random,
         isolate: bool = False,
-    ) -> tuple[int, list[Rescued]]:
-        return common.rescue_batch(
-            self.alias,
-            now,
-            stale_after=stale_after,
-            waiting_stale_after=waiting_stale_after,
-            limit=limit,
-            rng=rng,
-            isolate=isolate,
-        )
+    ) -> list[Rescued]:
+        """Apply decided rescues and dead-letter unreadable stale runs; return the rescued."""
+        return common.rescue_runs(self.alias, rescues, unreadable, now, stale_after, isolate)
 
-    # -- making runs ------------------------------------------------------------------
+    def set_external_ids(self, ids: Mapping[int, uuid.UUID]) -> list[int]:
+        """Give runs without an OJS id theirs; return those that took it."""
+        return common.set_external_ids(self.alias, ids)
+
+    def set_external_retry_delay(self, run_id: int, delay_ms: int) -> bool:
+        """Note the delay of a nacked run's retry in its OJS envelope."""
+        return common.set_external_retry_delay(self.alias, run_id, delay_ms)
 
     def insert_one(self, run: JobRun) -> JobRun:
         return common.insert_one(self.alias, run)
