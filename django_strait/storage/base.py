@@ -1,9 +1,11 @@
 """The storage interface: every state change and protection step the worker and the surfaces need.
 
-Oban's engines and River's driver interface: one contract, one implementation
-per database (``OrmStorage``, portable; ``PostgresStorage``, its hot steps in
-one statement each), and one conformance suite that pins the contract for both
-(tests/conformance). Callers get theirs from ``storage.backend()``.
+Oban's engines and River's driver interface: one contract, implementations as
+siblings (``OrmStorage``, portable; ``PostgresStorage``, its hot steps in one
+statement each; a project's own, named by ``STRAIT["STORAGE"]``), each a class
+called with the database alias, and one conformance suite that pins the contract
+for any of them (tests/conformance; docs/architecture.md, "A new storage
+backend"). Callers get theirs from ``storage.backend()``.
 
 The contract, beyond the signatures:
 
