@@ -15,6 +15,7 @@ from django_strait import signals
 from django_strait.models import JobRun
 from django_strait.states import Transition
 from django_strait.storage import Storage, backend
+from django_strait.transitions.workflows import moving_steps
 from django_strait.triggering import check_payload
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,9 @@ def replay(
     updates = storage.replay_updates(by, timezone.now())
     if payload is not ...:
         updates["payload"] = check_payload(payload)
-    run = storage.apply(run_id, Transition.REPLAY, **updates)
+    with moving_steps(storage) as moved:
+        run = storage.apply(run_id, Transition.REPLAY, **updates)
+        moved.append(run_id)
     logger.info("run %s: replayed by %s", run_id, by or "unknown", extra={"run_id": run_id})
     return run
 
@@ -52,7 +55,9 @@ def replay_many(
     moved = 0
     for start in range(0, len(ids), batch_size):
         chunk = ids[start : start + batch_size]
-        moved += storage.replay_many(chunk, by=by, now=timezone.now())
+        with moving_steps(storage) as steps:
+            moved += storage.replay_many(chunk, by=by, now=timezone.now())
+            steps += chunk
     logger.info("replayed %s of %s runs (by %s)", moved, len(ids), by or "unknown")
     return moved
 
@@ -64,7 +69,11 @@ def cancel(run_id: int, *, storage: Storage | None = None) -> JobRun:
     if storage.request_cancel(run_id, now=now):
         logger.info("run %s: cancel requested while executing", run_id)
         return JobRun.objects.using(storage.alias).get(pk=run_id)
-    run = storage.apply(run_id, Transition.CANCEL, finished_at=now, claimed_by="", updated_at=now)
+    with moving_steps(storage) as moved:
+        run = storage.apply(
+            run_id, Transition.CANCEL, finished_at=now, claimed_by="", updated_at=now
+        )
+        moved.append(run_id)
     logger.info("run %s: canceled", run_id, extra={"run_id": run_id})
     signals.send_changed([run])
     return run
@@ -77,14 +86,16 @@ def cancel_now(run_id: int, *, storage: Storage | None = None) -> JobRun:
     """
     storage = storage or backend()
     now = timezone.now()
-    run = storage.apply(
-        run_id,
-        Transition.CANCEL,
-        finished_at=now,
-        claimed_by="",
-        visible_until=None,
-        updated_at=now,
-    )
+    with moving_steps(storage) as moved:
+        run = storage.apply(
+            run_id,
+            Transition.CANCEL,
+            finished_at=now,
+            claimed_by="",
+            visible_until=None,
+            updated_at=now,
+        )
+        moved.append(run_id)
     logger.info("run %s: canceled", run_id, extra={"run_id": run_id})
     signals.send_changed([run])
     return run
@@ -96,7 +107,9 @@ def discard(
     """Drop a run that no worker holds (queued, dead-lettered or system-failed)."""
     storage = storage or backend()
     now = timezone.now()
-    run = storage.apply(run_id, Transition.DROP, finished_at=now, updated_at=now)
+    with moving_steps(storage) as moved:
+        run = storage.apply(run_id, Transition.DROP, finished_at=now, updated_at=now)
+        moved.append(run_id)
     note = f"discarded by {by or 'unknown'}" + (f": {reason}" if reason else "")
     logger.info("run %s: %s", run_id, note, extra={"run_id": run_id})
     signals.send_changed([run])

@@ -20,6 +20,8 @@ from django.db import transaction
 from django_strait import signals
 from django_strait.states import Transition
 from django_strait.storage import Rescued, Storage, backend
+from django_strait.storage.values import Advanced
+from django_strait.transitions.workflows import announce as announce_workflows
 
 logger = logging.getLogger(__name__)
 
@@ -81,15 +83,23 @@ def rescue_batch(
         try:
             with storage.atomic():
                 selected, rescued = storage.rescue_batch(now, **options)
+                advanced = _steps_moved(storage, rescued, now)
         except Exception:
             # One run's row may spoil the batch (its update or its job's policy raising):
             # rescue it again with each run in a savepoint, so that only that run waits.
             logger.exception("rescuing a batch of stale runs failed; rescuing them one by one")
             selected, rescued = storage.rescue_batch(now, **options, isolate=True)
+            advanced = _steps_moved(storage, rescued, now)
+        announce_workflows(advanced, using=storage.alias)
         # Said once the rescues are committed: a reaper that dies first rescued nothing.
         transaction.on_commit(lambda: _announce(rescued), using=storage.alias)
     counts = Counter(COUNT_FOR[r.transition] for r in rescued)
     return {**dict.fromkeys(COUNT_KEYS, 0), **counts, "selected": selected, "rescued": len(rescued)}
+
+
+def _steps_moved(storage: Storage, rescued: Sequence[Rescued], now: dt.datetime) -> Advanced:
+    """Move on the workflow runs of the rescued runs that are steps, in the rescue's transaction."""
+    return storage.advance_workflows([r.run.id for r in rescued], now=now)
 
 
 def _announce(rescued: Sequence[Rescued]) -> None:

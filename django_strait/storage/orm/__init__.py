@@ -17,12 +17,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models import QuerySet
 
-from django_strait.models import JobRun
+from django_strait.models import EndpointHealth, JobRun, Workflow, WorkflowRun
 from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import Health
+from django_strait.resilience.health import Health, Sample
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import Transition
-from django_strait.storage import workflows
+from django_strait.storage import webhooks
+from django_strait.storage import workflows as workflow_moves
 from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.moves import retry_moved
 from django_strait.storage.orm import (
@@ -35,8 +36,11 @@ from django_strait.storage.orm import (
     records,
     rescue,
 )
-from django_strait.storage.parts import FOLLOWING_PARTS, RECORD_PARTS, RecordPart
+from django_strait.storage.orm.workflows import STATEMENTS as IN_LISTS
+from django_strait.storage.parts import RECORD_PARTS, RecordPart, following_parts
+from django_strait.storage.parts import Health as HealthPart
 from django_strait.storage.values import (
+    Advanced,
     Claimed,
     HistoryDay,
     Hold,
@@ -53,6 +57,10 @@ class OrmStorage:
 
     #: Whether workers can LISTEN for new runs here (else they poll).
     can_listen = False
+    #: How its workflow statements write id lists (``storage.orm.workflows``).
+    workflow_statements: workflow_moves.Statements = IN_LISTS
+    #: The record parts that follow the runs' move in its transaction.
+    following = following_parts(IN_LISTS)
 
     def __init__(self, alias: str, parts: Sequence[RecordPart] = RECORD_PARTS) -> None:
         self.alias = alias
@@ -120,8 +128,8 @@ class OrmStorage:
                 started.append(run)
         steps = {run.step_run_id: run for run in started if run.step_run_id}
         if steps:  # plain runs: nothing more
-            for step_run_id, (step, member, problem) in workflows.members(
-                self.alias, list(steps)
+            for step_run_id, (step, member, problem) in workflow_moves.members(
+                self._workflow_db(), list(steps)
             ).items():
                 run = steps[step_run_id]
                 run.step, run.workflow = step, member
@@ -178,7 +186,7 @@ class OrmStorage:
         """Move each run as its record says, append its attempt, and apply every part; atomically."""
         if not batch.records:
             return Recorded()
-        return records.record(self.alias, batch, (*self.parts, *FOLLOWING_PARTS))
+        return records.record(self.alias, batch, (*self.parts, *self.following))
 
     # -- protection (inside a claim) ----------------------------------------------------
 
@@ -240,6 +248,73 @@ class OrmStorage:
     def win_health_probe(self, url: str, *, now: dt.datetime, cooldown: dt.timedelta) -> bool:
         """Take the one probe of an unhealthy endpoint this cooldown; True if this call won it."""
         return protection.win_health_probe(self.alias, url, now, cooldown)
+
+    # -- workflows (docs/workflows.md): each applies what ``dag`` decided ---------------
+
+    def _workflow_db(self) -> workflow_moves.Db:
+        return workflow_moves.Db(self.alias, self.workflow_statements)
+
+    def _workflow_move(self, now: dt.datetime) -> workflow_moves.Move:
+        return workflow_moves.Move(self._workflow_db(), now)
+
+    def begin_workflow_run(
+        self, workflow: Workflow, payload: Any, key: str | None, *, now: dt.datetime
+    ) -> tuple[WorkflowRun, Advanced]:
+        """Insert a run of ``workflow`` with its step runs, its root steps started; atomically."""
+        move = self._workflow_move(now)
+        return workflow_moves.begin(move, workflow, payload, key), move.out
+
+    def advance_workflows(self, run_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Move on the workflow runs of the steps whose runs are ``run_ids``."""
+        return workflow_moves.advance(self._workflow_move(now), run_ids)
+
+    def settle_workflow_runs(self, wr_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Settle whole workflow runs anew, every step read (after a redefinition)."""
+        return workflow_moves.advance_workflow_runs(self._workflow_move(now), wr_ids)
+
+    def cancel_workflow_run(self, wr_id: int, *, now: dt.datetime) -> tuple[Advanced, list[int]]:
+        """Cancel a moving workflow run and its waiting steps; return the change and its live runs."""
+        move = self._workflow_move(now)
+        live = workflow_moves.cancel(move, wr_id)
+        return move.out, live
+
+    def fail_stalled_workflow_runs(self, *, now: dt.datetime, stale_after: float) -> Advanced:
+        """Fail the running workflow runs in which nothing progressed for ``stale_after`` s."""
+        return workflow_moves.fail_stalled(self._workflow_move(now), stale_after)
+
+    # -- the webhook outbox (docs/webhooks.md) -----------------------------------------
+
+    def claim_deliveries(
+        self, *, limit: int, now: dt.datetime, lease: dt.timedelta
+    ) -> list[webhooks.Due]:
+        """Lease up to ``limit`` due deliveries, oldest due first; skip rows held elsewhere."""
+        return webhooks.claim_due(self.alias, limit, now, lease)
+
+    def settle_deliveries(self, settled: Sequence[webhooks.Settled]) -> None:
+        """Write what became of claimed deliveries (only those still pending move)."""
+        if settled:
+            webhooks.settle(self.alias, settled)
+
+    def hold_deliveries(self, pks: Sequence[int], *, until: dt.datetime) -> None:
+        """Put claimed deliveries back until ``until``, spending no attempt."""
+        if pks:
+            webhooks.hold(self.alias, pks, until)
+
+    def redeliver(self, pks: Sequence[int], *, now: dt.datetime) -> int:
+        """Make deliveries due now with a fresh attempt budget; return how many."""
+        return webhooks.redeliver(self.alias, pks, now) if pks else 0
+
+    def fold_health(self, samples: Sequence[Sample]) -> None:
+        """Fold answers sampled outside a record (webhook deliveries) into endpoint health."""
+        if samples:
+            with self.atomic():
+                # The record's health part, fed a batch of samples and no records.
+                HealthPart().apply(RecordBatch("", (), tuple(samples)), {}, self.alias)
+
+    def forget_health(self, urls: Sequence[str]) -> int:
+        """Forget the health scores of ``urls``; return how many were forgotten."""
+        rows = EndpointHealth.objects.using(self.alias).filter(endpoint_url__in=list(urls))
+        return rows.delete()[0]
 
     # -- what people ask for ------------------------------------------------------------
 

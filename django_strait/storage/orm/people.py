@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from django_strait.models import JobRun
 from django_strait.states import InvalidTransition, RunStatus, Transition
-from django_strait.storage import webhooks, workflows
+from django_strait.storage import webhooks
 
 
 def apply(alias: str, run_id: int, transition: Transition, updates: dict[str, Any]) -> JobRun:
@@ -30,9 +30,7 @@ def apply(alias: str, run_id: int, transition: Transition, updates: dict[str, An
             if status is None:
                 raise JobRun.DoesNotExist(f"run {run_id} does not exist")
             raise InvalidTransition(run_id, status, transition)
-        now = timezone.now()
-        webhooks.notify_runs(alias, [run_id], now)
-        workflows.advance(alias, [run_id], now)
+        webhooks.notify_runs(alias, [run_id], timezone.now())
     return runs.select_related("job").get(pk=run_id)
 
 
@@ -53,14 +51,11 @@ def replay_updates(by: str, now: dt.datetime) -> dict[str, Any]:
 
 def replay_many(alias: str, run_ids: Sequence[int], by: str, now: dt.datetime) -> int:
     """Replay every replayable run among ``run_ids`` in one statement; return how many moved."""
-    with transaction.atomic(using=alias):
-        moved = (
-            JobRun.objects.using(alias)
-            .filter(pk__in=list(run_ids), status__in=Transition.REPLAY.sources)
-            .update(status=Transition.REPLAY.target, **replay_updates(by, now))
-        )
-        workflows.advance(alias, run_ids, now)
-        return moved
+    return (
+        JobRun.objects.using(alias)
+        .filter(pk__in=list(run_ids), status__in=Transition.REPLAY.sources)
+        .update(status=Transition.REPLAY.target, **replay_updates(by, now))
+    )
 
 
 def request_cancel(alias: str, run_id: int, now: dt.datetime) -> bool:

@@ -29,7 +29,7 @@ from django_strait.resilience.budgets import Spend
 from django_strait.retry import PolicyError, RetryPolicy, resolve
 from django_strait.rows import LATEST, Unreadable, read
 from django_strait.states import IN_FLIGHT, RunStatus, Transition
-from django_strait.storage import webhooks, workflows
+from django_strait.storage import webhooks
 from django_strait.storage.orm.protection import settle_budgets
 from django_strait.storage.values import Rescued, Stale
 
@@ -90,7 +90,6 @@ def rescue_batch(
             _give_up(alias, problems[0].pk, now, "; ".join(map(str, problems)), INVALID_ERROR)
         _settle_lost(alias, [r.run for r in rescued], now)
         webhooks.notify_runs(alias, [r.run.id for r in rescued], now)
-        workflows.advance(alias, [r.run.id for r in rescued], now)
     return len(stale) + len(unreadable), rescued
 
 

@@ -34,8 +34,8 @@ from django_strait.storage.moves import is_moved_row, retry_moved
 from django_strait.storage.orm import OrmStorage
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
-from django_strait.storage.parts import FOLLOWING_PARTS
-from django_strait.storage.postgres import enqueue, history, layout, queries
+from django_strait.storage.parts import following_parts
+from django_strait.storage.postgres import enqueue, history, layout, queries, workflows
 from django_strait.storage.postgres.layout import runs_partitioned
 from django_strait.storage.values import Claimed, HistoryDay, Hold, RecordBatch, Recorded
 
@@ -50,6 +50,9 @@ class PostgresStorage(OrmStorage):
     """Django-strait's tables on PostgreSQL, the hot steps in hand-written SQL."""
 
     can_listen = True
+    #: Its workflow statements' id lists are arrays (``storage.postgres.workflows``).
+    workflow_statements = workflows.STATEMENTS
+    following = following_parts(workflows.STATEMENTS)
     pages_by_primary_key = True
     row_estimates = True
     keeps_dead_rows = True
@@ -154,8 +157,8 @@ class PostgresStorage(OrmStorage):
         for part in parts:
             params.update(part.params(batch))
         sql = queries.record(tuple(part.name for part in parts), self._partitioned())
-        following = [part for part in FOLLOWING_PARTS if part.wanted(batch)]
-        ended = 0
+        following = [part for part in self.following if part.wanted(batch)]
+        followed: list[Any] = []
         if not following:
             try:
                 moved = dict(self._execute(sql, params, name="record"))  # the hot path
@@ -168,13 +171,13 @@ class PostgresStorage(OrmStorage):
 
             def record_and_follow() -> dict[int, Any]:
                 moved = dict(self._execute(sql, params, name="record"))
-                nonlocal ended
-                ended = sum(part.apply(batch, moved, self.alias) or 0 for part in following)
+                followed[:] = [part.apply(batch, moved, self.alias) for part in following]
                 return moved
 
             moved = retry_moved(self.alias, record_and_follow)
         done = recorded(self.alias, batch, moved)
-        done.workflows_ended = ended
+        for changed in filter(None, followed):  # what the workflow part changed
+            done.workflows.add(changed)
         return done
 
     def enforce_limits(
