@@ -19,7 +19,6 @@ last parent's result. tests/conformance/test_workflows.py checks, for random
 DAGs and batchings, that both ways agree with ``dag.settle``.
 """
 
-from django_strait.dag import MOVING, STEP_STATUS_OF_RUN
 from django_strait.storage.workflows.changes import Advanced, Change, Move
 from django_strait.storage.workflows.graph import members
 from django_strait.storage.workflows.lifecycle import begin, cancel, fail_stalled
@@ -30,12 +29,7 @@ from django_strait.storage.workflows.moving import (
 )
 from django_strait.storage.workflows.sql import Db, Ids, Statements
 
-#: A step run's status for each status of its JobRun that ends it.
-STEP_STATUS = STEP_STATUS_OF_RUN
-
 __all__ = [
-    "MOVING",
-    "STEP_STATUS",
     "Advanced",
     "Change",
     "Db",
