@@ -33,12 +33,13 @@ from typing import Any, Protocol
 
 from django.db.models import QuerySet
 
-from django_strait.models import JobRun
+from django_strait.models import JobRun, Workflow, WorkflowRun
 from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import Health
+from django_strait.resilience.health import Health, Sample
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.values import (
+    Advanced,
     Claimed,
     HistoryDay,
     Hold,
@@ -50,6 +51,7 @@ from django_strait.storage.values import (
     StaleRuns,
     Waiting,
 )
+from django_strait.storage.webhooks import Due, Settled
 
 
 class Storage(Protocol):
@@ -193,6 +195,53 @@ class Storage(Protocol):
 
     def win_health_probe(self, url: str, *, now: dt.datetime, cooldown: dt.timedelta) -> bool:
         """Take the one probe of an unhealthy endpoint this cooldown; True if this call won it."""
+
+    # Workflows (docs/workflows.md). Each applies what ``dag`` decided, in one transaction
+    # with the webhook deliveries it owes, and returns what changed: no signal is sent here
+    # (``transitions.workflows.announce`` sends them).
+    def begin_workflow_run(
+        self, workflow: Workflow, payload: Any, key: str | None, *, now: dt.datetime
+    ) -> tuple[WorkflowRun, Advanced]:
+        """Insert a run of ``workflow`` with its step runs, its root steps started; atomically.
+
+        Raises ``IntegrityError`` when ``key`` is already used for this workflow.
+        """
+
+    def advance_workflows(self, run_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Move on the workflow runs of the steps whose runs are ``run_ids`` (runs that moved
+        outside a record: people's transitions, the reaper's); call in the moves' transaction."""
+
+    def settle_workflow_runs(self, wr_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Settle whole workflow runs anew, every step read (after a redefinition)."""
+
+    def cancel_workflow_run(self, wr_id: int, *, now: dt.datetime) -> tuple[Advanced, list[int]]:
+        """Cancel a running or failed workflow run and its waiting steps; return the change
+        and its steps' live runs (the caller cancels those through the cancel transition)."""
+
+    def fail_stalled_workflow_runs(self, *, now: dt.datetime, stale_after: float) -> Advanced:
+        """Fail the running workflow runs in which steps wait, none is started, and nothing
+        progressed for ``stale_after`` seconds."""
+
+    # The webhook outbox (docs/webhooks.md): deliveries are written with the transitions
+    # that owe them; these claim, hold, settle and redeliver them.
+    def claim_deliveries(self, *, limit: int, now: dt.datetime, lease: dt.timedelta) -> list[Due]:
+        """Lease up to ``limit`` due deliveries for ``lease``, oldest due first, skipping rows
+        held elsewhere; a row that cannot be read comes back with its ``row_error``."""
+
+    def settle_deliveries(self, settled: Sequence[Settled]) -> None:
+        """Write what became of claimed deliveries; only those still pending move."""
+
+    def hold_deliveries(self, pks: Sequence[int], *, until: dt.datetime) -> None:
+        """Put claimed deliveries back until ``until``, spending no attempt (an open circuit)."""
+
+    def redeliver(self, pks: Sequence[int], *, now: dt.datetime) -> int:
+        """Make deliveries due now with a fresh attempt budget, whatever their status."""
+
+    def fold_health(self, samples: Sequence[Sample]) -> None:
+        """Fold answers sampled outside a record (webhook deliveries) into endpoint health."""
+
+    def forget_health(self, urls: Sequence[str]) -> int:
+        """Forget the health scores of ``urls``; return how many were forgotten."""
 
     # Decided transitions (docs/architecture.md, "Where the decision lives"): each verb
     # applies a change already decided above storage, and writes only its own columns.

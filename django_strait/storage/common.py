@@ -21,11 +21,11 @@ from typing import Any
 
 from django.db import transaction
 
-from django_strait.models import JobRun
+from django_strait.models import EndpointHealth, JobRun, Workflow, WorkflowRun
 from django_strait.resilience import budgets
-from django_strait.resilience.health import Health
+from django_strait.resilience.health import Health, Sample
 from django_strait.resilience.policy import Change, Circuit, Result
-from django_strait.storage import workflows
+from django_strait.storage import webhooks, workflows
 from django_strait.storage.moves import retry_moved
 from django_strait.storage.orm import (
     claims,
@@ -36,7 +36,16 @@ from django_strait.storage.orm import (
     protection,
     rescue,
 )
-from django_strait.storage.values import Claimed, PresetsOf, Rescue, Rescued, StaleRuns, Waiting
+from django_strait.storage.parts import Health as HealthPart
+from django_strait.storage.values import (
+    Claimed,
+    PresetsOf,
+    RecordBatch,
+    Rescue,
+    Rescued,
+    StaleRuns,
+    Waiting,
+)
 
 
 def atomic(alias: str) -> Any:
@@ -48,13 +57,14 @@ def atomic(alias: str) -> Any:
 
 
 def start(
-    alias: str, runs: Sequence[Claimed], begin: Callable[[list[int]], list[tuple]]
+    db: workflows.Db, runs: Sequence[Claimed], begin: Callable[[list[int]], list[tuple]]
 ) -> list[Claimed]:
     """Move claimed runs to executing through ``begin``; return those that moved, in claim order.
 
     ``begin(ids)`` is the backend's statement for the runs the claim did not begin:
     it answers (id, attempt, started_at) for each run it moved. Runs the claim began
-    are only counted. A workflow step's run learns its step and workflow here.
+    are only counted. A workflow step's run learns its step and workflow here, read
+    with the backend's workflow statements ``db``.
     """
     if not runs:
         return []
@@ -68,16 +78,16 @@ def start(
         elif run.id in moved:
             run.attempt, run.started_at = moved[run.id]
             started.append(run)
-    _join_workflows(alias, started)
+    _join_workflows(db, started)
     return started
 
 
-def _join_workflows(alias: str, started: list[Claimed]) -> None:
+def _join_workflows(db: workflows.Db, started: list[Claimed]) -> None:
     """Give each started step's run its step and workflow run (plain runs: nothing to do)."""
     steps = {run.step_run_id: run for run in started if run.step_run_id}
     if not steps:
         return
-    for step_run_id, (step, member, problem) in workflows.members(alias, list(steps)).items():
+    for step_run_id, (step, member, problem) in workflows.members(db, list(steps)).items():
         run = steps[step_run_id]
         run.step, run.workflow = step, member
         if problem:  # it fails without running (run.invalid), the others start
@@ -219,6 +229,88 @@ def drop(alias: str, run_id: int, now: dt.datetime) -> JobRun:
 def request_cancel(alias: str, run_id: int, now: dt.datetime) -> bool:
     """Flag an executing run to be canceled when its attempt returns."""
     return retry_moved(alias, lambda: people.request_cancel(alias, run_id, now))
+
+
+# -- workflows (docs/workflows.md): each applies what ``dag`` decided ---------------
+
+
+def begin_workflow_run(
+    db: workflows.Db, workflow: Workflow, payload: Any, key: str | None, now: dt.datetime
+) -> tuple[WorkflowRun, workflows.Advanced]:
+    """Insert a run of ``workflow`` with its step runs, its root steps started; atomically."""
+    move = workflows.Move(db, now)
+    return workflows.begin(move, workflow, payload, key), move.out
+
+
+def advance_workflows(
+    db: workflows.Db, run_ids: Sequence[int], now: dt.datetime
+) -> workflows.Advanced:
+    """Move on the workflow runs of the steps whose runs are ``run_ids``."""
+    return workflows.advance(workflows.Move(db, now), run_ids)
+
+
+def settle_workflow_runs(
+    db: workflows.Db, wr_ids: Sequence[int], now: dt.datetime
+) -> workflows.Advanced:
+    """Settle whole workflow runs anew, every step read (after a redefinition)."""
+    return workflows.advance_workflow_runs(workflows.Move(db, now), wr_ids)
+
+
+def cancel_workflow_run(
+    db: workflows.Db, wr_id: int, now: dt.datetime
+) -> tuple[workflows.Advanced, list[int]]:
+    """Cancel a moving workflow run and its waiting steps; return the change and its live runs."""
+    move = workflows.Move(db, now)
+    live = workflows.cancel(move, wr_id)
+    return move.out, live
+
+
+def fail_stalled_workflow_runs(
+    db: workflows.Db, now: dt.datetime, stale_after: float
+) -> workflows.Advanced:
+    """Fail the running workflow runs in which nothing progressed for ``stale_after`` s."""
+    return workflows.fail_stalled(workflows.Move(db, now), stale_after)
+
+
+# -- the webhook outbox (docs/webhooks.md), and health sampled outside a record -------
+
+
+def claim_deliveries(
+    alias: str, limit: int, now: dt.datetime, lease: dt.timedelta
+) -> list[webhooks.Due]:
+    """Lease up to ``limit`` due deliveries, oldest due first; skip rows held elsewhere."""
+    return webhooks.claim_due(alias, limit, now, lease)
+
+
+def settle_deliveries(alias: str, settled: Sequence[webhooks.Settled]) -> None:
+    """Write what became of claimed deliveries (only those still pending move)."""
+    if settled:
+        webhooks.settle(alias, settled)
+
+
+def hold_deliveries(alias: str, pks: Sequence[int], until: dt.datetime) -> None:
+    """Put claimed deliveries back until ``until``, spending no attempt."""
+    if pks:
+        webhooks.hold(alias, pks, until)
+
+
+def redeliver(alias: str, pks: Sequence[int], now: dt.datetime) -> int:
+    """Make deliveries due now with a fresh attempt budget; return how many."""
+    return webhooks.redeliver(alias, pks, now) if pks else 0
+
+
+def fold_health(alias: str, samples: Sequence[Sample]) -> None:
+    """Fold answers sampled outside a record (webhook deliveries) into endpoint health."""
+    if samples:
+        with atomic(alias):
+            # The record's health part, fed a batch of samples and no records.
+            HealthPart().apply(RecordBatch("", (), tuple(samples)), {}, alias)
+
+
+def forget_health(alias: str, urls: Sequence[str]) -> int:
+    """Forget the health scores of ``urls``; return how many were forgotten."""
+    rows = EndpointHealth.objects.using(alias).filter(endpoint_url__in=list(urls))
+    return rows.delete()[0]
 
 
 # -- the reaper and external workers: decided transitions -----------------------------

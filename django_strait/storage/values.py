@@ -17,6 +17,7 @@ from typing import Any
 from django_strait.resilience.budgets import Spend
 from django_strait.resilience.health import Sample
 from django_strait.states import RunStatus, Transition
+from django_strait.webhooks.events import WORKFLOW_EVENT_FOR_STATUS
 
 ZERO = Decimal(0)
 
@@ -158,18 +159,53 @@ class RecordBatch:
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A workflow run that changed status: what the signals announce (``transitions.workflows``)."""
+
+    workflow_run_id: int
+    workflow: str
+    status: str
+    error_type: str = ""
+    error: str = ""
+
+
+@dataclass(slots=True)
+class Advanced:
+    """The workflow runs a move changed, and the step runs it started (their runs are new)."""
+
+    changes: list[Change] = field(default_factory=list)
+    started: list[int] = field(default_factory=list)
+
+    def add(self, other: Advanced) -> Advanced:
+        """Take ``other``'s changes and starts after this one's; return self."""
+        self.changes += other.changes
+        self.started += other.started
+        return self
+
+    @property
+    def ended(self) -> int:
+        """How many workflow runs completed or failed (their webhooks may be owed)."""
+        return sum(c.status in WORKFLOW_EVENT_FOR_STATUS for c in self.changes)
+
+
 @dataclass(slots=True)
 class Recorded:
     """Which records moved their run (run id -> new status), found it gone, or found it
-    recorded; and how many workflow runs their steps ended."""
+    recorded; and what their steps changed of their workflow runs."""
 
     moved: dict[int, str] = field(default_factory=dict)
     #: Runs no longer executing under this worker at that attempt (canceled, replayed, reaped).
     lost: list[int] = field(default_factory=list)
     #: Runs an earlier try of the same record had recorded (its COMMIT landed, its answer not).
     already: list[int] = field(default_factory=list)
-    #: Workflow runs the batch's steps ended (completed or failed): their webhooks may be owed.
-    workflows_ended: int = 0
+    #: What the batch's steps changed of their workflow runs (announced by ``transitions``).
+    workflows: Advanced = field(default_factory=Advanced)
+
+    @property
+    def workflows_ended(self) -> int:
+        """Workflow runs the batch's steps ended (completed or failed): their webhooks may be owed."""
+        return self.workflows.ended
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from django_strait.models import JobRun
 from django_strait.storage import Claimed, RecordBatch, Recorded, Storage, backend
 from django_strait.storage.values import Record
 from django_strait.transitions.worker import record
+from django_strait.transitions.workflows import moving_steps
 
 #: A run's deadline from the run and its start (visibility timeout, timeout_ms).
 Deadline = Callable[[Claimed, dt.datetime], dt.datetime]
@@ -66,7 +67,10 @@ def _drop(storage: Storage, worker_id: str, run_ids: set[int], now: dt.datetime)
     if not run_ids:
         return []
     storage.unclaim(worker_id, sorted(run_ids), now=now)
-    return [storage.drop(rid, now=now) for rid in sorted(run_ids)]
+    with moving_steps(storage) as moved:
+        dropped = [storage.drop(rid, now=now) for rid in sorted(run_ids)]
+        moved += sorted(run_ids)
+    return dropped
 
 
 def extend(

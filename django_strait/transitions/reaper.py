@@ -24,7 +24,8 @@ from django_strait.models import Job
 from django_strait.rows import read
 from django_strait.states import Transition
 from django_strait.storage import Rescued, Stale, Storage, backend
-from django_strait.storage.values import Rescue
+from django_strait.storage.values import Advanced, Rescue
+from django_strait.transitions.workflows import announce as announce_workflows
 
 logger = logging.getLogger(__name__)
 
@@ -86,12 +87,16 @@ def rescue_batch(
     }
     with storage.atomic():
         try:
-            selected, rescued = rescue_found(now, **options, storage=storage)
+            with storage.atomic():
+                selected, rescued = rescue_found(now, **options, storage=storage)
+                advanced = _steps_moved(storage, rescued, now)
         except Exception:
             # One run's row may spoil the batch (its update raising): rescue it again with
             # each run in a savepoint, so that only that run waits.
             logger.exception("rescuing a batch of stale runs failed; rescuing them one by one")
             selected, rescued = rescue_found(now, **options, isolate=True, storage=storage)
+            advanced = _steps_moved(storage, rescued, now)
+        announce_workflows(advanced, using=storage.alias)
         # Said once the rescues are committed: a reaper that dies first rescued nothing.
         transaction.on_commit(lambda: _announce(rescued), using=storage.alias)
     counts = Counter(COUNT_FOR[r.transition] for r in rescued)
@@ -143,6 +148,11 @@ def _decide(run: Stale, job: Job | None, now: dt.datetime, rng: random.Random) -
 
     decision = decisions.safely(rule, now=now, run_id=run.id, job_id=run.job_id)
     return Rescue(run, decision.transition, decision.available_at)
+
+
+def _steps_moved(storage: Storage, rescued: Sequence[Rescued], now: dt.datetime) -> Advanced:
+    """Move on the workflow runs of the rescued runs that are steps, in the rescue's transaction."""
+    return storage.advance_workflows([r.run.id for r in rescued], now=now)
 
 
 def _announce(rescued: Sequence[Rescued]) -> None:

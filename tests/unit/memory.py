@@ -33,14 +33,14 @@ from typing import Any
 from django.db import DataError, OperationalError
 from django.db.models import QuerySet
 
-from django_strait.models import JobRun
+from django_strait.models import JobRun, Workflow, WorkflowRun
 from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import Health
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import InvalidTransition, RunStatus, Transition
 from django_strait.storage import Claimed, Hold, Record, RecordBatch, Recorded, Rescued, common
 from django_strait.storage.floors import ClaimFloors
-from django_strait.storage.values import HistoryDay, PresetsOf, Rescue, StaleRuns, Waiting
+from django_strait.storage.values import Advanced, HistoryDay, PresetsOf, Rescue, StaleRuns, Waiting
 
 EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
@@ -448,6 +448,43 @@ class MemoryStorage:
             return True
 
     # -- the reaper -----------------------------------------------------------------
+
+    # -- workflows, the webhook outbox, health sampled outside a record ---------------
+
+    def begin_workflow_run(
+        self, workflow: Workflow, payload: Any, key: str | None, *, now: dt.datetime
+    ) -> tuple[WorkflowRun, Advanced]:
+        raise _no("workflows")
+
+    def advance_workflows(self, run_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        return Advanced()  # no run here is a workflow's step: nothing moves on
+
+    def settle_workflow_runs(self, wr_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        raise _no("workflows")
+
+    def cancel_workflow_run(self, wr_id: int, *, now: dt.datetime) -> tuple[Advanced, list[int]]:
+        raise _no("workflows")
+
+    def fail_stalled_workflow_runs(self, *, now: dt.datetime, stale_after: float) -> Advanced:
+        return Advanced()  # no workflow run here, none stalls
+
+    def claim_deliveries(self, *, limit: int, now: dt.datetime, lease: dt.timedelta) -> list:
+        return []  # no run here owes a webhook
+
+    def settle_deliveries(self, settled: Sequence[Any]) -> None:
+        raise _no("the webhook outbox")
+
+    def hold_deliveries(self, pks: Sequence[int], *, until: dt.datetime) -> None:
+        raise _no("the webhook outbox")
+
+    def redeliver(self, pks: Sequence[int], *, now: dt.datetime) -> int:
+        raise _no("the webhook outbox")
+
+    def fold_health(self, samples: Sequence[Any]) -> None:
+        raise _no("endpoint health")
+
+    def forget_health(self, urls: Sequence[str]) -> int:
+        return 0  # no health is folded here
 
     def stale_runs(
         self, now: dt.datetime, *, stale_after: float, waiting_stale_after: float, limit: int

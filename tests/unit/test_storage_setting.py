@@ -104,7 +104,8 @@ def test_a_class_lacking_verbs__is_e006_listing_them():
             backend_class("default")
         [error] = storage_errors()
     assert caught.value.field == "STRAIT.STORAGE"
-    assert "lacks what the Storage Protocol asks: apply_circuit_results, " in str(caught.value)
+    assert "lacks what the Storage Protocol asks: " in str(caught.value)
+    assert "apply_circuit_results, " in str(caught.value)
     assert " claim," not in str(caught.value) and "can_listen" not in str(caught.value)
     assert "record" in error.msg and "docs/architecture.md" in error.hint
 

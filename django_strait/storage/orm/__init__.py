@@ -17,15 +17,18 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from django_strait.models import JobRun
+from django_strait.models import JobRun, Workflow, WorkflowRun
 from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import Health
+from django_strait.resilience.health import Health, Sample
 from django_strait.resilience.policy import Change, Circuit, Result
-from django_strait.storage import common
+from django_strait.storage import common, webhooks
+from django_strait.storage import workflows as workflow_moves
 from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.orm import claims, enqueue, protection, records
-from django_strait.storage.parts import FOLLOWING_PARTS, RECORD_PARTS, RecordPart
+from django_strait.storage.orm.workflows import STATEMENTS as IN_LISTS
+from django_strait.storage.parts import RECORD_PARTS, RecordPart, following_parts
 from django_strait.storage.values import (
+    Advanced,
     Claimed,
     HistoryDay,
     Hold,
@@ -44,6 +47,10 @@ class OrmStorage:
 
     #: Whether workers can LISTEN for new runs here (else they poll).
     can_listen = False
+    #: How its workflow statements write id lists (``storage.orm.workflows``).
+    workflow_statements: workflow_moves.Statements = IN_LISTS
+    #: The record parts that follow the runs' move in its transaction.
+    following = following_parts(IN_LISTS)
 
     def __init__(self, alias: str, parts: Sequence[RecordPart] = RECORD_PARTS) -> None:
         self.alias = alias
@@ -94,7 +101,7 @@ class OrmStorage:
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """Move claimed runs to executing, spending an attempt; return those that moved."""
         return common.start(
-            self.alias, runs, lambda ids: claims.start(self.alias, worker_id, ids, now)
+            self._workflow_db(), runs, lambda ids: claims.start(self.alias, worker_id, ids, now)
         )
 
     def hold(
@@ -136,7 +143,7 @@ class OrmStorage:
         """Move each run as its record says, append its attempt, and apply every part; atomically."""
         if not batch.records:
             return Recorded()
-        return records.record(self.alias, batch, (*self.parts, *FOLLOWING_PARTS))
+        return records.record(self.alias, batch, (*self.parts, *self.following))
 
     # -- protection (inside a claim) ----------------------------------------------------
 
@@ -195,6 +202,61 @@ class OrmStorage:
     def win_health_probe(self, url: str, *, now: dt.datetime, cooldown: dt.timedelta) -> bool:
         """Take the one probe of an unhealthy endpoint this cooldown; True if this call won it."""
         return common.win_health_probe(self.alias, url, now, cooldown)
+
+    # -- workflows (docs/workflows.md): each applies what ``dag`` decided ---------------
+
+    def _workflow_db(self) -> workflow_moves.Db:
+        return workflow_moves.Db(self.alias, self.workflow_statements)
+
+    def begin_workflow_run(
+        self, workflow: Workflow, payload: Any, key: str | None, *, now: dt.datetime
+    ) -> tuple[WorkflowRun, Advanced]:
+        """Insert a run of ``workflow`` with its step runs, its root steps started; atomically."""
+        return common.begin_workflow_run(self._workflow_db(), workflow, payload, key, now)
+
+    def advance_workflows(self, run_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Move on the workflow runs of the steps whose runs are ``run_ids``."""
+        return common.advance_workflows(self._workflow_db(), run_ids, now)
+
+    def settle_workflow_runs(self, wr_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Settle whole workflow runs anew, every step read (after a redefinition)."""
+        return common.settle_workflow_runs(self._workflow_db(), wr_ids, now)
+
+    def cancel_workflow_run(self, wr_id: int, *, now: dt.datetime) -> tuple[Advanced, list[int]]:
+        """Cancel a moving workflow run and its waiting steps; return the change and its live runs."""
+        return common.cancel_workflow_run(self._workflow_db(), wr_id, now)
+
+    def fail_stalled_workflow_runs(self, *, now: dt.datetime, stale_after: float) -> Advanced:
+        """Fail the running workflow runs in which nothing progressed for ``stale_after`` s."""
+        return common.fail_stalled_workflow_runs(self._workflow_db(), now, stale_after)
+
+    # -- the webhook outbox (docs/webhooks.md) -----------------------------------------
+
+    def claim_deliveries(
+        self, *, limit: int, now: dt.datetime, lease: dt.timedelta
+    ) -> list[webhooks.Due]:
+        """Lease up to ``limit`` due deliveries, oldest due first; skip rows held elsewhere."""
+        return common.claim_deliveries(self.alias, limit, now, lease)
+
+    def settle_deliveries(self, settled: Sequence[webhooks.Settled]) -> None:
+        """Write what became of claimed deliveries (only those still pending move)."""
+        common.settle_deliveries(self.alias, settled)
+
+    def hold_deliveries(self, pks: Sequence[int], *, until: dt.datetime) -> None:
+        """Put claimed deliveries back until ``until``, spending no attempt."""
+        common.hold_deliveries(self.alias, pks, until)
+
+    def redeliver(self, pks: Sequence[int], *, now: dt.datetime) -> int:
+        """Make deliveries due now with a fresh attempt budget; return how many."""
+        return common.redeliver(self.alias, pks, now)
+
+    def fold_health(self, samples: Sequence[Sample]) -> None:
+        """Fold answers sampled outside a record (webhook deliveries) into endpoint health."""
+        common.fold_health(self.alias, samples)
+
+    def forget_health(self, urls: Sequence[str]) -> int:
+        """Forget the health scores of ``urls``; return how many were forgotten."""
+        return common.forget_health(self.alias, urls)
 
     # -- decided transitions: people's, the reaper's, external workers' ---------------
 

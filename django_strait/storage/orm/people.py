@@ -15,7 +15,7 @@ from django.db.models import F
 
 from django_strait.models import JobRun
 from django_strait.states import InvalidTransition, RunStatus, Transition
-from django_strait.storage import webhooks, workflows
+from django_strait.storage import webhooks
 
 #: ``replay``'s payload when the run keeps its own.
 KEEP: Any = ...
@@ -58,7 +58,6 @@ def _move(
                 raise JobRun.DoesNotExist(f"run {run_id} does not exist")
             raise InvalidTransition(run_id, status, transition)
         webhooks.notify_runs(alias, [run_id], now)
-        workflows.advance(alias, [run_id], now)
     return runs.select_related("job").get(pk=run_id)
 
 
@@ -79,14 +78,11 @@ def _replayed(by: str, now: dt.datetime) -> dict[str, Any]:
 
 def replay_many(alias: str, run_ids: Sequence[int], by: str, now: dt.datetime) -> int:
     """Replay every replayable run among ``run_ids`` in one statement; return how many moved."""
-    with transaction.atomic(using=alias):
-        moved = (
-            JobRun.objects.using(alias)
-            .filter(pk__in=list(run_ids), status__in=Transition.REPLAY.sources)
-            .update(status=Transition.REPLAY.target, **_replayed(by, now))
-        )
-        workflows.advance(alias, run_ids, now)
-        return moved
+    return (
+        JobRun.objects.using(alias)
+        .filter(pk__in=list(run_ids), status__in=Transition.REPLAY.sources)
+        .update(status=Transition.REPLAY.target, **_replayed(by, now))
+    )
 
 
 def request_cancel(alias: str, run_id: int, now: dt.datetime) -> bool:

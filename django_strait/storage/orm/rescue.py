@@ -29,7 +29,7 @@ from django_strait.outcome import LOST_ERROR_TYPE
 from django_strait.resilience.budgets import Spend
 from django_strait.rows import LATEST, read
 from django_strait.states import IN_FLIGHT, RunStatus, Transition
-from django_strait.storage import webhooks, workflows
+from django_strait.storage import webhooks
 from django_strait.storage.orm.protection import settle_budgets
 from django_strait.storage.values import Rescue, Rescued, Stale, StaleRuns
 
@@ -82,7 +82,6 @@ def rescue(
             _give_up(alias, run_id, now, problems, INVALID_ERROR)
         _settle_lost(alias, [r.run for r in rescued], now)
         webhooks.notify_runs(alias, [r.run.id for r in rescued], now)
-        workflows.advance(alias, [r.run.id for r in rescued], now)
     return rescued
 
 

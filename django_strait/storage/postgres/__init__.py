@@ -27,21 +27,23 @@ from django.db.models import QuerySet
 
 from django_strait import bounds
 from django_strait.conf import strait_settings
-from django_strait.models import BudgetLedger, JobRun, Project
+from django_strait.models import BudgetLedger, JobRun, Project, Workflow, WorkflowRun
 from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import Health, concurrency_share
+from django_strait.resilience.health import Health, Sample, concurrency_share
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.rows import check_finite, explain
 from django_strait.sql import prepares, server_bound_cursor
-from django_strait.storage import common
+from django_strait.storage import common, webhooks
+from django_strait.storage import workflows as workflow_moves
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.moves import is_moved_row, retry_moved
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
-from django_strait.storage.parts import FOLLOWING_PARTS, RECORD_PARTS, RecordPart
-from django_strait.storage.postgres import enqueue, history, layout, queries
+from django_strait.storage.parts import RECORD_PARTS, RecordPart, following_parts
+from django_strait.storage.postgres import enqueue, history, layout, queries, workflows
 from django_strait.storage.postgres.layout import runs_partitioned
 from django_strait.storage.values import (
+    Advanced,
     Claimed,
     HistoryDay,
     Hold,
@@ -65,6 +67,9 @@ class PostgresStorage:
     """Django-strait's tables on PostgreSQL, the hot steps in hand-written SQL."""
 
     can_listen = True
+    #: Its workflow statements' id lists are arrays (``storage.postgres.workflows``).
+    workflow_statements = workflows.STATEMENTS
+    following = following_parts(workflows.STATEMENTS)
     pages_by_primary_key = True
     row_estimates = True
     keeps_dead_rows = True
@@ -156,7 +161,7 @@ class PostgresStorage:
 
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """One statement (queries.sql, "start") for the runs the claim did not begin."""
-        return common.start(self.alias, runs, lambda ids: self._start(worker_id, ids))
+        return common.start(self._workflow_db(), runs, lambda ids: self._start(worker_id, ids))
 
     def _start(self, worker_id: str, ids: list[int]) -> list[tuple]:
         return self._execute(
@@ -213,8 +218,8 @@ class PostgresStorage:
         for part in parts:
             params.update(part.params(batch))
         sql = queries.record(tuple(part.name for part in parts), self._partitioned())
-        following = [part for part in FOLLOWING_PARTS if part.wanted(batch)]
-        ended = 0
+        following = [part for part in self.following if part.wanted(batch)]
+        followed: list[Any] = []
         if not following:
             try:
                 moved = dict(self._execute(sql, params, name="record"))  # the hot path
@@ -227,13 +232,13 @@ class PostgresStorage:
 
             def record_and_follow() -> dict[int, Any]:
                 moved = dict(self._execute(sql, params, name="record"))
-                nonlocal ended
-                ended = sum(part.apply(batch, moved, self.alias) or 0 for part in following)
+                followed[:] = [part.apply(batch, moved, self.alias) for part in following]
                 return moved
 
             moved = retry_moved(self.alias, record_and_follow)
         done = recorded(self.alias, batch, moved)
-        done.workflows_ended = ended
+        for changed in filter(None, followed):  # what the workflow part changed
+            done.workflows.add(changed)
         return done
 
     def enforce_limits(
@@ -323,6 +328,63 @@ class PostgresStorage:
         return common.win_health_probe(self.alias, url, now, cooldown)
 
     # -- what people ask for: the ORM's statements ------------------------------------
+
+    # -- workflows (docs/workflows.md): each applies what ``dag`` decided ---------------
+
+    def _workflow_db(self) -> workflow_moves.Db:
+        return workflow_moves.Db(self.alias, self.workflow_statements)
+
+    def begin_workflow_run(
+        self, workflow: Workflow, payload: Any, key: str | None, *, now: dt.datetime
+    ) -> tuple[WorkflowRun, Advanced]:
+        """Insert a run of ``workflow`` with its step runs, its root steps started; atomically."""
+        return common.begin_workflow_run(self._workflow_db(), workflow, payload, key, now)
+
+    def advance_workflows(self, run_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Move on the workflow runs of the steps whose runs are ``run_ids``."""
+        return common.advance_workflows(self._workflow_db(), run_ids, now)
+
+    def settle_workflow_runs(self, wr_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Settle whole workflow runs anew, every step read (after a redefinition)."""
+        return common.settle_workflow_runs(self._workflow_db(), wr_ids, now)
+
+    def cancel_workflow_run(self, wr_id: int, *, now: dt.datetime) -> tuple[Advanced, list[int]]:
+        """Cancel a moving workflow run and its waiting steps; return the change and its live runs."""
+        return common.cancel_workflow_run(self._workflow_db(), wr_id, now)
+
+    def fail_stalled_workflow_runs(self, *, now: dt.datetime, stale_after: float) -> Advanced:
+        """Fail the running workflow runs in which nothing progressed for ``stale_after`` s."""
+        return common.fail_stalled_workflow_runs(self._workflow_db(), now, stale_after)
+
+    # -- the webhook outbox (docs/webhooks.md) -----------------------------------------
+
+    def claim_deliveries(
+        self, *, limit: int, now: dt.datetime, lease: dt.timedelta
+    ) -> list[webhooks.Due]:
+        """Lease up to ``limit`` due deliveries, oldest due first; skip rows held elsewhere."""
+        return common.claim_deliveries(self.alias, limit, now, lease)
+
+    def settle_deliveries(self, settled: Sequence[webhooks.Settled]) -> None:
+        """Write what became of claimed deliveries (only those still pending move)."""
+        common.settle_deliveries(self.alias, settled)
+
+    def hold_deliveries(self, pks: Sequence[int], *, until: dt.datetime) -> None:
+        """Put claimed deliveries back until ``until``, spending no attempt."""
+        common.hold_deliveries(self.alias, pks, until)
+
+    def redeliver(self, pks: Sequence[int], *, now: dt.datetime) -> int:
+        """Make deliveries due now with a fresh attempt budget; return how many."""
+        return common.redeliver(self.alias, pks, now)
+
+    def fold_health(self, samples: Sequence[Sample]) -> None:
+        """Fold answers sampled outside a record (webhook deliveries) into endpoint health."""
+        common.fold_health(self.alias, samples)
+
+    def forget_health(self, urls: Sequence[str]) -> int:
+        """Forget the health scores of ``urls``; return how many were forgotten."""
+        return common.forget_health(self.alias, urls)
+
+    # -- decided transitions: people's, the reaper's, external workers' ---------------
 
     def replay(self, run_id: int, *, by: str, now: dt.datetime, payload: Any = ...) -> JobRun:
         """Queue a replayable run again, its budget reset; raise InvalidTransition else."""
