@@ -22,7 +22,7 @@ from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import Health
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import Transition
-from django_strait.storage import workflows
+from django_strait.storage import circuit_rows, workflows
 from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.moves import retry_moved
 from django_strait.storage.orm import (
@@ -40,7 +40,6 @@ from django_strait.storage.values import (
     Claimed,
     HistoryDay,
     Hold,
-    PresetsOf,
     RecordBatch,
     Recorded,
     Rescued,
@@ -68,6 +67,9 @@ class OrmStorage:
     def claim_transaction(self) -> Any:
         """The transaction a claim, its gate and its start share."""
         return self.atomic()
+
+    def keep_plans(self, now: float) -> None:
+        """Nothing: the ORM's statements are not prepared."""
 
     # -- the worker's runs ------------------------------------------------------------
 
@@ -164,12 +166,6 @@ class OrmStorage:
             self.alias, lambda: claims.heartbeat(self.alias, worker_id, run_ids, now)
         )
 
-    def presets_of(
-        self, run_ids: Sequence[int], job_ids: Sequence[int], *, now: dt.datetime
-    ) -> PresetsOf:
-        """Return process runs' stored presets and their jobs' live recommendations."""
-        return processes.presets_of(self.alias, run_ids, job_ids, now)
-
     def let_go(self, worker_id: str, run_ids: Sequence[int]) -> list[int]:
         """Return the runs among ``run_ids`` not executing under this worker, or asked to cancel."""
         return processes.let_go(self.alias, worker_id, run_ids) if run_ids else []
@@ -227,7 +223,7 @@ class OrmStorage:
         """Fold each endpoint's results into its circuit; return the circuits and the changes."""
         if not results:
             return [], []
-        return protection.apply_circuit_results(self.alias, results, now, threshold)
+        return circuit_rows.apply_circuit_results(self.alias, results, now, threshold)
 
     def reset_circuits(self, url: str | None, *, now: dt.datetime) -> tuple[int, list[Change]]:
         """Close one circuit (all of them when ``url`` is None); return how many changed, and how."""

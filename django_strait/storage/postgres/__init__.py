@@ -28,16 +28,30 @@ from django_strait.models import BudgetLedger, JobRun, Project
 from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import concurrency_share
 from django_strait.rows import check_finite, explain
-from django_strait.sql import prepares, server_bound_cursor
+from django_strait.sql import keep_plans, prepares, server_bound_cursor
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.moves import is_moved_row, retry_moved
 from django_strait.storage.orm import OrmStorage
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
-from django_strait.storage.parts import FOLLOWING_PARTS
+from django_strait.storage.parts import FOLLOWING_PARTS, RecordPart, note
 from django_strait.storage.postgres import enqueue, history, layout, queries
 from django_strait.storage.postgres.layout import runs_partitioned
 from django_strait.storage.values import Claimed, HistoryDay, Hold, RecordBatch, Recorded
+
+
+def _moved(rows: list[tuple], parts: Sequence[RecordPart], results: list[object]) -> dict[int, Any]:
+    """The runs a record statement moved (id -> status); the rows its parts returned (no
+    run id: record.<part>.returned) are read by their parts into ``results``."""
+    if all(row[0] is not None for row in rows):
+        return dict(rows)  # the hot path: no part returned rows
+    returned = [row[1] for row in rows if row[0] is None]
+    for part in parts:
+        read_rows = getattr(part, "returned", None)
+        if read_rows is not None:
+            results.append(read_rows(returned))
+    return {row[0]: row[1] for row in rows if row[0] is not None}
+
 
 #: The claim without floors: every priority, from the front of the index.
 _WHOLE_INDEX = Segment(*bounds.PRIORITY, *BOTTOM)
@@ -53,6 +67,12 @@ class PostgresStorage(OrmStorage):
     pages_by_primary_key = True
     row_estimates = True
     keeps_dead_rows = True
+
+    def keep_plans(self, now: float) -> None:
+        """Let this connection prepare the statements ``PREPARE_STATEMENTS`` names, their
+        plans dropped every ``PLAN_LIFETIME`` seconds (``sql.keep_plans``)."""
+        if strait_settings.PREPARE_STATEMENTS:
+            keep_plans(connections[self.alias], now, strait_settings.PLAN_LIFETIME)
 
     def _execute(self, sql: str, params: dict[str, Any], *, name: str = "") -> list[tuple]:
         """Run one statement; prepared once per connection where ``name`` is one of
@@ -155,26 +175,28 @@ class PostgresStorage(OrmStorage):
             params.update(part.params(batch))
         sql = queries.record(tuple(part.name for part in parts), self._partitioned())
         following = [part for part in FOLLOWING_PARTS if part.wanted(batch)]
-        ended = 0
+        results: list[object] = []
         if not following:
             try:
-                moved = dict(self._execute(sql, params, name="record"))  # the hot path
+                rows = self._execute(sql, params, name="record")  # the hot path
             except OperationalError as exc:
                 if not is_moved_row(exc):
                     raise
                 # A run of the batch was canceled or rescued meanwhile, and moved.
-                moved = dict(retry_moved(self.alias, lambda: self._execute(sql, params)))
+                rows = retry_moved(self.alias, lambda: self._execute(sql, params))
+            moved = _moved(rows, parts, results)
         else:
 
             def record_and_follow() -> dict[int, Any]:
-                moved = dict(self._execute(sql, params, name="record"))
-                nonlocal ended
-                ended = sum(part.apply(batch, moved, self.alias) or 0 for part in following)
+                results.clear()  # a retried try: only the last try's results count
+                moved = _moved(self._execute(sql, params, name="record"), parts, results)
+                results.extend(part.apply(batch, moved, self.alias) for part in following)
                 return moved
 
             moved = retry_moved(self.alias, record_and_follow)
         done = recorded(self.alias, batch, moved)
-        done.workflows_ended = ended
+        for result in results:
+            note(done, result)
         return done
 
     def enforce_limits(
