@@ -18,6 +18,9 @@ from django_strait.models import EndpointCircuit
 from django_strait.resilience.policy import Change, Circuit, Result, after_results
 from django_strait.rows import read
 
+#: The largest count of failures a circuit row holds (its column's limit).
+MAX_FAILURES = 2**31 - 1
+
 CIRCUIT_FIELDS = ("state", "failures", "opened_at", "last_failure_at", "probe_started_at")
 
 
@@ -65,4 +68,6 @@ def readable_or_fresh(rows: QuerySet[EndpointCircuit]) -> list[EndpointCircuit]:
 
 def save_circuit(alias: str, pk: int, circuit: Circuit, now: dt.datetime) -> None:
     values = {name: getattr(circuit, name) for name in CIRCUIT_FIELDS}
+    # Saturating, as the record's CTE: a count at its column's limit must not fail a write.
+    values["failures"] = min(values["failures"], MAX_FAILURES)
     EndpointCircuit.objects.using(alias).filter(pk=pk).update(**values, updated_at=now)

@@ -104,3 +104,14 @@ def test_record__a_circuit_that_cannot_be_read_is_rewritten_whole_by_its_results
     assert [(c.state, c.failures) for c in done.circuits] == [(CLOSED, 1)]
     row = EndpointCircuit.objects.get(pk=bad.pk)
     assert (row.state, row.failures, row.opened_at) == (CLOSED, 1, None)
+
+
+def test_record__a_failure_count_at_its_columns_limit_stays_there(storage):
+    needs_postgres("SQLite's integers do not overflow at 2**31")
+    EndpointCircuit.objects.create(endpoint_url=URL, state=OPEN, failures=2**31 - 1,
+                                   opened_at=timezone.now())  # fmt: skip
+
+    done = storage.record(RecordBatch("w1", ended(storage), circuits={URL: [F]}))
+
+    assert len(done.moved) == 1
+    assert EndpointCircuit.objects.get(endpoint_url=URL).failures == 2**31 - 1

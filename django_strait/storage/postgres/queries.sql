@@ -311,6 +311,7 @@ webhooks AS (
 -- failing endpoint without a row gets one; a success never makes a row. A row that
 -- cannot be read (a state not a choice, a time not finite) folds as a fresh closed
 -- circuit and is written whole, as the ORM's fold does (circuit_rows.readable_or_fresh).
+-- Saturating, as record.rollup: a count written at its column's limit must not fail the record.
 cv AS (
     SELECT * FROM unnest(%(circuit_url)s::varchar[], %(circuit_reset)s::boolean[],
                          %(circuit_failed)s::boolean[], %(circuit_tail)s::integer[])
@@ -338,7 +339,8 @@ circuits AS (
     ORDER BY cv.url
     ON CONFLICT (endpoint_url) DO UPDATE
     SET (state, failures, opened_at, last_failure_at, probe_started_at, updated_at) = (
-        SELECT CASE WHEN NOT a.opens THEN a.state ELSE 'open' END, a.failures + cv.tail,
+        SELECT CASE WHEN NOT a.opens THEN a.state ELSE 'open' END,
+               LEAST(a.failures::bigint + cv.tail, 2147483647),
                CASE WHEN a.opens THEN %(circuit_now)s::timestamptz ELSE a.opened_at END,
                CASE WHEN cv.failed THEN %(circuit_now)s::timestamptz ELSE a.last_failure_at END,
                CASE WHEN a.opens THEN NULL ELSE a.probe_started_at END,
