@@ -221,6 +221,42 @@ class Rescued:
     available_at: dt.datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StaleRuns:
+    """What the reaper found, locked for its transaction: the stale runs, and those whose
+    rows cannot be read (run id -> what cannot be, field by field)."""
+
+    runs: list[Stale] = field(default_factory=list)
+    unreadable: dict[int, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.runs) + len(self.unreadable)
+
+
+#: What a rescue may end in: canceled (cancel was asked), or on from system_failed.
+_RESCUE_ENDS = (Transition.CANCEL, Transition.RETRY, Transition.DEAD_LETTER, Transition.DISCARD)
+
+
+@dataclass(frozen=True, slots=True)
+class Rescue:
+    """A stale run and what was decided for it (``decisions.after_lost``): CANCEL (its cancel
+    was asked), or RETRY, DEAD_LETTER or DISCARD after it is rescued to system_failed."""
+
+    run: Stale
+    then: Transition
+    #: When a retried run is due again.
+    available_at: dt.datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.then not in _RESCUE_ENDS:
+            raise ValueError(
+                f"run {self.run.id}: a rescue ends in cancel, retry, dead_letter or discard, "
+                f"not {self.then.name.lower()}"
+            )
+        if self.then is Transition.RETRY and self.available_at is None:
+            raise ValueError(f"run {self.run.id}: a rescue's retry needs its available_at")
+
+
 def json_column(value: Any) -> Any:
     """A JSON column read by raw SQL, decoded as the ORM would (both backends answer text)."""
     return json.loads(value) if isinstance(value, str) else value

@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from django_strait import signals
 from django_strait.conf import strait_settings
-from django_strait.decisions import decide, trim
+from django_strait.decisions import after_delivery, trim
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.results import EXCERPT_CHARS
 from django_strait.models import DeliveryStatus
@@ -218,8 +218,8 @@ class Deliverer:
 
     def _settle_one(self, due: outbox.Due, outcome: Outcome, now: dt.datetime) -> outbox.Settled:
         attempt = min(due.attempt + 1, ATTEMPT_MAX)  # a row written at the column's limit
-        decision = decide(
-            outcome, budget_used=attempt, policy=self._policy(due), now=now, rng=self._rng
+        decision = after_delivery(
+            outcome, attempt=attempt, policy=self._policy(due), now=now, rng=self._rng
         )
         common: dict[str, Any] = {
             "status_code": outcome.status_code,
