@@ -43,7 +43,6 @@ from django_strait.storage.values import (
     Claimed,
     HistoryDay,
     Hold,
-    PresetsOf,
     RecordBatch,
     Recorded,
     Rescue,
@@ -72,6 +71,11 @@ class Storage(Protocol):
 
     def claim_transaction(self) -> AbstractContextManager[Any]:
         """The transaction that a claim, its gate and its start share."""
+
+    def keep_plans(self, now: float) -> None:
+        """Let this thread's connection prepare the worker's hot statements, if this database
+        prepares any (called by a worker's claim and record threads before each call;
+        ``now`` is ``time.monotonic()``)."""
 
     # The worker's runs.
     def claim(
@@ -144,11 +148,6 @@ class Storage(Protocol):
         """
 
     # The worker's process runs (docs/process-execution.md).
-    def presets_of(
-        self, run_ids: Sequence[int], job_ids: Sequence[int], *, now: dt.datetime
-    ) -> PresetsOf:
-        """Return process runs' stored presets and their jobs' recommendations still in force."""
-
     def let_go(self, worker_id: str, run_ids: Sequence[int]) -> list[int]:
         """Return the runs among ``run_ids`` not executing under this worker, or asked to cancel."""
 

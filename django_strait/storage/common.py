@@ -25,7 +25,7 @@ from django_strait.models import EndpointHealth, JobRun, Workflow, WorkflowRun
 from django_strait.resilience import budgets
 from django_strait.resilience.health import Health, Sample
 from django_strait.resilience.policy import Change, Circuit, Result
-from django_strait.storage import webhooks, workflows
+from django_strait.storage import circuit_rows, webhooks, workflows
 from django_strait.storage.moves import retry_moved
 from django_strait.storage.orm import (
     claims,
@@ -39,7 +39,6 @@ from django_strait.storage.orm import (
 from django_strait.storage.parts import Health as HealthPart
 from django_strait.storage.values import (
     Claimed,
-    PresetsOf,
     RecordBatch,
     Rescue,
     Rescued,
@@ -132,13 +131,6 @@ def heartbeat(alias: str, worker_id: str, run_ids: Sequence[int], now: dt.dateti
     return retry_moved(alias, lambda: claims.heartbeat(alias, worker_id, run_ids, now))
 
 
-def presets_of(
-    alias: str, run_ids: Sequence[int], job_ids: Sequence[int], now: dt.datetime
-) -> PresetsOf:
-    """Return process runs' stored presets and their jobs' live recommendations."""
-    return processes.presets_of(alias, run_ids, job_ids, now)
-
-
 def let_go(alias: str, worker_id: str, run_ids: Sequence[int]) -> list[int]:
     """Return the runs among ``run_ids`` not executing under this worker, or asked to cancel."""
     return processes.let_go(alias, worker_id, run_ids) if run_ids else []
@@ -183,7 +175,7 @@ def apply_circuit_results(
     """Fold each endpoint's results into its circuit; return the circuits and the changes."""
     if not results:
         return [], []
-    return protection.apply_circuit_results(alias, results, now, threshold)
+    return circuit_rows.apply_circuit_results(alias, results, now, threshold)
 
 
 def reset_circuits(alias: str, url: str | None, now: dt.datetime) -> tuple[int, list[Change]]:

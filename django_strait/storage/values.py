@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
@@ -16,6 +16,8 @@ from typing import Any
 
 from django_strait.resilience.budgets import Spend
 from django_strait.resilience.health import Sample
+from django_strait.resilience.policy import Change as CircuitChange
+from django_strait.resilience.policy import Circuit, Result
 from django_strait.states import RunStatus, Transition
 from django_strait.webhooks.events import WORKFLOW_EVENT_FOR_STATUS
 
@@ -51,8 +53,13 @@ class Claimed:
     #: A workflow step's (workflow run id, step id), loaded with ``workflow``: its
     #: record moves the DAG on without reading its step run again.
     step: tuple[int, int] | None = None
-    #: A process run's memory preset for this attempt (set after the claim; "" for threads).
+    #: A process run's memory preset for this attempt (chosen after the claim from the
+    #: two below and its job's preset; "" for threads).
     preset: str = ""
+    #: The run's own preset, as the claim read it (set after an OOM kill; "" if none).
+    run_preset: str = ""
+    #: The preset its job recommends, as the claim read it ("" if none, or expired).
+    recommended_preset: str = ""
     #: The claim began this attempt in the database (``claim(start=True)``): executing,
     #: its attempt spent, ``started_at`` set. ``attempt`` stays the count before it
     #: until ``start`` counts it; a hold gives it back (``hold(begun=True)``).
@@ -62,14 +69,6 @@ class Claimed:
     def budget_used(self) -> int:
         """Attempts spent since the run was queued or last replayed."""
         return self.attempt - self.attempts_before_replay
-
-
-@dataclass(frozen=True, slots=True)
-class PresetsOf:
-    """What decides process runs' presets: the runs' own (after an OOM), the jobs' recommended."""
-
-    runs: dict[int, str] = field(default_factory=dict)
-    recommended: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +147,9 @@ class RecordBatch:
     records: Sequence[Record]
     #: One sample per endpoint of the batch (``resilience.health.summarize``).
     health: Sequence[Sample] = ()
+    #: The results to fold into circuits, by endpoint, in the order the attempts ended
+    #: (``CircuitBreaker.worth``: none while every circuit is quiet and all went well).
+    circuits: Mapping[str, Sequence[Result]] = field(default_factory=dict)
 
     @cached_property
     def spends(self) -> list[Spend]:
@@ -206,6 +208,10 @@ class Recorded:
     def workflows_ended(self) -> int:
         """Workflow runs the batch's steps ended (completed or failed): their webhooks may be owed."""
         return self.workflows.ended
+
+    #: The circuits the batch's results wrote, as written, and those whose state changed.
+    circuits: list[Circuit] = field(default_factory=list)
+    circuit_changes: list[CircuitChange] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

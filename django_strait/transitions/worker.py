@@ -148,6 +148,7 @@ def record(batch: RecordBatch, *, storage: Storage | None = None) -> Recorded:
     if done.moved:
         names = {r.run_id: r.job for r in batch.records}
         signals.send_recorded(batch.records, done, names, using=storage.alias)
+    signals.announce_circuit_changes(done.circuit_changes)
     spends = batch.spends
     if spends:
         crossed = storage.crossed_soft_limits(spends, now=timezone.now())

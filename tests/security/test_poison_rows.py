@@ -122,9 +122,9 @@ def work_through(rounds: int = 5) -> None:
     rng = random.Random(0)
     for _ in range(rounds):
         try:
-            started = worker._claim_and_start(50)
+            started = worker.claimer.claim_and_start(50)
         except Exception:
-            started = worker._claim_and_start(50, isolate=True)
+            started = worker.claimer.claim_and_start(50, isolate=True)
         if not started:
             return
         now = timezone.now()
@@ -133,7 +133,7 @@ def work_through(rounds: int = 5) -> None:
                       now=now, catalog=worker.catalog, rng=rng)
             for run in started
         ]  # fmt: skip
-        worker._record_and_account(records)
+        worker.recorder.write(records)
 
 
 def _ended(run) -> Outcome:

@@ -40,7 +40,7 @@ from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import InvalidTransition, RunStatus, Transition
 from django_strait.storage import Claimed, Hold, Record, RecordBatch, Recorded, Rescued, common
 from django_strait.storage.floors import ClaimFloors
-from django_strait.storage.values import Advanced, HistoryDay, PresetsOf, Rescue, StaleRuns, Waiting
+from django_strait.storage.values import Advanced, HistoryDay, Rescue, StaleRuns, Waiting
 
 EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
@@ -158,6 +158,9 @@ class MemoryStorage:
 
     def claim_transaction(self) -> Any:
         return self.atomic()
+
+    def keep_plans(self, now: float) -> None:
+        """Nothing: no statement is prepared in memory."""
 
     # -- the worker's runs ----------------------------------------------------------
 
@@ -320,11 +323,6 @@ class MemoryStorage:
         self.attempts.append((rec.run_id, rec.attempt, rec.outcome))
         self._workers[(rec.run_id, rec.attempt)] = worker_id
         done.moved[rec.run_id] = row.status
-
-    def presets_of(
-        self, run_ids: Sequence[int], job_ids: Sequence[int], *, now: dt.datetime
-    ) -> PresetsOf:
-        raise _no("process presets")
 
     def let_go(self, worker_id: str, run_ids: Sequence[int]) -> list[int]:
         return [

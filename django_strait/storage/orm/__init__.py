@@ -32,7 +32,6 @@ from django_strait.storage.values import (
     Claimed,
     HistoryDay,
     Hold,
-    PresetsOf,
     RecordBatch,
     Recorded,
     Rescue,
@@ -66,6 +65,9 @@ class OrmStorage:
     def claim_transaction(self) -> Any:
         """The transaction a claim, its gate and its start share."""
         return self.atomic()
+
+    def keep_plans(self, now: float) -> None:
+        """Nothing: the ORM's statements are not prepared."""
 
     # -- the worker's runs ------------------------------------------------------------
 
@@ -128,12 +130,6 @@ class OrmStorage:
     def heartbeat(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
         """Mark the runs this worker holds as alive."""
         return common.heartbeat(self.alias, worker_id, run_ids, now)
-
-    def presets_of(
-        self, run_ids: Sequence[int], job_ids: Sequence[int], *, now: dt.datetime
-    ) -> PresetsOf:
-        """Return process runs' stored presets and their jobs' live recommendations."""
-        return common.presets_of(self.alias, run_ids, job_ids, now)
 
     def let_go(self, worker_id: str, run_ids: Sequence[int]) -> list[int]:
         """Return the runs among ``run_ids`` not executing under this worker, or asked to cancel."""

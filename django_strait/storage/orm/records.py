@@ -12,13 +12,14 @@ from django.utils import timezone
 
 from django_strait.models import JobRun, RunAttempt
 from django_strait.states import RunStatus
-from django_strait.storage.parts import RecordPart
+from django_strait.storage.parts import RecordPart, note
 from django_strait.storage.values import ZERO, Record, RecordBatch, Recorded
 
 
 def record(alias: str, batch: RecordBatch, parts: Sequence[RecordPart]) -> Recorded:
     """Apply each record's transition and append its attempt row, then each part; atomically."""
     moved: dict[int, str] = {}
+    results = []
     with transaction.atomic(using=alias):
         runs = JobRun.objects.using(alias)
         for rec in batch.records:
@@ -27,10 +28,10 @@ def record(alias: str, batch: RecordBatch, parts: Sequence[RecordPart]) -> Recor
         RunAttempt.objects.using(alias).bulk_create(
             [_attempt(rec, batch.worker_id) for rec in batch.records if rec.run_id in moved]
         )
-        followed = [part.apply(batch, moved, alias) for part in parts]
+        results = [part.apply(batch, moved, alias) for part in parts if part.wanted(batch)]
     done = recorded(alias, batch, moved)
-    for changed in filter(None, followed):  # what the workflow part changed
-        done.workflows.add(changed)
+    for result in results:
+        note(done, result)
     return done
 
 

@@ -32,14 +32,14 @@ from django_strait.resilience import budgets, limits
 from django_strait.resilience.health import Health, Sample, concurrency_share
 from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.rows import check_finite, explain
-from django_strait.sql import prepares, server_bound_cursor
+from django_strait.sql import keep_plans, prepares, server_bound_cursor
 from django_strait.storage import common, webhooks
 from django_strait.storage import workflows as workflow_moves
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.moves import is_moved_row, retry_moved
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
-from django_strait.storage.parts import RECORD_PARTS, RecordPart, following_parts
+from django_strait.storage.parts import RECORD_PARTS, RecordPart, following_parts, note
 from django_strait.storage.postgres import enqueue, history, layout, queries, workflows
 from django_strait.storage.postgres.layout import runs_partitioned
 from django_strait.storage.values import (
@@ -47,7 +47,6 @@ from django_strait.storage.values import (
     Claimed,
     HistoryDay,
     Hold,
-    PresetsOf,
     RecordBatch,
     Recorded,
     Rescue,
@@ -55,6 +54,20 @@ from django_strait.storage.values import (
     StaleRuns,
     Waiting,
 )
+
+
+def _moved(rows: list[tuple], parts: Sequence[RecordPart], results: list[object]) -> dict[int, Any]:
+    """The runs a record statement moved (id -> status); the rows its parts returned (no
+    run id: record.<part>.returned) are read by their parts into ``results``."""
+    if all(row[0] is not None for row in rows):
+        return dict(rows)  # the hot path: no part returned rows
+    returned = [row[1] for row in rows if row[0] is None]
+    for part in parts:
+        read_rows = getattr(part, "returned", None)
+        if read_rows is not None:
+            results.append(read_rows(returned))
+    return {row[0]: row[1] for row in rows if row[0] is not None}
+
 
 #: The claim without floors: every priority, from the front of the index.
 _WHOLE_INDEX = Segment(*bounds.PRIORITY, *BOTTOM)
@@ -88,6 +101,12 @@ class PostgresStorage:
     def claim_transaction(self) -> Any:
         """The transaction a claim, its gate and its start share."""
         return self.atomic()
+
+    def keep_plans(self, now: float) -> None:
+        """Let this connection prepare the statements ``PREPARE_STATEMENTS`` names, their
+        plans dropped every ``PLAN_LIFETIME`` seconds (``sql.keep_plans``)."""
+        if strait_settings.PREPARE_STATEMENTS:
+            keep_plans(connections[self.alias], now, strait_settings.PLAN_LIFETIME)
 
     def _execute(self, sql: str, params: dict[str, Any], *, name: str = "") -> list[tuple]:
         """Run one statement; prepared once per connection where ``name`` is one of
@@ -200,11 +219,6 @@ class PostgresStorage:
     def heartbeat(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
         return common.heartbeat(self.alias, worker_id, run_ids, now)
 
-    def presets_of(
-        self, run_ids: Sequence[int], job_ids: Sequence[int], *, now: dt.datetime
-    ) -> PresetsOf:
-        return common.presets_of(self.alias, run_ids, job_ids, now)
-
     def let_go(self, worker_id: str, run_ids: Sequence[int]) -> list[int]:
         return common.let_go(self.alias, worker_id, run_ids)
 
@@ -219,26 +233,28 @@ class PostgresStorage:
             params.update(part.params(batch))
         sql = queries.record(tuple(part.name for part in parts), self._partitioned())
         following = [part for part in self.following if part.wanted(batch)]
-        followed: list[Any] = []
+        results: list[object] = []
         if not following:
             try:
-                moved = dict(self._execute(sql, params, name="record"))  # the hot path
+                rows = self._execute(sql, params, name="record")  # the hot path
             except OperationalError as exc:
                 if not is_moved_row(exc):
                     raise
                 # A run of the batch was canceled or rescued meanwhile, and moved.
-                moved = dict(retry_moved(self.alias, lambda: self._execute(sql, params)))
+                rows = retry_moved(self.alias, lambda: self._execute(sql, params))
+            moved = _moved(rows, parts, results)
         else:
 
             def record_and_follow() -> dict[int, Any]:
-                moved = dict(self._execute(sql, params, name="record"))
-                followed[:] = [part.apply(batch, moved, self.alias) for part in following]
+                results.clear()  # a retried try: only the last try's results count
+                moved = _moved(self._execute(sql, params, name="record"), parts, results)
+                results.extend(part.apply(batch, moved, self.alias) for part in following)
                 return moved
 
             moved = retry_moved(self.alias, record_and_follow)
         done = recorded(self.alias, batch, moved)
-        for changed in filter(None, followed):  # what the workflow part changed
-            done.workflows.add(changed)
+        for result in results:
+            note(done, result)
         return done
 
     def enforce_limits(
