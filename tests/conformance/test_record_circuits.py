@@ -17,7 +17,7 @@ from tests.conformance.conftest import needs_postgres, start
 from tests.integration.factories import make_job
 from tests.security.poison import write
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_database]
 
 URL = "http://127.0.0.1:9/x"
 F, S = Result.FAILURE, Result.SUCCESS
