@@ -139,6 +139,17 @@ def _scopes(tree: ast.Module, functions: set[str]):
         if not isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         tainted = {"queryset", "obj"} if id(f) in admins else set()
+        # A parameter typed as run-side rows (``runs: QuerySet[JobRun]``, ``run: "JobRun"``).
+        every = [*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs]
+        tainted |= {
+            a.arg
+            for a in every
+            if a.annotation is not None
+            and (
+                mentions_run_side(a.annotation, set())
+                or any(m in ast.unparse(a.annotation) for m in RUN_SIDE)
+            )
+        }
         changed = True
         while changed:
             changed = False
@@ -228,6 +239,10 @@ def touch(pk):
         run.save()
 
 
+def hand_written(runs: "QuerySet[JobRun]"):
+    runs.bulk_update([], ["priority"])
+
+
 @admin.register(WebhookDelivery)
 class DeliveryAdmin(admin.ModelAdmin):
     def retry(self, request, queryset):
@@ -238,7 +253,7 @@ class DeliveryAdmin(admin.ModelAdmin):
 def test_one_door__the_check_finds_planted_writes():
     tree = ast.parse(PLANTED)
     found = [receiver for _, receiver in writes_in(tree, run_side_functions([tree]))]
-    assert found == ["gone", "JobRun.objects.filter(pk=pk)", "run", "queryset"]
+    assert found == ["gone", "JobRun.objects.filter(pk=pk)", "run", "runs", "queryset"]
 
 
 @pytest.mark.parametrize(
