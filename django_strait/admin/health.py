@@ -106,3 +106,8 @@ class EndpointHealthAdmin(
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Rows change through storage's verbs only (the reset actions: ``reset_circuits``,
+        # ``forget_health``), never by the admin's generic delete.
+        return False

@@ -257,8 +257,6 @@ class Pruner:
         if not ids:
             return 0
         # The whole filter again: a run replayed since the SELECT is no longer prunable.
-        # Only ids are loaded to find what goes with them: a run whose other columns
-        # cannot be read ('-infinity', deep JSON) is deleted like any other.
-        gone = prunable(selection, now, using=self.using).filter(pk__in=ids).only("pk")
-        _, by_model = gone.delete()
-        return by_model.get(JobRun._meta.label, 0)
+        # Storage deletes them, loading only ids (``Storage.prune_runs``).
+        gone = prunable(selection, now, using=self.using).filter(pk__in=ids)
+        return backend(self.using).prune_runs(gone)

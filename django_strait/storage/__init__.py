@@ -14,6 +14,7 @@ database it is on. tests/conformance runs one suite on any of them
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -21,7 +22,8 @@ from django.db import connections
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
-from django_strait.conf import STORAGE_ALLOWED, SettingError, strait_settings
+from django_strait.conf import SettingError, strait_settings
+from django_strait.conf_values import STORAGE_ALLOWED
 from django_strait.database import alias as strait_alias
 from django_strait.storage.base import Storage
 from django_strait.storage.orm import OrmStorage
@@ -53,6 +55,7 @@ __all__ = [
     "backend",
     "backend_class",
     "protocol_gaps",
+    "protocol_members",
 ]
 
 #: The backends ``STRAIT["STORAGE"]`` names without a dotted path ("postgresql" is
@@ -103,8 +106,17 @@ def backend_class(alias: str) -> type[Storage]:
 _SET_BY_INSTANCE = frozenset({"alias"})
 
 
+def protocol_members() -> set[str]:
+    """Every verb and flag of the Storage Protocol, gathered from each of its concerns
+    (``storage.base``: ``RunVerbs``, ``ProtectionVerbs``, ...), the instance's own left out."""
+    wanted: set[str] = set()
+    for concern in Storage.__mro__:
+        if concern.__module__ == Storage.__module__:
+            wanted |= {name for name in vars(concern) if not name.startswith("_")}
+            wanted |= set(inspect.get_annotations(concern)) - _SET_BY_INSTANCE
+    return wanted
+
+
 def protocol_gaps(cls: type) -> list[str]:
     """Every member of the Storage Protocol (verb or flag) that ``cls`` does not have."""
-    wanted = {name for name in vars(Storage) if not name.startswith("_")}
-    wanted |= set(Storage.__annotations__) - _SET_BY_INSTANCE
-    return sorted(name for name in wanted if not hasattr(cls, name))
+    return sorted(name for name in protocol_members() if not hasattr(cls, name))

@@ -53,8 +53,8 @@ from django_strait.storage.values import (
 from django_strait.storage.webhooks import Due, Settled
 
 
-class Storage(Protocol):
-    """Where runs live, and every way they move."""
+class DatabaseVerbs(Protocol):
+    """The database a backend serves, what it can do, and its transactions."""
 
     alias: str
     #: Whether workers can LISTEN for new runs on this database (else they poll).
@@ -77,7 +77,10 @@ class Storage(Protocol):
         prepares any (called by a worker's claim and record threads before each call;
         ``now`` is ``time.monotonic()``)."""
 
-    # The worker's runs.
+
+class RunVerbs(Protocol):
+    """The worker's runs, and external workers' (OJS, docs/ojs.md)."""
+
     def claim(
         self,
         worker_id: str,
@@ -151,7 +154,10 @@ class Storage(Protocol):
     def let_go(self, worker_id: str, run_ids: Sequence[int]) -> list[int]:
         """Return the runs among ``run_ids`` not executing under this worker, or asked to cancel."""
 
-    # Protection steps.
+
+class ProtectionVerbs(Protocol):
+    """Protection steps: limits and budgets inside a claim, circuits and endpoint health."""
+
     def enforce_limits(
         self, pending: Sequence[limits.Pending], *, now: dt.datetime
     ) -> list[limits.Held]:
@@ -195,9 +201,12 @@ class Storage(Protocol):
     def win_health_probe(self, url: str, *, now: dt.datetime, cooldown: dt.timedelta) -> bool:
         """Take the one probe of an unhealthy endpoint this cooldown; True if this call won it."""
 
-    # Workflows (docs/workflows.md). Each applies what ``dag`` decided, in one transaction
-    # with the webhook deliveries it owes, and returns what changed: no signal is sent here
-    # (``transitions.workflows.announce`` sends them).
+
+class WorkflowVerbs(Protocol):
+    """Workflows (docs/workflows.md). Each applies what ``dag`` decided, in one transaction
+    with the webhook deliveries it owes, and returns what changed: no signal is sent here
+    (``transitions.workflows.announce`` sends them)."""
+
     def begin_workflow_run(
         self, workflow: Workflow, payload: Any, key: str | None, *, now: dt.datetime
     ) -> tuple[WorkflowRun, Advanced]:
@@ -221,8 +230,11 @@ class Storage(Protocol):
         """Fail the running workflow runs in which steps wait, none is started, and nothing
         progressed for ``stale_after`` seconds."""
 
-    # The webhook outbox (docs/webhooks.md): deliveries are written with the transitions
-    # that owe them; these claim, hold, settle and redeliver them.
+
+class OutboxVerbs(Protocol):
+    """The webhook outbox (docs/webhooks.md): deliveries are written with the transitions
+    that owe them; these claim, hold, settle and redeliver them."""
+
     def claim_deliveries(self, *, limit: int, now: dt.datetime, lease: dt.timedelta) -> list[Due]:
         """Lease up to ``limit`` due deliveries for ``lease``, oldest due first, skipping rows
         held elsewhere; a row that cannot be read comes back with its ``row_error``."""
@@ -242,10 +254,15 @@ class Storage(Protocol):
     def forget_health(self, urls: Sequence[str]) -> int:
         """Forget the health scores of ``urls``; return how many were forgotten."""
 
-    # Decided transitions (docs/architecture.md, "Where the decision lives"): each verb
-    # applies a change already decided above storage, and writes only its own columns.
-    # People's: each raises ``InvalidTransition`` when the run's status forbids the move,
-    # ``JobRun.DoesNotExist`` when there is no such run.
+
+class DecidedVerbs(Protocol):
+    """Decided transitions (docs/architecture.md, "Where the decision lives"): each verb
+    applies a change already decided above storage, and writes only its own columns.
+
+    People's: each raises ``InvalidTransition`` when the run's status forbids the move,
+    ``JobRun.DoesNotExist`` when there is no such run.
+    """
+
     def replay(self, run_id: int, *, by: str, now: dt.datetime, payload: Any = ...) -> JobRun:
         """Queue a replayable run again (REPLAY): due now, its attempt budget reset, ``by``
         and ``now`` noted; ``payload`` (when given) replaces its payload. Return it fresh."""
@@ -290,7 +307,10 @@ class Storage(Protocol):
     def set_external_retry_delay(self, run_id: int, delay_ms: int) -> bool:
         """Note in a run's OJS envelope the delay its nack's retry was given."""
 
-    # Making runs.
+
+class InsertVerbs(Protocol):
+    """Making runs."""
+
     def insert_one(self, run: JobRun) -> JobRun:
         """Insert a run, or return the run that holds its idempotency key."""
 
@@ -307,7 +327,11 @@ class Storage(Protocol):
     ) -> tuple[list[JobRun], set[int]]:
         """Insert one run like ``template`` per payload; with keys, also which this call made."""
 
-    # Duties and views.
+
+class DutyVerbs(Protocol):
+    """The duties' steps and the views' estimates; history by days where the database
+    keeps it so (the pruner's)."""
+
     def lead(self, duty: str) -> AbstractContextManager[bool]:
         """Open a transaction and say whether this caller leads ``duty`` in it."""
 
@@ -338,3 +362,25 @@ class Storage(Protocol):
     def finish_history_day(self, day: HistoryDay) -> int:
         """Drop a detached ``day``; return how many runs went (those still owing a webhook
         are kept back, outside their day)."""
+
+    def prune_runs(self, rows: QuerySet) -> int:
+        """Delete the finished runs ``rows`` selects (the pruner's decision: past retention,
+        owing no webhook), their attempts and holds with them; return how many runs went."""
+
+
+class Storage(
+    DatabaseVerbs,
+    RunVerbs,
+    ProtectionVerbs,
+    WorkflowVerbs,
+    OutboxVerbs,
+    DecidedVerbs,
+    InsertVerbs,
+    DutyVerbs,
+    Protocol,
+):
+    """Where runs live, and every way they move: every concern's verbs, in one contract.
+
+    A backend implements them all (``storage.protocol_gaps`` lists what one lacks);
+    the concerns are split only so that each can be read, and documented, alone.
+    """

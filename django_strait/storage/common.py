@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from django_strait.models import EndpointHealth, JobRun, Workflow, WorkflowRun
 from django_strait.resilience import budgets
@@ -347,3 +348,14 @@ def set_external_retry_delay(alias: str, run_id: int, delay_ms: int) -> bool:
 def insert_one(alias: str, run: JobRun) -> JobRun:
     """Insert a run (or, for a used idempotency key, return the run that holds it)."""
     return enqueue.insert_one(alias, run)
+
+
+def prune_runs(alias: str, rows: QuerySet) -> int:
+    """Delete the runs ``rows`` selects (the pruner's decision), their attempts and holds
+    with them (the database's cascade and Django's collector); return how many runs went.
+
+    Only ids are loaded: a run whose other columns cannot be read ('-infinity', deep
+    JSON) is deleted like any other.
+    """
+    _, by_model = rows.using(alias).only("pk").delete()
+    return by_model.get(JobRun._meta.label, 0)

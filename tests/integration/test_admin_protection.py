@@ -175,6 +175,28 @@ def test_health_admin__is_read_only(admin_client):
     assert EndpointHealth.objects.get().endpoint_url == "http://127.0.0.1:9/a"
 
 
+@pytest.mark.parametrize(
+    ("page", "model", "make"),
+    [
+        (HEALTH, EndpointHealth, lambda: endpoint("http://127.0.0.1:9/a", "unhealthy")),
+        (CIRCUITS, EndpointCircuit, lambda: circuit("http://127.0.0.1:9/a")),
+    ],
+)
+def test_health_and_circuits__offer_no_delete_and_a_forged_one_changes_nothing(
+    admin_client, page, model, make
+):
+    """Their rows change through storage's verbs (the reset actions), never a generic delete."""
+    row = make()
+    assert "delete_selected" not in admin_client.get(page).content.decode()
+    name = model._meta.model_name
+    delete = reverse(f"admin:django_strait_{name}_delete", args=[row.pk])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 403
+    admin_client.post(
+        page, {"action": "delete_selected", ACTION_CHECKBOX_NAME: [row.pk], "post": "yes"}
+    )
+    assert model.objects.filter(pk=row.pk).exists()
+
+
 def test_health_reset_action__closes_the_circuits_of_the_selected_endpoints(admin_client):
     down = endpoint("http://127.0.0.1:9/down", "unhealthy")
     other = endpoint("http://127.0.0.1:9/other", "unhealthy")

@@ -577,6 +577,9 @@ class MemoryStorage:
     def finish_history_day(self, day: HistoryDay) -> int:
         raise _no("history days")
 
+    def prune_runs(self, rows: Any) -> int:
+        raise _no("retention (the pruner selects runs by a query of the database)")
+
 
 #: The statuses a run made for a test has had an attempt in.
 ATTEMPTED = frozenset(

@@ -7,52 +7,49 @@ cursors. On a worker's connections that reach PostgreSQL directly, the statement
 named in ``STRAIT["PREPARE_STATEMENTS"]`` (all three by default) are prepared, their
 plans dropped every ``STRAIT["PLAN_LIFETIME"]`` (docs/settings.md, "Prepared statements").
 The verbs it does no better than the portable ORM are the ORM's statements,
-called by name through ``storage.common``: this class is the ORM backend's
-sibling, not its subclass, and lists every verb it has.
+called by name through ``storage.common`` by the mixins both backends list
+(``storage.shared``): this class is the ORM backend's sibling, not its subclass.
+Its own statements are split by concern: how they are sent (``statements``), the
+claim's protection steps (``protection``), the duties' and views' (``duties``);
+the claim, start, hold and record are this module's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import time
-import uuid
-import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from django.db import OperationalError, connections, transaction
-from django.db.models import QuerySet
+from django.db import OperationalError, connections
 
 from django_strait import bounds
-from django_strait.conf import strait_settings
-from django_strait.models import BudgetLedger, JobRun, Project, Workflow, WorkflowRun
-from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import Health, Sample, concurrency_share
-from django_strait.resilience.policy import Change, Circuit, Result
-from django_strait.rows import check_finite, explain
-from django_strait.sql import keep_plans, prepares, server_bound_cursor
-from django_strait.storage import common, webhooks
-from django_strait.storage import workflows as workflow_moves
+from django_strait.models import JobRun
+from django_strait.storage import common
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.moves import is_moved_row, retry_moved
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
-from django_strait.storage.parts import RECORD_PARTS, RecordPart, following_parts, note
-from django_strait.storage.postgres import enqueue, history, layout, queries, workflows
-from django_strait.storage.postgres.layout import runs_partitioned
+from django_strait.storage.parts import RecordPart, following_parts, note
+from django_strait.storage.postgres import enqueue, queries, workflows
+from django_strait.storage.postgres.duties import LOCK_NAMESPACE as LOCK_NAMESPACE
+from django_strait.storage.postgres.duties import DutyStatements
+from django_strait.storage.postgres.duties import lock_key as lock_key
+from django_strait.storage.postgres.protection import ProtectionStatements
+from django_strait.storage.shared import (
+    Backend,
+    SharedDecidedVerbs,
+    SharedOutboxVerbs,
+    SharedProtectionVerbs,
+    SharedRunVerbs,
+    SharedWorkflowVerbs,
+)
 from django_strait.storage.values import (
-    Advanced,
     Claimed,
-    HistoryDay,
     Hold,
     RecordBatch,
     Recorded,
-    Rescue,
-    Rescued,
-    StaleRuns,
-    Waiting,
 )
 
 
@@ -72,11 +69,17 @@ def _moved(rows: list[tuple], parts: Sequence[RecordPart], results: list[object]
 #: The claim without floors: every priority, from the front of the index.
 _WHOLE_INDEX = Segment(*bounds.PRIORITY, *BOTTOM)
 
-#: Namespace for our advisory lock keys (the first argument of the two-int form).
-LOCK_NAMESPACE = 0x5374  # "St"
 
-
-class PostgresStorage:
+class PostgresStorage(
+    Backend,
+    ProtectionStatements,
+    DutyStatements,
+    SharedRunVerbs,
+    SharedProtectionVerbs,
+    SharedWorkflowVerbs,
+    SharedOutboxVerbs,
+    SharedDecidedVerbs,
+):
     """Django-strait's tables on PostgreSQL, the hot steps in hand-written SQL."""
 
     can_listen = True
@@ -86,42 +89,6 @@ class PostgresStorage:
     pages_by_primary_key = True
     row_estimates = True
     keeps_dead_rows = True
-
-    def __init__(self, alias: str, parts: Sequence[RecordPart] = RECORD_PARTS) -> None:
-        self.alias = alias
-        self.parts = tuple(parts)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.alias!r}>"
-
-    def atomic(self) -> Any:
-        """A transaction (or a savepoint inside one) on this database."""
-        return common.atomic(self.alias)
-
-    def claim_transaction(self) -> Any:
-        """The transaction a claim, its gate and its start share."""
-        return self.atomic()
-
-    def keep_plans(self, now: float) -> None:
-        """Let this connection prepare the statements ``PREPARE_STATEMENTS`` names, their
-        plans dropped every ``PLAN_LIFETIME`` seconds (``sql.keep_plans``)."""
-        if strait_settings.PREPARE_STATEMENTS:
-            keep_plans(connections[self.alias], now, strait_settings.PLAN_LIFETIME)
-
-    def _execute(self, sql: str, params: dict[str, Any], *, name: str = "") -> list[tuple]:
-        """Run one statement; prepared once per connection where ``name`` is one of
-        ``PREPARE_STATEMENTS`` and the connection is a worker's that reaches PostgreSQL
-        directly (``sql.keep_plans``)."""
-        connection = connections[self.alias]
-        prepare = name in strait_settings.PREPARE_STATEMENTS and prepares(connection)
-        with server_bound_cursor(connection) as cursor:
-            # None, not False: psycopg's own prepare_threshold, if a project set one, still applies.
-            cursor.execute(sql, params, prepare=prepare or None)
-            return cursor.fetchall() if cursor.description else []
-
-    def _partitioned(self) -> bool:
-        """Whether this database's runs table is partitioned by status class (``layout``)."""
-        return runs_partitioned(self.alias)
 
     def claim(
         self,
@@ -173,11 +140,6 @@ class PostgresStorage:
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
         return common.claim_external(self.alias, worker_id, queues, limit, now)
 
-    def set_deadlines(
-        self, worker_id: str, deadlines: Mapping[int, dt.datetime], *, now: dt.datetime
-    ) -> list[int]:
-        return common.set_deadlines(self.alias, worker_id, deadlines, now)
-
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """One statement (queries.sql, "start") for the runs the claim did not begin."""
         return common.start(self._workflow_db(), runs, lambda ids: self._start(worker_id, ids))
@@ -206,21 +168,6 @@ class PostgresStorage:
                 "worker": worker_id,
             },
         )
-
-    def hold_began(self, attempts: Mapping[int, int], reason: str) -> dict[int, dt.datetime]:
-        return common.hold_began(self.alias, attempts, reason)
-
-    def waiting(self, *, queues: Sequence[str], now: dt.datetime) -> list[Waiting]:
-        return common.waiting(self.alias, queues, now)
-
-    def unclaim(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
-        return common.unclaim(self.alias, worker_id, run_ids, now)
-
-    def heartbeat(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
-        return common.heartbeat(self.alias, worker_id, run_ids, now)
-
-    def let_go(self, worker_id: str, run_ids: Sequence[int]) -> list[int]:
-        return common.let_go(self.alias, worker_id, run_ids)
 
     def record(self, batch: RecordBatch) -> Recorded:
         if not batch.records:
@@ -257,200 +204,6 @@ class PostgresStorage:
             note(done, result)
         return done
 
-    def enforce_limits(
-        self, pending: Sequence[limits.Pending], *, now: dt.datetime
-    ) -> list[limits.Held]:
-        if not pending:
-            return []
-        by_job: dict[int, list[int]] = {}
-        scores: dict[int, float | None] = {}
-        for run in pending:
-            by_job.setdefault(run.job_id, []).append(run.run_id)
-            scores[run.job_id] = run.health_score
-        jobs = sorted(by_job)
-        rows = self._execute(
-            queries.get("limits"),
-            {
-                "job_id": jobs,
-                "n": [len(by_job[j]) for j in jobs],
-                "share": [concurrency_share(scores[j]) for j in jobs],
-                "kept": limits.RATE_LOG_KEPT,
-            },
-        )
-        decisions = [limits.Decision(*row, health_score=scores[row[0]]) for row in rows]
-        return limits.holds(decisions, by_job, now)
-
-    def reserve_budgets(
-        self, pending: Sequence[budgets.Pending], *, now: dt.datetime
-    ) -> budgets.Allocation:
-        if not pending:
-            return budgets.Allocation()
-        projects = sorted({p.project_id for p in pending})
-        day = budgets.today(now)
-        try:
-            rows = self._execute(queries.get("budget.lock"), {"day": day, "projects": projects})
-        except Exception as exc:  # a ledger day that cannot be read: say which (its runs wait)
-            ledgers = BudgetLedger.objects.using(self.alias)
-            explain(ledgers.filter(project_id__in=projects, day=day).select_related("project"), exc)
-            raise
-        ledgers = {row[1]: _ledger_day(row) for row in rows}
-        out = budgets.allocate(pending, ledgers, now=now)
-        if out.added:
-            warned = {ledger.project_id for ledger in out.crossed}
-            pids = sorted(out.added)
-            self._execute(
-                queries.by_id("budget.reserve", self._partitioned()),
-                {
-                    "ledger": [ledgers[p].id for p in pids],
-                    "amount": [out.added[p] for p in pids],
-                    "warn": [p in warned for p in pids],
-                    "runs": list(out.reserved),
-                    "cost": list(out.reserved.values()),
-                },
-            )
-        return out
-
-    def settle_budgets(self, spends: list[budgets.Spend]) -> None:
-        common.settle_budgets(self.alias, spends)
-
-    def crossed_soft_limits(
-        self, spends: list[budgets.Spend], *, now: dt.datetime
-    ) -> list[budgets.LedgerDay]:
-        return common.crossed_soft_limits(self.alias, spends, now)
-
-    def release_budget_waiting(self, project_id: int, *, now: dt.datetime) -> int:
-        return common.release_budget_waiting(self.alias, project_id, now)
-
-    def load_active_circuits(self) -> dict[str, Circuit]:
-        return common.load_active_circuits(self.alias)
-
-    def win_circuit_probe(
-        self, url: str, *, now: dt.datetime, cooldown: dt.timedelta, lost_before: dt.datetime
-    ) -> bool:
-        return common.win_circuit_probe(self.alias, url, now, cooldown, lost_before)
-
-    def apply_circuit_results(
-        self, results: Mapping[str, Sequence[Result]], *, now: dt.datetime, threshold: int
-    ) -> tuple[list[Circuit], list[Change]]:
-        return common.apply_circuit_results(self.alias, results, now, threshold)
-
-    def reset_circuits(self, url: str | None, *, now: dt.datetime) -> tuple[int, list[Change]]:
-        return common.reset_circuits(self.alias, url, now)
-
-    def load_unwell_endpoints(self) -> dict[str, Health]:
-        return common.load_unwell_endpoints(self.alias)
-
-    def win_health_probe(self, url: str, *, now: dt.datetime, cooldown: dt.timedelta) -> bool:
-        return common.win_health_probe(self.alias, url, now, cooldown)
-
-    # -- what people ask for: the ORM's statements ------------------------------------
-
-    # -- workflows (docs/workflows.md): each applies what ``dag`` decided ---------------
-
-    def _workflow_db(self) -> workflow_moves.Db:
-        return workflow_moves.Db(self.alias, self.workflow_statements)
-
-    def begin_workflow_run(
-        self, workflow: Workflow, payload: Any, key: str | None, *, now: dt.datetime
-    ) -> tuple[WorkflowRun, Advanced]:
-        """Insert a run of ``workflow`` with its step runs, its root steps started; atomically."""
-        return common.begin_workflow_run(self._workflow_db(), workflow, payload, key, now)
-
-    def advance_workflows(self, run_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
-        """Move on the workflow runs of the steps whose runs are ``run_ids``."""
-        return common.advance_workflows(self._workflow_db(), run_ids, now)
-
-    def settle_workflow_runs(self, wr_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
-        """Settle whole workflow runs anew, every step read (after a redefinition)."""
-        return common.settle_workflow_runs(self._workflow_db(), wr_ids, now)
-
-    def cancel_workflow_run(self, wr_id: int, *, now: dt.datetime) -> tuple[Advanced, list[int]]:
-        """Cancel a moving workflow run and its waiting steps; return the change and its live runs."""
-        return common.cancel_workflow_run(self._workflow_db(), wr_id, now)
-
-    def fail_stalled_workflow_runs(self, *, now: dt.datetime, stale_after: float) -> Advanced:
-        """Fail the running workflow runs in which nothing progressed for ``stale_after`` s."""
-        return common.fail_stalled_workflow_runs(self._workflow_db(), now, stale_after)
-
-    # -- the webhook outbox (docs/webhooks.md) -----------------------------------------
-
-    def claim_deliveries(
-        self, *, limit: int, now: dt.datetime, lease: dt.timedelta
-    ) -> list[webhooks.Due]:
-        """Lease up to ``limit`` due deliveries, oldest due first; skip rows held elsewhere."""
-        return common.claim_deliveries(self.alias, limit, now, lease)
-
-    def settle_deliveries(self, settled: Sequence[webhooks.Settled]) -> None:
-        """Write what became of claimed deliveries (only those still pending move)."""
-        common.settle_deliveries(self.alias, settled)
-
-    def hold_deliveries(self, pks: Sequence[int], *, until: dt.datetime) -> None:
-        """Put claimed deliveries back until ``until``, spending no attempt."""
-        common.hold_deliveries(self.alias, pks, until)
-
-    def redeliver(self, pks: Sequence[int], *, now: dt.datetime) -> int:
-        """Make deliveries due now with a fresh attempt budget; return how many."""
-        return common.redeliver(self.alias, pks, now)
-
-    def fold_health(self, samples: Sequence[Sample]) -> None:
-        """Fold answers sampled outside a record (webhook deliveries) into endpoint health."""
-        common.fold_health(self.alias, samples)
-
-    def forget_health(self, urls: Sequence[str]) -> int:
-        """Forget the health scores of ``urls``; return how many were forgotten."""
-        return common.forget_health(self.alias, urls)
-
-    # -- decided transitions: people's, the reaper's, external workers' ---------------
-
-    def replay(self, run_id: int, *, by: str, now: dt.datetime, payload: Any = ...) -> JobRun:
-        """Queue a replayable run again, its budget reset; raise InvalidTransition else."""
-        return common.replay(self.alias, run_id, by, now, payload)
-
-    def replay_many(self, run_ids: Sequence[int], *, by: str, now: dt.datetime) -> int:
-        """Replay the replayable runs among ``run_ids`` in one statement; return how many moved."""
-        return common.replay_many(self.alias, run_ids, by, now)
-
-    def cancel(self, run_id: int, *, now: dt.datetime) -> JobRun:
-        """Cancel a run that may be canceled now; raise InvalidTransition else."""
-        return common.cancel(self.alias, run_id, now)
-
-    def drop(self, run_id: int, *, now: dt.datetime) -> JobRun:
-        """Discard a run no worker holds; raise InvalidTransition else."""
-        return common.drop(self.alias, run_id, now)
-
-    def request_cancel(self, run_id: int, *, now: dt.datetime) -> bool:
-        """Flag an executing run to be canceled when its attempt returns."""
-        return common.request_cancel(self.alias, run_id, now)
-
-    def stale_runs(
-        self, now: dt.datetime, *, stale_after: float, waiting_stale_after: float, limit: int
-    ) -> StaleRuns:
-        """Find and lock up to ``limit`` stale runs; call in the transaction that rescues them."""
-        return common.stale_runs(self.alias, now, stale_after, waiting_stale_after, limit)
-
-    def rescue(
-        self,
-        rescues: Sequence[Rescue],
-        *,
-        unreadable: Mapping[int, str],
-        now: dt.datetime,
-        stale_after: float,
-        isolate: bool = False,
-    ) -> list[Rescued]:
-        """Apply decided rescues and dead-letter unreadable stale runs; return the rescued."""
-        return common.rescue_runs(self.alias, rescues, unreadable, now, stale_after, isolate)
-
-    def set_external_ids(self, ids: Mapping[int, uuid.UUID]) -> list[int]:
-        """Give runs without an OJS id theirs; return those that took it."""
-        return common.set_external_ids(self.alias, ids)
-
-    def set_external_retry_delay(self, run_id: int, delay_ms: int) -> bool:
-        """Note the delay of a nacked run's retry in its OJS envelope."""
-        return common.set_external_retry_delay(self.alias, run_id, delay_ms)
-
-    def insert_one(self, run: JobRun) -> JobRun:
-        return common.insert_one(self.alias, run)
-
     def insert_by_name(self, name: str, payload: Any, text: str, **fields: Any) -> JobRun | None:
         return enqueue.insert_by_name(self.alias, name, payload, text, **fields)
 
@@ -463,104 +216,6 @@ class PostgresStorage:
         batch_size: int,
     ) -> tuple[list[JobRun], set[int]]:
         return enqueue.insert_many(self.alias, template, payloads, texts, keys, batch_size)
-
-    @contextlib.contextmanager
-    def lead(self, duty: str) -> Iterator[bool]:
-        """Open a transaction and yield whether this caller took ``duty``'s advisory lock in it.
-
-        ``pg_try_advisory_xact_lock`` is held until the transaction ends: no session
-        state between transactions (PgBouncer's transaction mode), and a worker
-        that dies mid-round releases it with its connection.
-        """
-        with transaction.atomic(using=self.alias):
-            params = {"namespace": LOCK_NAMESPACE, "key": lock_key(duty)}
-            [(led,)] = self._execute(queries.get("lead"), params)
-            yield bool(led)
-
-    def table_estimate(self, model: type) -> int | None:
-        # Through Django's cursor: not a hot statement, and the admin's query log shows it.
-        connection = connections[self.alias]
-        with connection.cursor() as cursor:
-            table = connection.ops.quote_name(model._meta.db_table)
-            cursor.execute(queries.get("estimate"), {"table": table})
-            row = cursor.fetchone()
-        # -1: never vacuumed or analyzed, so PostgreSQL does not know yet.
-        return int(row[0]) if row and row[0] >= 0 else None
-
-    def dead_run_rows(self) -> int | None:
-        return sum(dead for _, dead in self._dead_rows())
-
-    def _dead_rows(self) -> list[tuple[str, int]]:
-        """Each leaf of the runs table (the table itself when plain) and its dead rows."""
-        with connections[self.alias].cursor() as cursor:
-            cursor.execute(queries.get("dead_rows"), {"table": JobRun._meta.db_table})
-            return [(leaf, int(dead or 0)) for leaf, dead in cursor.fetchall()]
-
-    def vacuum_runs(self) -> None:
-        connection = connections[self.alias]
-        if connection.in_atomic_block:
-            raise RuntimeError("vacuum_runs: VACUUM cannot run inside a transaction")
-        # Partitioned by status class, the live leaf is where runs die (each claim, start
-        # and record leaves a version behind) and what the claim reads: only the leaves
-        # with dead rows are vacuumed, never a whole history that has none.
-        leaves = [leaf for leaf, dead in self._dead_rows() if dead]
-        table = ", ".join(leaves) or connection.ops.quote_name(JobRun._meta.db_table)
-        with connection.cursor() as cursor:
-            # SKIP_LOCKED: a second leader's VACUUM (rounds that overlapped) skips, not waits.
-            # No ANALYZE: statistics that see few queued runs turn the claim from its own
-            # index (where the floors start it past the dead entries) to the status index,
-            # which it then walks dead entries and all (docs/operations.md, "Vacuum and the
-            # claim"). VACUUM still keeps the table's row and page counts.
-            cursor.execute(f"VACUUM (SKIP_LOCKED) {table}")
-
-    def prepare_history(self, now: dt.datetime) -> list[str]:
-        """Finish days a round left detached, then make the days ahead (``layout``)."""
-        if not self._partitioned():
-            return []
-        done = []
-        for runs_table, attempts_table in history.leftovers(self.alias):
-            history.finish(self.alias, runs_table, attempts_table)
-            done.append(runs_table)
-        try:
-            with transaction.atomic(using=self.alias), connections[self.alias].cursor() as c:
-                c.execute(f"SET LOCAL lock_timeout = '{layout.DDL_LOCK_TIMEOUT}'")
-                done += layout.make_ranges(c, layout.days_around(now.astimezone(dt.UTC).date()))
-        except OperationalError as exc:
-            if not history.lock_busy(exc):
-                raise
-            # Records into history held the lock: the next round makes them (days ahead).
-        return done
-
-    def history_days(self, before: dt.datetime, counted: bool = False) -> list[HistoryDay]:
-        if not self._partitioned():
-            return []
-        return history.days_before(self.alias, before, counted)
-
-    def detach_history_day(self, day: HistoryDay) -> bool:
-        return history.detach_day(self.alias, day)
-
-    def finish_history_day(self, day: HistoryDay) -> int:
-        return history.finish(self.alias, day.runs_table, day.attempts_table)
-
-    def query_estimate(self, rows: QuerySet) -> int | None:
-        sql, params = rows.query.sql_with_params()
-        with connections[self.alias].cursor() as cursor:
-            cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-            plan = cursor.fetchone()[0]
-        plan = json.loads(plan) if isinstance(plan, str) else plan
-        return int(plan[0]["Plan"]["Plan Rows"])
-
-
-def lock_key(duty: str) -> int:
-    """A stable 32-bit key for ``duty`` (the same on every host and Python version)."""
-    return zlib.crc32(duty.encode()) - 2**31
-
-
-def _ledger_day(row: tuple) -> budgets.LedgerDay:
-    lid, pid, day, reserved, spent, warned, name, budget, ratio = row
-    check_finite(BudgetLedger._meta.db_table, lid, reserved=reserved, spent=spent)
-    check_finite(Project._meta.db_table, pid, daily_budget=budget, soft_limit_ratio=ratio)
-    return budgets.LedgerDay(lid, pid, name, budget, ratio, day, reserved, spent, warned)
 
 
 def _record_columns(batch: RecordBatch) -> dict[str, Any]:
