@@ -17,7 +17,7 @@ from django.utils import timezone
 from django_strait import signals
 from django_strait.models import JobRun
 from django_strait.states import Transition
-from django_strait.storage import Claimed, RecordBatch, Recorded, Storage, backend
+from django_strait.storage import Claimed, RecordBatch, Recorded, Storage, backend, moves
 from django_strait.storage.values import Record
 from django_strait.transitions.worker import record
 
@@ -71,8 +71,11 @@ def fetch_at_once(
     own, no OJS id yet) blocked it: then nothing changed, and :func:`fetch` is the way.
     """
     storage = storage or backend()
-    rows, blocked = storage.fetch_external(  # type: ignore[attr-defined]
-        worker_id, queue=queue, limit=limit, visible_ms=visible_ms
+    # Again if a queued run was canceled (moved to history) between the read and its lock.
+    rows, blocked = moves.rerun_moved(
+        lambda: storage.fetch_external(  # type: ignore[attr-defined]
+            worker_id, queue=queue, limit=limit, visible_ms=visible_ms
+        )
     )
     started = [Claimed(row[0], row[1], None, row[5], row[6], row[7], None) for row in rows]
     signals.send_started(started, None, using=storage.alias)
