@@ -186,7 +186,7 @@ def _fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) -
         run.attempt, run.started_at = claimed.attempt, claimed.started_at
         if run.ojs_id is None:  # a run a cron schedule (or trigger()) made has no OJS id yet
             new = uuid7()
-            if JobRun.objects.filter(pk=run.pk, ojs_id__isnull=True).update(ojs_id=new):
+            if transitions.external.name({run.pk: new}):
                 run.ojs_id = new
         run.job = job
         if run.ojs_id is not None:

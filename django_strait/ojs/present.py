@@ -7,10 +7,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from django_strait.conf import strait_settings
+from django_strait.decisions import run_policy
 from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt
 from django_strait.ojs.states import ojs_state
-from django_strait.retry import PolicyError, resolve
 
 #: Envelope fields this module writes itself; anything else the client sent is returned.
 MANAGED = frozenset(
@@ -37,14 +36,15 @@ def ojs_type(job: Job) -> str:
 
 
 def max_attempts(run: JobRun, job: Job) -> int:
-    """Return the run's attempt budget under its policy (OJS's defaults for OJS runs).
+    """Return the run's attempt budget under its policy (OJS's defaults for OJS runs): the
+    policy a nack decides by (``decisions.run_policy``).
 
     Remembered on the job object as loaded, per run override: a batch's or a fetch's
     runs mostly share one, and resolving a policy is most of a job body's time.
     """
     try:
         key = (run.max_attempts, json.dumps(run.retry_overrides, sort_keys=True))
-    except (TypeError, ValueError):  # not JSON as read: resolved each time, refused there
+    except (TypeError, ValueError):  # not JSON as read: resolved each time
         return _max_attempts(run, job)
     memo = job.__dict__.setdefault("_ojs_max_attempts", {})
     if key not in memo:
@@ -53,13 +53,7 @@ def max_attempts(run: JobRun, job: Job) -> int:
 
 
 def _max_attempts(run: JobRun, job: Job) -> int:
-    try:
-        policy = resolve(
-            job, run.max_attempts, run.retry_overrides, defaults=strait_settings.DEFAULT_RETRY
-        )
-    except PolicyError:
-        return strait_settings.DEFAULT_RETRY.max_attempts
-    return policy.max_attempts
+    return run_policy(job, run.max_attempts, run.retry_overrides, run_id=run.pk).max_attempts
 
 
 def job_body(

@@ -231,12 +231,16 @@ class Webhooks:
 class Workflows:
     """The DAG moves on when a step's run moved: children start, dependents are skipped.
 
-    Portable (``storage.workflows.advance``) on every backend: PostgreSQL runs it
-    in the record's transaction after the record's statement, and only for a
-    batch with workflow steps in it (``steps``), so plain batches cost nothing.
+    Portable (``storage.workflows.advance``) on every backend, each writing its
+    statements its own way (``statements``): PostgreSQL runs it in the record's
+    transaction after the record's statement, and only for a batch with workflow
+    steps in it (``steps``), so plain batches cost nothing.
     """
 
     name = "workflow"
+
+    def __init__(self, statements: workflows.Statements) -> None:
+        self.statements = statements
 
     def wanted(self, batch: RecordBatch) -> bool:
         """Whether the batch has workflow steps (else PostgreSQL skips the part)."""
@@ -249,19 +253,20 @@ class Workflows:
     def params(self, batch: RecordBatch) -> dict[str, Any]:
         return {}
 
-    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> int:
-        """Move the DAGs on; return how many workflow runs ended (the worker's deliverer
-        wakes for their webhooks only then, not after every batch of steps)."""
+    def apply(
+        self, batch: RecordBatch, moved: Mapping[int, str], alias: str
+    ) -> workflows.Advanced | None:
+        """Move the DAGs on; return what changed (the worker's deliverer wakes for their
+        webhooks only when a workflow run ended, not after every batch of steps)."""
         ids = self.steps(batch, moved)
         if not ids:
-            return 0
+            return None
+        move = workflows.Move(workflows.Db(alias, self.statements), timezone.now())
         known = [r for r in batch.records if r.step and r.run_id in moved]
         if len(known) == len(ids):  # the worker's record: the steps' starts loaded them
             ended = [(r.step_run_id, *r.step, moved[r.run_id]) for r in known]
-            changes = workflows.advance_recorded(alias, ended, timezone.now())
-        else:
-            changes = workflows.advance(alias, ids, timezone.now())
-        return sum(c.status in events.WORKFLOW_EVENT_FOR_STATUS for c in changes)
+            return workflows.advance_recorded(move, ended)
+        return workflows.advance(move, ids)
 
 
 class Presets:
@@ -334,5 +339,9 @@ def _recommend(alias: str, job_id: int, rec: Record, chain: Chain) -> None:
 
 #: The parts every record's statement carries, in order.
 RECORD_PARTS: tuple[RecordPart, ...] = (Rollup(), Health(), Ledger(), Webhooks())
-#: The parts that follow the statement in its transaction, on every backend.
-FOLLOWING_PARTS: tuple[Workflows | Presets, ...] = (Workflows(), Presets())
+
+
+def following_parts(statements: workflows.Statements) -> tuple[Workflows | Presets, ...]:
+    """The parts that follow the statement in its transaction, on every backend (its workflow
+    statements written the backend's way)."""
+    return (Workflows(statements), Presets())

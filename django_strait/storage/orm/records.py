@@ -19,7 +19,6 @@ from django_strait.storage.values import ZERO, Record, RecordBatch, Recorded
 def record(alias: str, batch: RecordBatch, parts: Sequence[RecordPart]) -> Recorded:
     """Apply each record's transition and append its attempt row, then each part; atomically."""
     moved: dict[int, str] = {}
-    ended = 0
     with transaction.atomic(using=alias):
         runs = JobRun.objects.using(alias)
         for rec in batch.records:
@@ -28,10 +27,10 @@ def record(alias: str, batch: RecordBatch, parts: Sequence[RecordPart]) -> Recor
         RunAttempt.objects.using(alias).bulk_create(
             [_attempt(rec, batch.worker_id) for rec in batch.records if rec.run_id in moved]
         )
-        for part in parts:
-            ended += part.apply(batch, moved, alias) or 0
+        followed = [part.apply(batch, moved, alias) for part in parts]
     done = recorded(alias, batch, moved)
-    done.workflows_ended = ended
+    for changed in filter(None, followed):  # what the workflow part changed
+        done.workflows.add(changed)
     return done
 
 
