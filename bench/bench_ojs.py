@@ -2,18 +2,25 @@
 """Fetch-ack throughput of external OJS workers over HTTP against the in-process drain.
 
     python bench/bench_ojs.py [--n 2000] [--reps 3] [--workers 8] [--count 1,10]
+                              [--servers gunicorn,lean]
 
 Each rep, in the same sitting:
-  in_process   N no-op Python runs drained by ONE run_strait_worker process (as
-               bench_worker.py's drain_noop): steady runs/s
-  ojs_count_C  N runs of an external-worker job, worked by ``--workers`` threads of
-               this process speaking OJS over HTTP/1.1 keep-alive to a gunicorn
-               server (2 processes x 8 threads) on 127.0.0.1: each fetches up to
-               C jobs, then acks each one; runs/s from the first fetch to the last
-               ack, and the server's CPU ms per run
-Figures are medians over ``--reps``, printed as one JSON object; ``ratio_*`` is an
-OJS median over the in-process median. The database is ``DATABASE_URL`` (default:
-PostgreSQL ``strait_bench_ojs`` on 127.0.0.1, created if missing).
+  in_process       N no-op Python runs drained by ONE run_strait_worker process (as
+                   bench_worker.py's drain_noop): steady runs/s
+  <server>_count_C N runs of an external-worker job, worked by ``--workers`` threads of
+                   this process speaking OJS over HTTP/1.1 keep-alive to the server on
+                   127.0.0.1, each request with an API key (Bearer): each fetches up to
+                   C jobs, then acks each one; runs/s from the first fetch to the last
+                   ack, and the server's CPU ms per run (fetch and ack)
+  <server>_batch   N jobs enqueued through POST /ojs/v1/jobs/batch, 1,000 a request, by
+                   one client: jobs/s, and the server's CPU ms per job
+The servers: ``gunicorn`` (2 processes x 8 threads, the DRF views) and ``lean`` (uvicorn,
+one process, the fast door django_strait.ojs.asgi). Figures are medians over
+``--reps``, printed as one JSON object with the load average at the end; ``ratio``
+is an OJS median over the in-process median. The server's CPU is read from /proc
+(the machine is shared: read CPU per run, not rates). The database is
+``DATABASE_URL`` (default: PostgreSQL ``strait_bench_ojs`` on 127.0.0.1, created if
+missing).
 """
 
 from __future__ import annotations
@@ -53,13 +60,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(port: int) -> subprocess.Popen:
-    """gunicorn with the OJS binding on 127.0.0.1:``port``; wait until it answers."""
+#: The servers measured: the DRF views under gunicorn, and the fast door under uvicorn.
+SERVERS = {
+    "gunicorn": ("gunicorn 2 processes x 8 threads, the DRF views",
+                 ["-m", "gunicorn", "django.core.wsgi:get_wsgi_application()", "--workers", "2",
+                  "--threads", "8", "--worker-class", "gthread", "--log-level", "warning"]),
+    "lean": ("uvicorn 1 process (httptools, uvloop), the fast door django_strait.ojs.asgi",
+             ["-m", "uvicorn", "django_strait.ojs.asgi:application", "--workers", "1",
+              "--http", "httptools", "--loop", "uvloop", "--no-access-log",
+              "--log-level", "warning"]),
+}  # fmt: skip
+
+
+def start_server(port: int, kind: str = "gunicorn") -> subprocess.Popen:
+    """The OJS binding on 127.0.0.1:``port`` under ``kind`` (SERVERS); wait until it answers."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), DJANGO_SETTINGS_MODULE=SETTINGS)
+    _, args = SERVERS[kind]
+    bind = (
+        ["--bind", f"127.0.0.1:{port}"]
+        if kind == "gunicorn"
+        else ["--host", "127.0.0.1", "--port", str(port)]
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "django.core.wsgi:get_wsgi_application()",
-         "--bind", f"127.0.0.1:{port}", "--workers", "2", "--threads", "8",
-         "--worker-class", "gthread", "--log-level", "warning"],
+        [sys.executable, *args, *bind],
         cwd=ROOT, env=env, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=open(ROOT / "bench" / "ojs_server.log", "ab"),
     )  # fmt: skip
@@ -88,9 +111,13 @@ def server_cpu(proc: subprocess.Popen) -> float:
 class Worker(threading.Thread):
     """One external worker: fetch up to ``count``, ack each, until told to stop."""
 
-    def __init__(self, port: int, name: str, count: int, stop_event: threading.Event) -> None:
+    def __init__(
+        self, port: int, name: str, count: int, stop_event: threading.Event, key: str
+    ) -> None:
         super().__init__(daemon=True)
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.headers = {"Content-Type": "application/openjobspec+json",
+                        "Authorization": f"Bearer {key}"}  # fmt: skip
         self.name_, self.count, self.stop_event = name, count, stop_event
         self.acked = 0
         self.error: str | None = None
@@ -99,7 +126,7 @@ class Worker(threading.Thread):
         # Bytes: http.client then sends headers and body in one segment, and the
         # server never waits out a delayed ACK (Nagle) for the body.
         data = json.dumps(body).encode()
-        self.conn.request("POST", path, data, {"Content-Type": "application/openjobspec+json"})
+        self.conn.request("POST", path, data, self.headers)
         response = self.conn.getresponse()
         data = response.read()
         if response.status >= 300:
@@ -134,14 +161,23 @@ def enqueue_external(n: int) -> None:
     JobRun.objects.bulk_create(runs, batch_size=5000)
 
 
-def ojs_drain(port: int, server: subprocess.Popen, n: int, workers: int, count: int) -> dict:
+def bench_key() -> str:
+    """An API key for the harness's requests: each request pays for its authentication."""
+    from django_strait.api.auth import issue_key
+
+    return issue_key("bench-ojs", ["runs:write", "jobs:trigger"])[1]
+
+
+def ojs_drain(
+    port: int, server: subprocess.Popen, n: int, workers: int, count: int, key: str
+) -> dict:
     from django.db import connections
 
     clear()
     enqueue_external(n)
     connections.close_all()
     stop_event = threading.Event()
-    threads = [Worker(port, f"bench-{i}", count, stop_event) for i in range(workers)]
+    threads = [Worker(port, f"bench-{i}", count, stop_event, key) for i in range(workers)]
     cpu0, t0 = server_cpu(server), time.perf_counter()
     for t in threads:
         t.start()
@@ -160,6 +196,28 @@ def ojs_drain(port: int, server: subprocess.Popen, n: int, workers: int, count: 
     return {"runs_per_s": n / elapsed, "server_cpu_ms_per_run": cpu * 1000 / n}
 
 
+def batch_enqueue(port: int, server: subprocess.Popen, n: int, key: str) -> dict:
+    """``n`` jobs enqueued through ``POST /ojs/v1/jobs/batch``, 1,000 a request, one client."""
+    from django.db import connections
+
+    clear()
+    connections.close_all()
+    worker = Worker(port, "bench-batch", 1, threading.Event(), key)
+    bodies = [
+        {"jobs": [{"type": JOB, "args": [i, "x"]} for i in range(start, min(start + 1000, n))]}
+        for start in range(0, n, 1000)
+    ]
+    cpu0, t0 = server_cpu(server), time.perf_counter()
+    try:
+        made = sum(len(worker.post("/ojs/v1/jobs/batch", body)["jobs"]) for body in bodies)
+    except Exception as exc:  # noqa: BLE001 (reported in the figures)
+        return {"error": repr(exc)}
+    elapsed, cpu = time.perf_counter() - t0, server_cpu(server) - cpu0
+    if made != n:
+        return {"error": f"{made} of {n} jobs made"}
+    return {"jobs_per_s": n / elapsed, "server_cpu_ms_per_job": cpu * 1000 / n}
+
+
 def median_of(reps: list[dict], key: str) -> float | None:
     values = [r[key] for r in reps if r.get(key) is not None]
     return statistics.median(values) if values else None
@@ -171,34 +229,49 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--count", default="1,10", help="jobs per fetch, comma-separated")
+    ap.add_argument("--servers", default="gunicorn,lean", help="of: " + ", ".join(SERVERS))
     ap.add_argument("--db", default=os.environ.get("DATABASE_URL", DEFAULT_DB))
     args = ap.parse_args()
     setup_django(args.db)  # bench.settings here; the server runs on bench.ojs_settings
     make_jobs(None)
+    key = bench_key()
     counts = [int(c) for c in args.count.split(",")]
-    port = free_port()
-    server = start_server(port)
-    figures: dict[str, list[dict]] = {"in_process": []} | {f"ojs_count_{c}": [] for c in counts}
-    try:
-        for _ in range(args.reps):
-            figures["in_process"].append(drain("bench-noop", args.n, 100, 100))
-            for c in counts:
-                figures[f"ojs_count_{c}"].append(ojs_drain(port, server, args.n, args.workers, c))
-    finally:
-        stop(server)
+    kinds = args.servers.split(",")
+    figures: dict[str, list[dict]] = {"in_process": []}
+    for _ in range(args.reps):
+        figures["in_process"].append(drain("bench-noop", args.n, 100, 100))
+        for kind in kinds:
+            port = free_port()
+            server = start_server(port, kind)
+            try:
+                for c in counts:
+                    one = ojs_drain(port, server, args.n, args.workers, c, key)
+                    figures.setdefault(f"{kind}_count_{c}", []).append(one)
+                one = batch_enqueue(port, server, args.n, key)
+                figures.setdefault(f"{kind}_batch", []).append(one)
+            finally:
+                stop(server)
     out: dict = {"database": args.db.split(":")[0], "n": args.n, "reps": args.reps,
-                 "ojs_workers": args.workers, "server": "gunicorn 2 processes x 8 threads"}  # fmt: skip
+                 "ojs_workers": args.workers, "load_average": os.getloadavg(),
+                 "servers": {k: SERVERS[k][0] for k in kinds}}  # fmt: skip
     base = median_of(figures["in_process"], "steady_runs_per_s")
     out["in_process_steady_runs_per_s"] = base
-    for c in counts:
-        reps = figures[f"ojs_count_{c}"]
-        errors = [r["error"] for r in reps if "error" in r]
-        rate = median_of(reps, "runs_per_s")
-        out[f"ojs_count_{c}_runs_per_s"] = rate
-        out[f"ojs_count_{c}_server_cpu_ms_per_run"] = median_of(reps, "server_cpu_ms_per_run")
-        out[f"ratio_ojs_count_{c}"] = rate / base if rate and base else None
-        if errors:
-            out[f"ojs_count_{c}_errors"] = errors
+    for kind in kinds:
+        for c in counts:
+            reps = figures[f"{kind}_count_{c}"]
+            rate = median_of(reps, "runs_per_s")
+            out[f"{kind}_count_{c}_runs_per_s"] = rate
+            out[f"{kind}_count_{c}_server_cpu_ms_per_run"] = median_of(
+                reps, "server_cpu_ms_per_run"
+            )
+            out[f"{kind}_count_{c}_ratio"] = rate / base if rate and base else None
+            if errors := [r["error"] for r in reps if "error" in r]:
+                out[f"{kind}_count_{c}_errors"] = errors
+        reps = figures[f"{kind}_batch"]
+        out[f"{kind}_batch_jobs_per_s"] = median_of(reps, "jobs_per_s")
+        out[f"{kind}_batch_server_cpu_ms_per_job"] = median_of(reps, "server_cpu_ms_per_job")
+        if errors := [r["error"] for r in reps if "error" in r]:
+            out[f"{kind}_batch_errors"] = errors
     print(json.dumps(out, indent=2))
 
 

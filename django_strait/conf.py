@@ -177,6 +177,8 @@ KEYS: dict[str, Key] = {
         Key("OJS_TEST_DIRECTIVES", False, _boolean, _bool_text),
         # A fetched job's visibility timeout when neither the job nor the fetch names one.
         Key("OJS_VISIBILITY_TIMEOUT", 30.0, _duration(positive=True), _text),
+        # How long the fast door's fetch waits for work when there is none (0: not at all).
+        Key("OJS_FETCH_WAIT", 0.0, _duration(positive=False), _text),
     )
 }
 
@@ -338,6 +340,7 @@ class StraitSettings:
     OJS_REQUIRE_AUTH: bool
     OJS_CONTENT_TYPE: str
     OJS_TEST_DIRECTIVES: bool
+    OJS_FETCH_WAIT: float
     OJS_VISIBILITY_TIMEOUT: float
 
     def __init__(self) -> None:

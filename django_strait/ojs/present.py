@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,7 +37,22 @@ def ojs_type(job: Job) -> str:
 
 def max_attempts(run: JobRun, job: Job) -> int:
     """Return the run's attempt budget under its policy (OJS's defaults for OJS runs): the
-    policy a nack decides by (``decisions.run_policy``)."""
+    policy a nack decides by (``decisions.run_policy``).
+
+    Remembered on the job object as loaded, per run override: a batch's or a fetch's
+    runs mostly share one, and resolving a policy is most of a job body's time.
+    """
+    try:
+        key = (run.max_attempts, json.dumps(run.retry_overrides, sort_keys=True))
+    except (TypeError, ValueError):  # not JSON as read: resolved each time
+        return _max_attempts(run, job)
+    memo = job.__dict__.setdefault("_ojs_max_attempts", {})
+    if key not in memo:
+        memo[key] = _max_attempts(run, job)
+    return memo[key]
+
+
+def _max_attempts(run: JobRun, job: Job) -> int:
     return run_policy(job, run.max_attempts, run.retry_overrides, run_id=run.pk).max_attempts
 
 

@@ -34,7 +34,7 @@ from django_strait.api.auth import (
 from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
 from django_strait.conf import strait_settings
 from django_strait.json_text import JSONRefused, loads
-from django_strait.ojs import errors, events, inputs, schedules, work
+from django_strait.ojs import batch, errors, events, inputs, schedules, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
 from django_strait.rows import read
@@ -279,7 +279,7 @@ class JobsBatch(OjsView):
         wanted = [inputs.job_request(j, f"jobs[{i}].") for i, j in enumerate(jobs)]
         for i, one in enumerate(wanted):
             self.within_scope(one.queue, f"jobs[{i}].options.queue")
-        runs = work.enqueue_batch(wanted)
+        runs = batch.enqueue_batch(wanted)
         bodies = [work.describe(r, with_errors=False) for r in runs]
         return answer(request, {"jobs": bodies, "count": len(bodies)}, 201)
 

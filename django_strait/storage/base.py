@@ -41,6 +41,7 @@ from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.values import (
     Advanced,
     Claimed,
+    Envelope,
     HistoryDay,
     Hold,
     RecordBatch,
@@ -306,6 +307,10 @@ class DecidedVerbs(Protocol):
 
     def set_external_retry_delay(self, run_id: int, delay_ms: int) -> bool:
         """Note in a run's OJS envelope the delay its nack's retry was given."""
+
+    def set_external_envelopes(self, envelopes: Sequence[Envelope]) -> None:
+        """Give runs just inserted by a batch enqueue their OJS id, envelope and (when one is
+        named) due time; call in the insert's transaction."""
 
 
 class InsertVerbs(Protocol):

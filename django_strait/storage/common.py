@@ -40,6 +40,7 @@ from django_strait.storage.orm import (
 from django_strait.storage.parts import Health as HealthPart
 from django_strait.storage.values import (
     Claimed,
+    Envelope,
     RecordBatch,
     Rescue,
     Rescued,
@@ -335,6 +336,12 @@ def rescue_runs(
 def set_external_ids(alias: str, ids: Mapping[int, uuid.UUID]) -> list[int]:
     """Give runs without an OJS id theirs; return those that took it."""
     return retry_moved(alias, lambda: external.set_ids(alias, ids)) if ids else []
+
+
+def set_external_envelopes(alias: str, envelopes: Sequence[Envelope]) -> None:
+    """Give a batch's new runs their OJS ids, envelopes and due times (one UPDATE per run)."""
+    if envelopes:
+        external.set_envelopes(alias, envelopes)
 
 
 def set_external_retry_delay(alias: str, run_id: int, delay_ms: int) -> bool:

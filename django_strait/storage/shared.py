@@ -23,7 +23,7 @@ from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.storage import common, webhooks
 from django_strait.storage import workflows as workflow_moves
 from django_strait.storage.parts import RECORD_PARTS, RecordPart
-from django_strait.storage.values import Advanced, Rescue, Rescued, StaleRuns, Waiting
+from django_strait.storage.values import Advanced, Envelope, Rescue, Rescued, StaleRuns, Waiting
 
 
 class Backend:
@@ -241,6 +241,10 @@ class SharedDecidedVerbs:
     def set_external_retry_delay(self, run_id: int, delay_ms: int) -> bool:
         """Note the delay of a nacked run's retry in its OJS envelope."""
         return common.set_external_retry_delay(self.alias, run_id, delay_ms)
+
+    def set_external_envelopes(self, envelopes: Sequence[Envelope]) -> None:
+        """Give a batch's new runs their OJS ids, envelopes and due times."""
+        common.set_external_envelopes(self.alias, envelopes)
 
     def insert_one(self, run: JobRun) -> JobRun:
         """Insert a run (or, for a used idempotency key, return the run that holds it)."""

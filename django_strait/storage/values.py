@@ -327,3 +327,14 @@ def utc_day(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
     """The day's start and end (exclusive) in UTC: the bounds of a day of history."""
     start = dt.datetime.combine(day, dt.time(), dt.UTC)
     return start, start + dt.timedelta(days=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What an OJS batch enqueue gives a run it just inserted: its id, envelope and due time."""
+
+    run_id: int
+    ojs_id: Any
+    envelope: dict[str, Any]
+    #: When the job asked to run (None: as inserted).
+    due: dt.datetime | None = None

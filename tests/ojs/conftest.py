@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from django_strait.duties.reaper import Reaper
 from django_strait.duties.scheduler import Scheduler
+from tests.ojs.lean_server import serving_lean
 
 #: How often the duties thread runs the reaper (visibility timeouts of a few seconds).
 REAPER_EVERY = 0.2
@@ -68,4 +69,21 @@ def ojs_server(live_server, ojs_settings) -> Iterator[str]:
     stop.set()
     thread.join(timeout=30)
     assert not thread.is_alive(), "the duties thread did not stop"
+    assert not errors, f"a duty failed: {errors[0]!r}"
+
+
+@pytest.fixture
+def lean_server(ojs_settings, transactional_db) -> Iterator[str]:
+    """The OJS fast door under uvicorn on 127.0.0.1 (``lean_server.serving_lean``), with
+    the reaper and scheduler running."""
+    stop, errors = threading.Event(), []
+    duties = threading.Thread(target=_run_duties, args=(stop, errors), daemon=True)
+    duties.start()
+    try:
+        with serving_lean() as base:
+            yield base
+    finally:
+        stop.set()
+        duties.join(timeout=30)
+    assert not duties.is_alive(), "the duties thread did not stop"
     assert not errors, f"a duty failed: {errors[0]!r}"

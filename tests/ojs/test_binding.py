@@ -131,6 +131,49 @@ def test_batch__is_all_or_nothing(open_ojs):
     assert not JobRun.objects.exists()
 
 
+def test_batch__a_repeated_id_refuses_the_whole_batch(open_ojs):
+    taken = enqueue(open_ojs, type="other.kind")["id"]
+    fresh = "01900000-0000-7000-8000-0000000000a1"
+    twice = [{"type": "a.b", "args": [1], "id": fresh}, {"type": "a.b", "args": [2], "id": fresh}]
+    other = [{"type": "a.b", "args": [1]}, {"type": "a.b", "args": [2], "id": taken}]
+
+    for jobs in (twice, other):
+        response = post(open_ojs, "/ojs/v1/jobs/batch", {"jobs": jobs})
+
+        assert response.status_code == 409, response.content
+        assert response.json()["error"]["code"] == "duplicate"
+        assert JobRun.objects.count() == 1  # the first enqueue's only
+
+
+def test_batch__keeps_each_jobs_id_envelope_and_time_in_order(open_ojs):
+    ids = [f"01900000-0000-7000-8000-00000000000{i}" for i in range(3)]
+    jobs = [
+        {"id": ids[0], "type": "a.b", "args": [0], "options": {"scheduled_at": "2099-01-01T00:00:00Z"}},
+        {"id": ids[1], "type": "c.d", "args": [1], "options": {"queue": "q2", "tags": ["t"]}},
+        {"id": ids[2], "type": "a.b", "args": [2], "extra_field": 5},
+    ]  # fmt: skip
+    response = post(open_ojs, "/ojs/v1/jobs/batch", {"jobs": jobs})
+
+    assert response.status_code == 201, response.content
+    bodies = response.json()["jobs"]
+    assert [b["id"] for b in bodies] == ids
+    assert [b["args"] for b in bodies] == [[0], [1], [2]]
+    assert bodies[0]["state"] == "scheduled" and bodies[0]["scheduled_at"].startswith("2099")
+    assert (bodies[1]["queue"], bodies[1]["tags"], bodies[2]["extra_field"]) == ("q2", ["t"], 5)
+    stored = JobRun.objects.get(ojs_id=ids[1])
+    assert (stored.queue, stored.ojs["tags"], stored.payload["args"]) == ("q2", ["t"], [1])
+    assert JobRun.objects.get(ojs_id=ids[0]).available_at.year == 2099
+
+
+def test_batch__names_the_job_whose_args_cannot_be_stored(open_ojs):
+    jobs = [{"type": "a.b", "args": [1]}, {"type": "a.b", "args": ["x" * 1_000_001]}]
+    response = post(open_ojs, "/ojs/v1/jobs/batch", {"jobs": jobs})
+
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["details"]["field"] == "jobs[1].args"
+    assert not JobRun.objects.exists()
+
+
 def test_enqueue__makes_an_external_job_with_ojs_defaults(open_ojs):
     job = enqueue(open_ojs)
 

@@ -41,3 +41,16 @@ def test_conformance_case(path: Path, ojs_server: str) -> None:
     assert not outcome.failures, f"{case['test_id']} {case['name']}:\n" + "\n".join(
         outcome.failures
     )
+
+
+#: The levels whose cases the fast door serves most of (enqueue, fetch, ack, nack, heartbeat).
+LEAN_LEVELS = ("level-0-core", "level-1-reliable")
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in cases(*LEAN_LEVELS)])
+def test_conformance_case__through_the_fast_door(path: Path, lean_server: str) -> None:
+    case = json.loads(path.read_text())
+    outcome = Runner(lean_server).run(case)
+    assert not outcome.failures, f"{case['test_id']} {case['name']}:\n" + "\n".join(
+        outcome.failures
+    )

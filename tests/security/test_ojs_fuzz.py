@@ -38,6 +38,7 @@ from tests.hostile import (
     query_value,
 )
 from tests.integration.factories import make_run
+from tests.ojs.lean_server import HttpClient, serving_lean
 from tests.security.fuzzing import Tally, tallied
 
 pytestmark = [
@@ -281,4 +282,19 @@ def test_ojs__hostile_requests_never_answer_5xx(ojs, real, tally, capsys):
         fuzz(ojs, tally, operation, real)
     with capsys.disabled():
         print(f"\nOJS fuzz, {len(OPERATIONS)} operations: {tally.report().splitlines()[0]}")
+    assert not tally.failures, tally.report()
+
+
+#: The operations the fast door (``django_strait.ojs.lean``) answers itself.
+LEAN_OPERATIONS = ("enqueue", "enqueue batch", "fetch", "ack", "nack", "heartbeat")
+
+
+def test_ojs__hostile_requests_never_answer_5xx_through_the_fast_door(ojs, real, tally, capsys):
+    # Over HTTP to uvicorn: the same requests, the same rule (no 5xx, every refusal in the shape).
+    with serving_lean() as base:
+        client = HttpClient(base, {"Authorization": ojs.defaults["HTTP_AUTHORIZATION"]})
+        for operation in LEAN_OPERATIONS:
+            fuzz(client, tally, operation, real)  # type: ignore[arg-type]
+    with capsys.disabled():
+        print(f"\nOJS fast door fuzz: {tally.report().splitlines()[0]}")
     assert not tally.failures, tally.report()

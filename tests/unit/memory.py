@@ -40,7 +40,7 @@ from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.states import InvalidTransition, RunStatus, Transition
 from django_strait.storage import Claimed, Hold, Record, RecordBatch, Recorded, Rescued, common
 from django_strait.storage.floors import ClaimFloors
-from django_strait.storage.values import Advanced, HistoryDay, Rescue, StaleRuns, Waiting
+from django_strait.storage.values import Advanced, Envelope, HistoryDay, Rescue, StaleRuns, Waiting
 
 EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
@@ -505,6 +505,9 @@ class MemoryStorage:
 
     def set_external_retry_delay(self, run_id: int, delay_ms: int) -> bool:
         raise _no("external workers' retry delays (OJS)")
+
+    def set_external_envelopes(self, envelopes: Sequence[Envelope]) -> None:
+        raise _no("external workers' envelopes (OJS)")
 
     # -- making runs ----------------------------------------------------------------
 

@@ -176,9 +176,11 @@ def _model_of(cls: ast.ClassDef) -> list[ast.AST]:
 
 
 def raw_writes_in(text: str, tables: set[str]) -> list[str]:
-    """The raw SQL in ``text`` that writes a run-side table."""
+    """The raw SQL in ``text`` that writes a run-side table, or a table named only when the
+    statement is built (``f"UPDATE {table} ..."``): outside storage, which table that is
+    cannot be told, so it counts."""
     names = "|".join(re.escape(t) for t in sorted(tables))
-    pattern = rf"""(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE)\s+["'`]?({names})\b"""
+    pattern = rf"""(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE)\s+["'`]?({names}|\{{[^}}]*\}})(?=\W)"""
     return re.findall(pattern, text, flags=re.IGNORECASE)
 
 
@@ -262,6 +264,7 @@ def test_one_door__the_check_finds_planted_writes():
         ('DELETE FROM "strait_jobrun" WHERE id = 1', ["strait_jobrun"]),
         ("update strait_jobrun set priority = 1", ["strait_jobrun"]),
         ("SELECT * FROM strait_jobrun", []),
+        ('f"UPDATE {table} SET ojs = %s"', ["{table}"]),
     ],
 )
 def test_one_door__the_check_finds_planted_raw_sql(sql, written):

@@ -11,13 +11,14 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 
 from django_strait.models import JobRun
 from django_strait.states import RunStatus
 from django_strait.storage.orm import claims
-from django_strait.storage.values import Claimed
+from django_strait.storage.values import Claimed, Envelope
 
 
 def claim(
@@ -57,6 +58,32 @@ def set_ids(alias: str, ids: Mapping[int, uuid.UUID]) -> list[int]:
         rid
         for rid, key in ids.items()
         if runs.filter(pk=rid, ojs_id__isnull=True).update(ojs_id=key)
+    ]
+
+
+def set_envelopes(alias: str, envelopes: Sequence[Envelope]) -> None:
+    """One prepared UPDATE per run: its OJS id, envelope and (if given) due time."""
+    connection = connections[alias]
+    table = connection.ops.quote_name(JobRun._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {table} SET ojs_id = %s, ojs = %s, "
+            "available_at = COALESCE(%s, available_at) WHERE id = %s",
+            envelope_rows(connection, envelopes),
+        )
+
+
+def envelope_rows(connection: Any, envelopes: Sequence[Envelope]) -> list[tuple]:
+    """Each envelope as the database takes it: (ojs_id, ojs, due, run id)."""
+    fields = {name: JobRun._meta.get_field(name) for name in ("ojs_id", "ojs", "available_at")}
+    return [
+        (
+            fields["ojs_id"].get_db_prep_save(e.ojs_id, connection),
+            fields["ojs"].get_db_prep_save(e.envelope, connection),
+            fields["available_at"].get_db_prep_save(e.due, connection),
+            e.run_id,
+        )
+        for e in envelopes
     ]
 
 

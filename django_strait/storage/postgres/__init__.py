@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import OperationalError, connections
@@ -29,6 +29,7 @@ from django_strait.models import JobRun
 from django_strait.storage import common
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.moves import is_moved_row, retry_moved
+from django_strait.storage.orm import external
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
 from django_strait.storage.parts import RecordPart, following_parts, note
@@ -47,6 +48,7 @@ from django_strait.storage.shared import (
 )
 from django_strait.storage.values import (
     Claimed,
+    Envelope,
     Hold,
     RecordBatch,
     Recorded,
@@ -135,10 +137,53 @@ class PostgresStorage(
     def claim_external(
         self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
     ) -> list[Claimed]:
-        # The same asynchronous commit as the worker's claim, set apart: the ORM's statements.
-        with connections[self.alias].cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
-        return common.claim_external(self.alias, worker_id, queues, limit, now)
+        """One statement per queue (queries.sql, "claim_external"), the first queue first."""
+        sql = queries.claim_external(self._partitioned())
+        taken: list[Claimed] = []
+        for queue in queues:
+            if len(taken) >= limit:
+                break
+            params = {"worker": worker_id, "queue": queue, "limit": limit - len(taken), "now": now}
+            rows = self._execute(sql, params)
+            # In claim order (priority, then due time, then id): RETURNING keeps none.
+            rows.sort(key=lambda row: (-row[9], row[10], row[0]))
+            taken += [claimed(*row[:9]) for row in rows]
+        return taken
+
+    def fetch_external(
+        self, worker_id: str, *, queue: str, limit: int, visible_ms: int
+    ) -> tuple[list[tuple], bool]:
+        """Claim and start up to ``limit`` plain runs of ``queue`` in one statement (queries.sql,
+        "fetch_external"); return their rows, in claim order, and whether a run that is not
+        plain blocked it (then nothing changed). PostgreSQL only: the OJS fast door's fetch.
+        """
+        params = {"worker": worker_id, "queue": queue, "limit": limit, "visible_ms": visible_ms}
+        rows = self._execute(queries.fetch_external(self._partitioned()), params)
+        blocked = bool(rows and rows[0][-2])
+        started = [row[:-2] for row in rows if row[0] is not None]
+        started.sort(key=lambda row: (-row[4], row[8], row[0]))  # priority, due time, id
+        return started, blocked
+
+    def set_external_envelopes(self, envelopes: Sequence[Envelope]) -> None:
+        """One UPDATE from arrays for a whole batch's new runs (ids, envelopes, due times)."""
+        if not envelopes:
+            return
+        rows = external.envelope_rows(connections[self.alias], envelopes)
+        params = {"ojs_id": [r[0] for r in rows], "ojs": [r[1] for r in rows],
+                  "due": [r[2] for r in rows], "ids": [r[3] for r in rows]}  # fmt: skip
+        self._execute(queries.get("envelopes"), params)
+
+    def set_deadlines(
+        self, worker_id: str, deadlines: Mapping[int, dt.datetime], *, now: dt.datetime
+    ) -> list[int]:
+        """One statement (queries.sql, "deadlines") for every run of a fetch or heartbeat."""
+        if not deadlines:
+            return []
+        params = {"ids": list(deadlines), "until": list(deadlines.values()), "worker": worker_id,
+                  "now": now}  # fmt: skip
+        rows = self._execute(queries.by_id("deadlines", self._partitioned()), params)
+        moved = {row[0] for row in rows}
+        return [run_id for run_id in deadlines if run_id in moved]
 
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """One statement (queries.sql, "start") for the runs the claim did not begin."""

@@ -91,3 +91,17 @@ def record(parts: tuple[str, ...], partitioned: bool = False) -> str:
     )
     sql = _live(get("record"), partitioned).replace("/*parts*/", ctes)
     return sql.replace("/*returned*/", returned)
+
+
+@functools.cache
+def claim_external(partitioned: bool = False) -> str:
+    """Return the OJS fetch's claim, for a runs table ``partitioned`` by status class or not."""
+    sql = get("claim_external")
+    return _live(sql.replace("/*claimed_by_id*/", CLAIMED_BY_ID[partitioned]), partitioned)
+
+
+@functools.cache
+def fetch_external(partitioned: bool = False) -> str:
+    """Return the OJS fetch of plain runs, for a runs table ``partitioned`` or not."""
+    sql = get("fetch_external")
+    return _live(sql.replace("/*claimed_by_id*/", CLAIMED_BY_ID[partitioned]), partitioned)

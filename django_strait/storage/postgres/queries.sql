@@ -512,3 +512,85 @@ FROM pg_stat_user_tables s
 WHERE s.relid = %(table)s::regclass
    OR s.relid IN (SELECT relid FROM pg_partition_tree(%(table)s::regclass) WHERE isleaf)
 ORDER BY s.n_dead_tup DESC;
+
+
+-- name: claim_external
+-- An OJS fetch's claim (docs/ojs.md): up to %(limit)s due queued runs of one queue whose
+-- job is an enabled external-worker job, to dequeued for %(worker)s, in claim order
+-- (the caller sorts: RETURNING keeps no order). The ORM's claim of these runs, in one
+-- statement; the transaction's commit does not wait for its WAL flush, as the claim's.
+WITH due AS (
+    SELECT id FROM django_strait_jobrun
+    WHERE status = 'queued' AND available_at <= %(now)s AND queue = %(queue)s
+      AND job_id IN (
+          SELECT id FROM django_strait_job WHERE enabled AND execution = 'external')
+    ORDER BY priority DESC, available_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE django_strait_jobrun AS r
+SET status = 'dequeued', claimed_by = %(worker)s, dequeued_at = %(now)s,
+    heartbeat_at = %(now)s, updated_at = %(now)s
+/*claimed_by_id*/
+RETURNING r.id, r.job_id, r.payload::text, r.attempt, r.attempts_before_replay,
+          r.max_attempts, r.retry_overrides::text, r.endpoint_used, r.workflow_step_run_id,
+          r.priority, r.available_at,
+          (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous;
+
+
+-- name: deadlines
+-- Executing runs %(worker)s holds take their visibility deadline (a fetch, a heartbeat),
+-- one per run; a run requeued and fetched by another worker meanwhile keeps its own.
+UPDATE django_strait_jobrun AS r
+SET visible_until = v.until, heartbeat_at = %(now)s, updated_at = %(now)s
+FROM unnest(%(ids)s::bigint[], %(until)s::timestamptz[]) AS v(id, until)
+WHERE r.id = v.id AND r.id = ANY(%(ids)s::bigint[])
+  AND (r.status = 'executing') IS TRUE AND r.claimed_by = %(worker)s /*live*/
+RETURNING r.id;
+
+
+-- name: fetch_external
+-- An OJS fetch of plain runs in one statement (docs/ojs.md): up to %(limit)s due queued
+-- runs of one queue whose job is an enabled external-worker job go straight to
+-- executing for %(worker)s (attempt + 1, started now), visible for %(visible_ms)s ms.
+-- Only if every run chosen is plain: it has its OJS id and its envelope names no
+-- expires_at, visibility_timeout_ms or timeout_ms (those are read in Python, where an
+-- expired run is dropped and a run's own timeouts set its deadline). Otherwise nothing
+-- changes and the one row returned says blocked: the caller then fetches the
+-- ordinary way (claim_external, start, deadlines). The run columns are what a job body
+-- needs (ojs.hot); the commit does not wait for its WAL flush, as the claim's.
+WITH due AS (
+    SELECT id, (ojs_id IS NOT NULL AND NOT (COALESCE(ojs, '{}'::jsonb)
+                ?| ARRAY['expires_at', 'visibility_timeout_ms', 'timeout_ms'])) AS plain
+    FROM django_strait_jobrun
+    WHERE status = 'queued' AND available_at <= now() AND queue = %(queue)s
+      AND job_id IN (
+          SELECT id FROM django_strait_job WHERE enabled AND execution = 'external')
+    ORDER BY priority DESC, available_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+blocked AS (SELECT EXISTS (SELECT FROM due WHERE NOT due.plain) AS blocked),
+started AS (
+    UPDATE django_strait_jobrun AS r
+    SET status = 'executing', attempt = r.attempt + 1, started_at = now(),
+        visible_until = now() + %(visible_ms)s * interval '1 millisecond',
+        claimed_by = %(worker)s, dequeued_at = now(), heartbeat_at = now(), updated_at = now()
+    /*claimed_by_id*/ AND NOT (SELECT blocked FROM blocked)
+    RETURNING r.id, r.job_id, r.status, r.queue, r.priority, r.attempt,
+              r.attempts_before_replay, r.max_attempts, r.available_at, r.created_at,
+              r.started_at, r.finished_at, r.claimed_by, r.last_error, r.error_type, r.ojs_id,
+              r.payload::text, r.ojs::text, r.retry_overrides::text, r.result::text
+)
+SELECT s.*, b.blocked, (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous
+FROM blocked AS b LEFT JOIN started AS s ON true;
+
+
+-- name: envelopes
+-- The runs an OJS batch enqueue just inserted take their OJS id, envelope and (when the
+-- job names one) due time, one row per run from arrays, in the insert's transaction.
+UPDATE django_strait_jobrun AS r
+SET ojs_id = v.ojs_id, ojs = v.ojs, available_at = COALESCE(v.due, r.available_at)
+FROM unnest(%(ojs_id)s::uuid[], %(ojs)s::jsonb[], %(due)s::timestamptz[], %(ids)s::bigint[])
+  AS v(ojs_id, ojs, due, id)
+WHERE r.id = v.id AND r.id = ANY(%(ids)s::bigint[]);

@@ -1,0 +1,328 @@
+"""The fast door's fetch and ack on PostgreSQL (``ojs.lean``): the same transitions, fewer reads.
+
+``work.fetch`` and ``work.ack`` read each run through the ORM with its job joined
+(about a hundred columns compiled per query), twice per request. Here a run is
+read once, in one statement of the columns a job body needs, and its job comes
+from a per-process cache (``jobs``), dropped when a job is saved or deleted in
+this process and at most ``JOB_TTL`` seconds old otherwise. The changes are the
+same named transitions (``transitions.external.fetch`` and ``finish``) with the same
+checks and answers: queue scope, reservation ownership (worker and attempt, on
+the row as read and again in the statement that ends the attempt), the result's size.
+The raw reads are PostgreSQL's (``usable``); elsewhere the fast door uses ``work``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections
+from django.db.models.signals import post_delete, post_save
+from django.utils import timezone
+
+from django_strait import transitions
+from django_strait.api.auth import QueueScope
+from django_strait.conf import strait_settings
+from django_strait.decisions import trim
+from django_strait.models import Execution, Job, JobRun
+from django_strait.ojs import errors, inputs, work
+from django_strait.ojs.ids import parse_any, uuid7
+from django_strait.ojs.present import job_body
+from django_strait.states import RunStatus, Transition
+from django_strait.storage import Claimed, backend
+from django_strait.storage.values import Record, json_column
+
+#: The longest a cached job row is used without reading it again (a change made by
+#: another process shows within this; one made in this process at once).
+JOB_TTL = 2.0
+
+#: The run columns a job body, the ownership check and the record read.
+_COLUMNS = (
+    "id", "job_id", "status", "queue", "priority", "attempt", "attempts_before_replay",
+    "max_attempts", "available_at", "created_at", "started_at", "finished_at",
+    "claimed_by", "last_error", "error_type", "ojs_id",
+)  # fmt: skip
+_JSON_COLUMNS = ("payload", "ojs", "retry_overrides", "result")
+
+
+class _Jobs:
+    """Job rows by id, read once per ``JOB_TTL``; dropped on a save or delete in this process."""
+
+    def __init__(self) -> None:
+        self._rows: dict[int, tuple[Job, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, job_id: int) -> Job | None:
+        found = self._rows.get(job_id)
+        if found is not None and time.monotonic() - found[1] < JOB_TTL:
+            return found[0]
+        job = Job.objects.using(backend().alias).filter(pk=job_id).first()
+        if job is not None:
+            with self._lock:
+                self._rows[job_id] = (job, time.monotonic())
+        return job
+
+    def forget(self, sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
+        with self._lock:
+            if instance is None or instance.pk is None:
+                self._rows.clear()
+            else:
+                self._rows.pop(instance.pk, None)
+
+
+jobs = _Jobs()
+post_save.connect(jobs.forget, sender=Job, dispatch_uid="strait-ojs-hot-jobs-saved")
+post_delete.connect(jobs.forget, sender=Job, dispatch_uid="strait-ojs-hot-jobs-deleted")
+
+
+def usable() -> bool:
+    """Whether the runs' database is PostgreSQL, whose raw reads come back typed as the ORM's."""
+    return connections[backend().alias].vendor == "postgresql"
+
+
+def _select(where: str) -> str:
+    table = JobRun._meta.db_table
+    names = [*_COLUMNS, *(f"CAST({c} AS TEXT)" for c in _JSON_COLUMNS)]
+    return f"SELECT {', '.join(names)} FROM {table} WHERE {where}"
+
+
+def _run(row: Sequence[Any]) -> JobRun:
+    """A run as read: the columns above, the JSON ones decoded as the ORM would."""
+    values = dict(zip(_COLUMNS, row[: len(_COLUMNS)], strict=True))
+    if values["ojs_id"] is not None:
+        values["ojs_id"] = JobRun._meta.get_field("ojs_id").to_python(values["ojs_id"])
+    for at, name in enumerate(_JSON_COLUMNS, start=len(_COLUMNS)):
+        try:
+            values[name] = json_column(row[at])
+        except (ValueError, RecursionError):  # read as nothing: the body says what it can
+            values[name] = None
+    return JobRun(**values)
+
+
+def _read(where: str, params: Sequence[Any]) -> list[JobRun]:
+    alias = backend().alias
+    with connections[alias].cursor() as cursor:
+        cursor.execute(_select(where), params)
+        return [_run(row) for row in cursor.fetchall()]
+
+
+# Fetch.
+
+
+class _Plan:
+    """The claimed runs as read inside the fetch's transaction: expiry, deadline, body."""
+
+    def __init__(self, visibility_ms: int) -> None:
+        self.visibility_ms = visibility_ms
+        self.runs: dict[int, JobRun] = {}
+
+    def expired(self, claimed: Sequence[Claimed], now: Any) -> set[int]:
+        ids = [r.id for r in claimed]
+        for run in _read("id = ANY(%s)", [ids]) if ids else []:
+            self.runs[run.pk] = run
+        return {i for i in ids if work._has_expired(self._envelope(i), now)}
+
+    def deadline(self, run: Claimed, started: Any) -> Any:
+        return work._deadline(self._envelope(run.id), started, started, self.visibility_ms)
+
+    def _envelope(self, run_id: int) -> dict[str, Any]:
+        run = self.runs.get(run_id)
+        return run.ojs if run is not None and isinstance(run.ojs, dict) else {}
+
+
+def fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) -> list[dict]:
+    """Claim and start up to ``count`` due runs of ``queues``; return their job bodies.
+
+    Queue by queue, each in one statement while its runs are plain (``fetch_at_once``);
+    from the first queue whose next runs are not, the ordinary fetch (``_fetch``).
+    """
+    bodies: list[dict] = []
+    now = timezone.now()
+    for i, queue in enumerate(queues):
+        left = count - len(bodies)
+        if left <= 0:
+            break
+        rows, blocked = transitions.external.fetch_at_once(
+            worker, queue=queue, limit=left, visible_ms=visibility_ms
+        )
+        for row in rows:
+            run = _run(row)
+            job = jobs.get(run.job_id)
+            if job is None:  # deleted meanwhile (cannot be while its run is active): read it
+                again = JobRun.objects.select_related("job").filter(pk=run.pk)
+                bodies += [work.describe(r, with_errors=False) for r in again]
+            else:
+                run.job = job
+                fetched.add(run)
+                bodies.append(job_body(run, job, now))
+        if blocked:
+            return bodies + _fetch(queues[i:], count - len(bodies), worker, visibility_ms)
+    return bodies
+
+
+def _fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) -> list[dict]:
+    """The ordinary fetch (``transitions.external.fetch``), its runs read once for their bodies."""
+    if count <= 0:
+        return []
+    plan = _Plan(visibility_ms)
+    started = transitions.external.fetch(
+        worker, queues=queues, limit=count, deadline=plan.deadline, expired=plan.expired
+    )
+    now = timezone.now()
+    bodies = []
+    for claimed in started:
+        run = plan.runs.get(claimed.id)
+        job = jobs.get(claimed.job_id) if run is not None else None
+        if run is None or job is None:  # not read (cannot happen): read it the ORM's way
+            again = JobRun.objects.select_related("job").filter(pk=claimed.id)
+            bodies += [work.describe(r, with_errors=False) for r in again]
+            continue
+        run.status, run.claimed_by = RunStatus.EXECUTING, worker
+        run.attempt, run.started_at = claimed.attempt, claimed.started_at
+        if run.ojs_id is None:  # a run a cron schedule (or trigger()) made has no OJS id yet
+            new = uuid7()
+            if transitions.external.name({run.pk: new}):
+                run.ojs_id = new
+        run.job = job
+        if run.ojs_id is not None:
+            fetched.add(run)
+        bodies.append(job_body(run, job, now))
+    return bodies
+
+
+# Ack.
+
+
+def held(ident: Any, what: str, holder: inputs.Holder, scope: QueueScope) -> tuple[JobRun, Job]:
+    """The active run ``ident`` and its job if ``holder`` holds its reservation (``work._held``)."""
+    key = parse_any(ident) if isinstance(ident, str) else None
+    found = _read("ojs_id = %s", [key]) if key is not None else []
+    run = found[0] if found else None
+    job = jobs.get(run.job_id) if run is not None else None
+    if run is None or job is None or job.execution != Execution.EXTERNAL:
+        raise errors.not_found("job", str(ident))
+    if not scope.allows(run.queue):
+        raise errors.not_found("job", str(ident))
+    if run.status != RunStatus.EXECUTING:
+        state = job_body(run, job, timezone.now())["state"]
+        raise errors.conflict(
+            f"cannot {what} job {ident}: it is {state}, not active", job_id=str(ident), state=state
+        )
+    attempt = run.attempt - run.attempts_before_replay
+    if (holder.worker is not None and holder.worker != run.claimed_by) or (
+        holder.attempt is not None and holder.attempt != attempt
+    ):
+        named = ", ".join(
+            f"{k} {v!r}"
+            for k, v in (("worker_id", holder.worker), ("attempt", holder.attempt))
+            if v
+        )
+        raise errors.conflict(
+            f"cannot {what} job {ident}: the reservation this request names ({named}) is not "
+            f"the job's: attempt {attempt} holds it now (the job was requeued and fetched "
+            "again); nothing was changed",
+            job_id=str(ident),
+            state="active",
+            attempt=attempt,
+        )
+    run.job = job
+    return run, job
+
+
+def ack(ident: Any, result: Any, holder: inputs.Holder, scope: QueueScope) -> dict[str, Any]:
+    """Complete an active run ``holder`` holds with the worker's result; answer as ``work.ended``.
+
+    A run this process fetched is not read again (``fetched``): the record's own guard
+    (executing, under that worker, at that attempt) refuses it if its reservation
+    changed meanwhile, and then the run is read and checked as ``work.ack`` does, for
+    the same answer (409 naming its state, or the attempt that holds it now).
+    """
+    cached = fetched.get(ident)
+    as_fetched = cached is not None and _held_as_fetched(cached, holder, scope)
+    run = cached if as_fetched and cached is not None else held(ident, "ack", holder, scope)[0]
+    _check_result(result)
+    recorded, now = _complete(run, result)
+    if run.pk not in recorded.moved and as_fetched:  # changed since this process fetched it
+        fetched.forget(ident)
+        run = held(ident, "ack", holder, scope)[0]
+        recorded, now = _complete(run, result)
+    fetched.forget(ident)
+    if run.pk not in recorded.moved:
+        raise errors.conflict(f"job {run.ojs_id} is no longer active (canceled or requeued)")
+    # The run as the record left it (completed, or canceled if that was asked meanwhile).
+    run.status, run.finished_at, run.claimed_by = recorded.moved[run.pk], now, ""
+    run.result, run.last_error, run.error_type = result, "", ""
+    return work.ended(run)
+
+
+def _held_as_fetched(run: JobRun, holder: inputs.Holder, scope: QueueScope) -> bool:
+    """Whether the run as this process fetched it is within scope and ``holder``'s."""
+    attempt = run.attempt - run.attempts_before_replay
+    return (
+        scope.allows(run.queue)
+        and (holder.worker is None or holder.worker == run.claimed_by)
+        and (holder.attempt is None or holder.attempt == attempt)
+    )
+
+
+def _check_result(result: Any) -> None:
+    size = len(json.dumps(result, allow_nan=False))
+    if size > strait_settings.RESULT_MAX_BYTES:
+        raise errors.invalid_request(
+            "result",
+            f"is {size} bytes as JSON; at most {strait_settings.RESULT_MAX_BYTES} are allowed "
+            "(STRAIT['RESULT_MAX_BYTES'])",
+        )
+
+
+def _complete(run: JobRun, result: Any) -> tuple[Any, Any]:
+    """Record the attempt ``run`` holds as succeeded (``work._finish``'s record)."""
+    now = timezone.now()
+    started = run.started_at or now
+    done = Record(
+        run_id=run.pk,
+        attempt=run.attempt,
+        transition=Transition.COMPLETE,
+        started_at=started,
+        finished_at=now,
+        duration_ms=max(int((now - started).total_seconds() * 1000), 0),
+        outcome="succeeded",
+        result=result,
+        error=trim(""),
+        job=run.job.name,
+        job_id=run.job_id,
+    )
+    return transitions.external.finish(run.claimed_by, done), now
+
+
+class _Fetched:
+    """The runs this process fetched and no ack has ended yet, by OJS id (at most ``KEPT``)."""
+
+    KEPT = 100_000
+
+    def __init__(self) -> None:
+        self._runs: OrderedDict[str, JobRun] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, run: JobRun) -> None:
+        with self._lock:
+            self._runs[str(run.ojs_id)] = run
+            while len(self._runs) > self.KEPT:
+                self._runs.popitem(last=False)
+
+    def get(self, ident: Any) -> JobRun | None:
+        run = self._runs.get(ident) if isinstance(ident, str) else None
+        return copy.copy(run) if run is not None else None
+
+    def forget(self, ident: Any) -> None:
+        if isinstance(ident, str):
+            with self._lock:
+                self._runs.pop(ident, None)
+
+
+fetched = _Fetched()
