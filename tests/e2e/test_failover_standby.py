@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import signal
 import subprocess
@@ -184,8 +185,9 @@ def _run_failover(pair: pg_cluster.Pair, procs: list[subprocess.Popen], tmp_path
     first = min(t for t in commits if t > gone_at)
     before = sum(killed_at - 5 <= t < killed_at for t in commits) / 5
     full = next(
-        t for t in sorted(t for t in commits if t > gone_at)
-        if sum(t <= u < t + 1 for u in commits) >= 0.9 * before
+        (t for t in sorted(t for t in commits if t > gone_at)
+         if sum(t <= u < t + 1 for u in commits) >= 0.9 * before),
+        math.inf,
     )  # fmt: skip
     # Triggers that raised though their commit had landed: runs nobody was told of.
     unacknowledged = db.count("TRUE") - len(everything)
@@ -271,7 +273,7 @@ def catch_up(acks: list[float], commits: list[float], *, killed_at: float, promo
 
     steps = [killed_at - 5 + i * 0.05 for i in range(100)]
     most = max(backlog(t) for t in steps)
-    return next(t for t in sorted(commits) if t > promoted_at and backlog(t) <= most)
+    return next((t for t in sorted(commits) if t > promoted_at and backlog(t) <= most), math.inf)
 
 
 def read_spans(notes: Path, killed: dict[int, float]) -> dict[int, list[tuple[float, float]]]:
