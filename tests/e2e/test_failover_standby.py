@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
@@ -171,6 +171,10 @@ def _run_failover(pair: pg_cluster.Pair, procs: list[subprocess.Popen], tmp_path
     overlapping = [run for run, times in spans.items() if overlaps(times)]
     assert overlapping == [], f"runs executed twice at once: {overlapping}"
     again = sorted(run for run, times in spans.items() if len(times) > 1 and run not in ghost_ids)
+    # A run again at the same attempt had its claim forgotten by the failover: queued
+    # again on the new primary while its worker executed it (a rescue spends an attempt).
+    forgotten = claims_forgotten(notes)
+    assert forgotten == [], f"claims the failover forgot (runs executed again): {forgotten}"
     # Without a restart: both workers listen on the new primary, and its reaper led there.
     # A listener says so once its LISTEN holds on a connection that takes writes: after
     # the kill, only the new primary does.
@@ -295,6 +299,17 @@ def read_spans(notes: Path, killed: dict[int, float]) -> dict[int, list[tuple[fl
     for (run, _, pid), at in began.items():
         spans[run].append((at, killed.get(pid, float("inf"))))
     return spans
+
+
+def claims_forgotten(notes: Path) -> list[int]:
+    """Runs of which one attempt started more than once."""
+    starts = Counter(
+        tuple(line.split()[:2])
+        for path in notes.iterdir()
+        for line in path.read_text().splitlines()
+        if line.split()[3] == "start"
+    )
+    return sorted(int(run) for (run, _), n in starts.items() if n > 1)
 
 
 def overlaps(times: list[tuple[float, float]]) -> bool:

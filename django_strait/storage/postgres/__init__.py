@@ -114,9 +114,14 @@ class PostgresStorage(OrmStorage):
     def claim_external(
         self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
     ) -> list[Claimed]:
-        # The same asynchronous commit as the worker's claim, set apart: the ORM's statements.
+        # The same commit as the worker's claim (asynchronous unless the server has
+        # synchronous standbys), set apart: the ORM's statements.
         with connections[self.alias].cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            cursor.execute(
+                "SELECT set_config('synchronous_commit', CASE current_setting("
+                "'synchronous_standby_names') WHEN '' THEN 'off' ELSE "
+                "current_setting('synchronous_commit') END, true)"
+            )
         return super().claim_external(worker_id, queues=queues, limit=limit, now=now)
 
     def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:

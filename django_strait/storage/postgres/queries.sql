@@ -25,7 +25,10 @@
 -- before the claim, which is what the gate counts. The transaction's commit does not
 -- wait for its WAL flush (set_config here rather than a SET LOCAL round trip before):
 -- a claim lost in a server crash only means its runs are queued again, which a crash
--- implies anyway (runs are delivered at least once).
+-- implies anyway (runs are delivered at least once). Unless the server has synchronous
+-- standbys: then it waits as every commit does, or a failover would forget claims its
+-- workers are executing, and another worker would run them again at once
+-- (docs/operations.md, "Failover").
 -- The UPDATE finds the runs of due through /*claimed_by_id*/ (queries.claim): joined to
 -- due on a plain table. On one partitioned by status class, by "id = ANY" of due's ids
 -- and the live statuses (as start, below, names them): without the statuses it probed
@@ -77,7 +80,8 @@ SELECT id, job_id, payload, attempt, attempts_before_replay, max_attempts, retry
        endpoint_used, workflow_step_run_id, started_at, priority, available_at
 FROM claimed
 WHERE (SELECT count(*) FROM limited) >= 0
-  AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+  AND (SELECT set_config('synchronous_commit', CASE current_setting('synchronous_standby_names')
+       WHEN '' THEN 'off' ELSE current_setting('synchronous_commit') END, true)) IS NOT NULL
 ORDER BY priority DESC, available_at, id;
 
 
