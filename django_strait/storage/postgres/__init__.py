@@ -118,9 +118,9 @@ class PostgresStorage(OrmStorage):
         # synchronous standbys), set apart: the ORM's statements.
         with connections[self.alias].cursor() as cursor:
             cursor.execute(
-                "SELECT set_config('synchronous_commit', CASE current_setting("
-                "'synchronous_standby_names') WHEN '' THEN 'off' ELSE "
-                "current_setting('synchronous_commit') END, true)"
+                "SELECT set_config('synchronous_commit', CASE WHEN current_setting("
+                "'synchronous_standby_names') <> '' THEN current_setting('synchronous_commit')"
+                " ELSE 'off' END, true)"
             )
         return super().claim_external(worker_id, queues=queues, limit=limit, now=now)
 

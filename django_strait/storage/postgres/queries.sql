@@ -80,8 +80,9 @@ SELECT id, job_id, payload, attempt, attempts_before_replay, max_attempts, retry
        endpoint_used, workflow_step_run_id, started_at, priority, available_at
 FROM claimed
 WHERE (SELECT count(*) FROM limited) >= 0
-  AND (SELECT set_config('synchronous_commit', CASE current_setting('synchronous_standby_names')
-       WHEN '' THEN 'off' ELSE current_setting('synchronous_commit') END, true)) IS NOT NULL
+  AND (SELECT set_config('synchronous_commit', CASE WHEN current_setting(
+       'synchronous_standby_names') <> '' THEN current_setting('synchronous_commit') ELSE 'off'
+       END, true)) IS NOT NULL
 ORDER BY priority DESC, available_at, id;
 
 
