@@ -15,6 +15,7 @@ class StraitConfig(AppConfig):
 
         # Imported for what they register: the system checks, the model signal receivers.
         from django_strait import checks, receivers  # noqa: F401
+        from django_strait.storage import checks as storage_checks  # noqa: F401
 
         # Like admin.py for the admin: every installed app's jobs.py is imported, so
         # workers and web processes know the same @job handlers.

@@ -48,6 +48,8 @@ PRIORITY = (-100, 100)
 MAX_FALLBACK_ENDPOINTS = 10
 #: Longest job description.
 DESCRIPTION_MAX_LENGTH = 10_000
+#: Error messages kept on a run or attempt (the full text can be long tracebacks).
+ERROR_MAX_CHARS = 4000
 
 
 def within(low: Any, high: Any, unit: str = "") -> list[Any]:
@@ -127,3 +129,10 @@ def _show(number: Any) -> str:
     if isinstance(number, Decimal):
         return f"{number.normalize():,f}"
     return f"{number:g}"
+
+
+def trim(text: str, limit: int = ERROR_MAX_CHARS) -> str:
+    """Cut ``text`` to ``limit`` characters, saying so."""
+    if len(text) <= limit:
+        return text
+    return text[: limit - 20] + f"... [{len(text) - limit + 20} chars cut]"

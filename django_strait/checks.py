@@ -9,6 +9,7 @@
 | ``django_strait.W001`` | a ``STRAIT_*`` environment variable that Strait does not read (a typo?) |
 | ``django_strait.E005`` | ``STRAIT["DATABASE"]`` is not ``"default"`` but ``StraitRouter`` is not installed |
 | ``django_strait.W002`` | ``STRAIT["OJS_REQUIRE_AUTH"]`` is False while ``DEBUG`` is off |
+| ``django_strait.E006`` | ``STRAIT["STORAGE"]`` names a class that lacks a verb or flag of the Storage Protocol, or the PostgreSQL backend on another database (``storage/checks.py``: it needs the models, this module does not) |
 | ``django_strait.W003`` | a project model has a foreign key constraint into runs or attempts, which a partitioned table cannot take |
 
 ``django_strait.tasks.StraitBackend`` checks its own ``TASKS`` entry (Django's

@@ -10,8 +10,6 @@ from __future__ import annotations
 from django.utils import timezone
 
 from django_strait import signals
-from django_strait.database import alias
-from django_strait.models import EndpointHealth
 from django_strait.storage import backend
 
 
@@ -36,5 +34,4 @@ def reset_health(urls: list[str]) -> int:
     this does. Workers reload unwell endpoints at most every second. Return how many
     scores were forgotten.
     """
-    deleted, _ = EndpointHealth.objects.using(alias()).filter(endpoint_url__in=urls).delete()
-    return deleted
+    return backend().forget_health(urls)

@@ -26,6 +26,7 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
 from django_strait import __version__
 from django_strait.presets import DEFAULT_PRESETS, Chain, parse_chain
@@ -212,6 +213,42 @@ def _ojs_content_type(value: Any, field: str) -> str:
     return value
 
 
+#: The backends ``STRAIT["STORAGE"]`` may name without a dotted path (``storage.BACKENDS``).
+STORAGE_NAMES = ("orm", "postgresql")
+
+STORAGE_ALLOWED = (
+    "None (chosen by the database's engine), 'orm', 'postgresql', or the dotted path of "
+    "an importable class that satisfies the Storage Protocol (django_strait.storage.base)"
+)
+
+
+def _storage(value: Any, field: str) -> str | None:
+    """None, a short name, or the dotted path of a class that imports.
+
+    Whether the class has every verb of the Protocol is the storage layer's to say
+    (``storage.backend_class``, and the system check E006): this layer is below it.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise PolicyError(field, value, STORAGE_ALLOWED)
+    name = value.strip()
+    if name in STORAGE_NAMES:
+        return name
+    if "." not in name:
+        problem = f"{name!r} is neither {' nor '.join(map(repr, STORAGE_NAMES))} nor a dotted path"
+        raise PolicyError(field, value, STORAGE_ALLOWED, problem=problem)
+    try:
+        found = import_string(name)
+    except Exception as exc:  # noqa: BLE001 (any failure to import is this setting's to name)
+        problem = f"{name!r} cannot be imported ({type(exc).__name__}: {exc})"
+        raise PolicyError(field, value, STORAGE_ALLOWED, problem=problem) from None
+    if not isinstance(found, type):
+        problem = f"{name!r} is a {type(found).__name__}, not a class"
+        raise PolicyError(field, value, STORAGE_ALLOWED, problem=problem)
+    return name
+
+
 # Environment text -> a Python value for the key's check.
 
 
@@ -286,6 +323,11 @@ def _rate_text(text: str, field: str) -> str | None:
     return None if text.strip().lower() == "none" else text
 
 
+def _storage_text(text: str, field: str) -> str | None:
+    """``none`` (by the database's engine), else the name or dotted path as written."""
+    return None if text.strip().lower() == "none" else text
+
+
 def _alias_text(text: str, field: str) -> str:
     return text.strip()
 
@@ -334,6 +376,8 @@ KEYS: dict[str, Key] = {
         # How long a worker's connection keeps its prepared statements (and their plans).
         Key("PLAN_LIFETIME", 10.0, _duration(positive=True), _text),
         Key("DATABASE", "default", _alias(optional=False), _alias_text),
+        # The storage backend: None chooses by the database's engine (docs/settings.md).
+        Key("STORAGE", None, _storage, _storage_text),
         Key("HTTP_USER_AGENT", f"django-strait/{__version__}", _user_agent, _text),
         Key("TRIGGER_MAX_PAYLOAD_BYTES", 1_000_000, _integer(1), _int_text),
         # Worker operations: periodic duties, each on one host at a time.
@@ -510,6 +554,7 @@ class StraitSettings:
     PREPARE_STATEMENTS: tuple[str, ...]
     PLAN_LIFETIME: float
     DATABASE: str
+    STORAGE: str | None
     HTTP_USER_AGENT: str
     TRIGGER_MAX_PAYLOAD_BYTES: int
     WAITING_STALE_AFTER: float
@@ -553,6 +598,11 @@ class StraitSettings:
             except PolicyError as exc:
                 raise SettingError.of(exc) from None
         return cache[name]
+
+    def field(self, name: str) -> str:
+        """The name of the setting ``name``'s value came from: its variable, else ``STRAIT.<name>``."""
+        key = KEYS[name]
+        return key.env_var if _env_text(key.env_var) is not None else f"STRAIT.{name}"
 
     def reload(self) -> None:
         """Forget every parsed value; the next access reads settings and the environment again."""

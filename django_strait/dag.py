@@ -134,3 +134,84 @@ def settle(
     if stop:
         return new, "failed"
     return new, "completed" if len(done) == len(new) else "running"
+
+
+# -- what a run's move means for its workflow run (storage applies these) ------------
+
+#: A step's status for each status its run can end in (the run's other statuses: started).
+STEP_STATUS_OF_RUN = {
+    "completed": COMPLETED,
+    "failed": FAILED,
+    "dead_letter": FAILED,
+    "discarded": FAILED,
+    "canceled": CANCELED,
+}
+#: Workflow run statuses the DAG still moves in (a failed one resumes on replay).
+MOVING = ("running", "failed")
+#: The error type of a workflow run failed because a step blocks it.
+STEP_FAILED_ERROR = "workflow.step_failed"
+#: The error type of a workflow run failed because nothing progressed while steps wait.
+STALLED_ERROR = "workflow.stalled"
+#: The error type of a workflow run failed because a row it needs cannot be read.
+INVALID_ERROR = "workflow.invalid"
+
+
+def step_status(run_status: str | None) -> str:
+    """The status of a started step whose run is in ``run_status``."""
+    return STEP_STATUS_OF_RUN.get(run_status, STARTED)
+
+
+def stopped(status: Mapping[str, str]) -> dict[str, str]:
+    """Each step's status once its workflow run stopped moving: a waiting step is canceled."""
+    return {name: CANCELED if s == WAITING else s for name, s in status.items()}
+
+
+def parents_left(
+    parents: Mapping[str, Sequence[str]], status: Mapping[str, str], lenient: set[str]
+) -> dict[str, int]:
+    """Each waiting step's parents that have not ended well (what ``parents_left`` holds)."""
+    done = {n for n, s in status.items() if ended_well(s, n in lenient)}
+    return {
+        name: sum(1 for p in parents[name] if p not in done)
+        for name, s in status.items()
+        if s == WAITING
+    }
+
+
+def released(children: Mapping[int, Sequence[int]], ended: Iterable[int]) -> dict[int, int]:
+    """How many of its parents among the steps ``ended`` (ended well) each child loses."""
+    drop: dict[int, int] = {}
+    for step in ended:
+        for child in children[step]:
+            drop[child] = drop.get(child, 0) + 1
+    return drop
+
+
+def counted_down(
+    waiting: Iterable[tuple[int, int, int]], drop: Mapping[int, int]
+) -> tuple[list[tuple[int, int]], dict[int, list[int]]]:
+    """Split waiting step runs (id, step, parents_left) that ``drop`` concerns into those
+    now due (id, step), and the others by their new ``parents_left``."""
+    due: list[tuple[int, int]] = []
+    by_left: dict[int, list[int]] = {}
+    for pk, step, left in waiting:
+        if step not in drop:
+            continue
+        left -= drop[step]
+        if left <= 0:
+            due.append((pk, step))
+        else:
+            by_left.setdefault(left, []).append(pk)
+    return due, by_left
+
+
+def why_failed(status: Mapping[str, str], lenient: set[str], ended: Mapping[str, str]) -> str:
+    """Why a workflow run failed: the first blocking step by name, and how it ended
+    (``ended``: a step's run's status and error type, as "dead_letter (ValueError)")."""
+    name = sorted(blocking(status, lenient))[0]
+    return f"step {name!r} ended {ended.get(name) or status[name]}"
+
+
+def stalled_error(stale_after: float) -> str:
+    """Why a workflow run stalled."""
+    return f"no step progressed for {stale_after:g} s while steps wait"

@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+#: The error type of an attempt whose worker stopped heartbeating (the reaper's rescue).
+LOST_ERROR_TYPE = "worker.lost"
+
 
 class Kind(enum.Enum):
     """The shape of an attempt's result."""

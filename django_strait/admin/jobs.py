@@ -323,7 +323,7 @@ class JobAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
         applying = request.method == "POST" and (not selected or "apply" in request.POST)
         form = TriggerForm(request.POST if applying else None)
         if applying and form.is_valid():
-            runs = self._trigger(form, jobs)
+            runs = trigger_all(form, jobs)
             if runs is not None:
                 self.message_user(request, queued_message(runs), messages.SUCCESS)
                 return None
@@ -338,14 +338,16 @@ class JobAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/django_strait/trigger_form.html", context)
 
-    def _trigger(self, form: TriggerForm, jobs: list[Job]) -> list[JobRun] | None:
-        try:
-            # All or none: a bad option refuses every job, not the ones after the first.
-            with transaction.atomic(using=alias()):
-                return [trigger(job.name, **form.trigger_options()) for job in jobs]
-        except TriggerError as exc:
-            form.add_trigger_error(exc)
-            return None
+
+def trigger_all(form: TriggerForm, jobs: list[Job]) -> list[JobRun] | None:
+    """Trigger each of ``jobs`` with the form's options; None (the form says why) if one is refused."""
+    try:
+        # All or none: a bad option refuses every job, not the ones after the first.
+        with transaction.atomic(using=alias()):
+            return [trigger(job.name, **form.trigger_options()) for job in jobs]
+    except TriggerError as exc:
+        form.add_trigger_error(exc)
+        return None
 
 
 def declared_fields(job: Job | None) -> list[str]:

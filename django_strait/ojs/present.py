@@ -6,10 +6,9 @@ import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
-from django_strait.conf import strait_settings
+from django_strait.decisions import run_policy
 from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt
 from django_strait.ojs.states import ojs_state
-from django_strait.retry import PolicyError, resolve
 
 #: Envelope fields this module writes itself; anything else the client sent is returned.
 MANAGED = frozenset(
@@ -36,14 +35,9 @@ def ojs_type(job: Job) -> str:
 
 
 def max_attempts(run: JobRun, job: Job) -> int:
-    """Return the run's attempt budget under its policy (OJS's defaults for OJS runs)."""
-    try:
-        policy = resolve(
-            job, run.max_attempts, run.retry_overrides, defaults=strait_settings.DEFAULT_RETRY
-        )
-    except PolicyError:
-        return strait_settings.DEFAULT_RETRY.max_attempts
-    return policy.max_attempts
+    """Return the run's attempt budget under its policy (OJS's defaults for OJS runs): the
+    policy a nack decides by (``decisions.run_policy``)."""
+    return run_policy(job, run.max_attempts, run.retry_overrides, run_id=run.pk).max_attempts
 
 
 def job_body(

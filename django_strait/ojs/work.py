@@ -16,16 +16,15 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from django_strait import transitions
+from django_strait import decisions, transitions
 from django_strait.api.auth import QueueScope
+from django_strait.api.pagination import one, said
 from django_strait.conf import strait_settings
-from django_strait.decisions import Decision, decide, trim
+from django_strait.decisions import Decision, trim
 from django_strait.models import Execution, Job, JobRun, RunAttempt
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.ids import parse_any, uuid7
 from django_strait.ojs.present import job_body, stamp
-from django_strait.outcome import failure
-from django_strait.retry import PolicyError, resolve
 from django_strait.rows import read
 from django_strait.states import InvalidTransition, RunStatus, Transition
 from django_strait.storage import Claimed
@@ -67,7 +66,7 @@ def find(ident: Any, scope: QueueScope, what: str = "job") -> JobRun:
     other queues cannot even learn that the id exists.
     """
     key = parse_any(ident) if isinstance(ident, str) else None
-    run = JobRun.objects.select_related("job").filter(ojs_id=key).first() if key else None
+    run = one(JobRun.objects.select_related("job").filter(ojs_id=key)) if key else None
     if run is None or run.job.execution != Execution.EXTERNAL or not scope.allows(run.queue):
         raise errors.not_found(what, str(ident))
     return run
@@ -80,7 +79,10 @@ def describe(run: JobRun, *, with_errors: bool = True) -> dict[str, Any]:
         if with_errors
         else None
     )
-    return job_body(run, run.job, timezone.now(), attempts)
+    body = job_body(run, run.job, timezone.now(), attempts)
+    if getattr(run, "unreadable", None):  # a stand-in: what cannot be read, by field
+        body["unreadable"] = said(run.unreadable)
+    return body
 
 
 def reload(run: JobRun) -> JobRun:
@@ -134,9 +136,9 @@ def fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) ->
         worker, queues=queues, limit=count, deadline=plan.deadline, expired=plan.expired
     )
     ids = [run.id for run in started]
-    for run_id in ids:  # runs a cron schedule (or trigger()) made have no OJS id yet
-        if plan.envelopes.get(run_id, {}).get("_no_id"):
-            JobRun.objects.filter(pk=run_id, ojs_id__isnull=True).update(ojs_id=uuid7())
+    # Runs a cron schedule (or trigger()) made have no OJS id yet.
+    unnamed = [i for i in ids if plan.envelopes.get(i, {}).get("_no_id")]
+    transitions.external.name({run_id: uuid7() for run_id in unnamed})
     runs = {r.pk: r for r in JobRun.objects.select_related("job").filter(pk__in=ids)}
     return [runs[i] for i in ids if i in runs]
 
@@ -247,27 +249,26 @@ def nack(
     message = error.get("message") or ""
     retryable = error.get("retryable", True) is not False
     now = timezone.now()
-    policy = _policy(run)
-    used = run.attempt - run.attempts_before_replay
-    if requeue and used < policy.max_attempts:
-        decision = Decision(Transition.RETRY, now, 0.0)
-    else:
-        outcome = failure(str(kind), str(message), retryable=retryable)
-        decision = decide(outcome, budget_used=used, policy=policy, now=now, rng=_rng)
+
+    def rule() -> Decision:
+        return decisions.after_nack(
+            error_type=str(kind),
+            message=str(message),
+            retryable=retryable,
+            requeue=requeue,
+            budget_used=run.attempt - run.attempts_before_replay,
+            policy=decisions.run_policy(
+                run.job, run.max_attempts, run.retry_overrides, run_id=run.pk
+            ),
+            now=now,
+            rng=_rng,
+        )
+
+    decision = decisions.safely(rule, now=now, run_id=run.pk, job=run.job.name)
     _finish(run, decision, outcome="failed", error=str(message), error_type=str(kind)[:200])
     if decision.delay is not None:
-        envelope = {**(run.ojs or {}), "retry_delay_ms": int(decision.delay * 1000)}
-        JobRun.objects.filter(pk=run.pk).update(ojs=envelope)
+        transitions.external.note_retry_delay(run.pk, decision.delay)
     return reload(run), decision
-
-
-def _policy(run: JobRun):
-    try:
-        return resolve(
-            run.job, run.max_attempts, run.retry_overrides, defaults=strait_settings.DEFAULT_RETRY
-        )
-    except PolicyError:
-        return strait_settings.DEFAULT_RETRY
 
 
 def _held(ident: Any, what: str, holder: inputs.Holder, scope: QueueScope) -> JobRun:

@@ -213,9 +213,24 @@ class CircuitBreaker:
     def account(
         self, attempts: Iterable[Attempted], *, now: dt.datetime, threshold: int
     ) -> list[Circuit]:
-        """Count ended attempts against their circuits; write only what changes something.
+        """Count ended attempts against their circuits in a write of their own (the
+        webhook deliverer's); write only what changes something.
 
-        A batch of successes on quiet circuits costs no statement at all.
+        The worker's record carries its attempts' counts instead (:meth:`worth`,
+        :meth:`accounted`): one round trip for both.
+        """
+        worth = self.worth(attempts)
+        if not worth:
+            return []
+        written, changes = self.storage.apply_circuit_results(worth, now=now, threshold=threshold)
+        self.accounted(written)
+        signals.announce_circuit_changes(changes)
+        return written
+
+    def worth(self, attempts: Iterable[Attempted]) -> dict[str, list[Result]]:
+        """Return the results worth writing, by endpoint, in the order the attempts ended.
+
+        A batch of successes on quiet circuits gives none: it costs no write at all.
         """
         results: dict[str, list[Result]] = {}
         for att in attempts:
@@ -223,13 +238,11 @@ class CircuitBreaker:
                 continue  # a success while every circuit is quiet changes nothing
             result = classify(att.error_type, att.status_code)
             results.setdefault(att.endpoint_url, []).append(result)
-        worth = {url: res for url, res in results.items() if self._worth_writing(url, res)}
-        if not worth:
-            return []
-        written, changes = self.storage.apply_circuit_results(worth, now=now, threshold=threshold)
+        return {url: res for url, res in results.items() if self._worth_writing(url, res)}
+
+    def accounted(self, written: Iterable[Circuit]) -> None:
+        """Keep the circuits a write left, as it left them."""
         self._put(written)
-        signals.announce_circuit_changes(changes)
-        return written
 
     def _worth_writing(self, url: str, results: list[Result]) -> bool:
         if Result.FAILURE in results:

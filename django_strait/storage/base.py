@@ -1,9 +1,11 @@
 """The storage interface: every state change and protection step the worker and the surfaces need.
 
-Oban's engines and River's driver interface: one contract, one implementation
-per database (``OrmStorage``, portable; ``PostgresStorage``, its hot steps in
-one statement each), and one conformance suite that pins the contract for both
-(tests/conformance). Callers get theirs from ``storage.backend()``.
+Oban's engines and River's driver interface: one contract, implementations as
+siblings (``OrmStorage``, portable; ``PostgresStorage``, its hot steps in one
+statement each; a project's own, named by ``STRAIT["STORAGE"]``), each a class
+called with the database alias, and one conformance suite that pins the contract
+for any of them (tests/conformance; docs/architecture.md, "A new storage
+backend"). Callers get theirs from ``storage.backend()``.
 
 The contract, beyond the signatures:
 
@@ -24,29 +26,31 @@ The contract, beyond the signatures:
 from __future__ import annotations
 
 import datetime as dt
-import random
+import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from django.db.models import QuerySet
 
-from django_strait.models import JobRun
+from django_strait.models import JobRun, Workflow, WorkflowRun
 from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import Health
+from django_strait.resilience.health import Health, Sample
 from django_strait.resilience.policy import Change, Circuit, Result
-from django_strait.states import Transition
 from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.values import (
+    Advanced,
     Claimed,
     HistoryDay,
     Hold,
-    PresetsOf,
     RecordBatch,
     Recorded,
+    Rescue,
     Rescued,
+    StaleRuns,
     Waiting,
 )
+from django_strait.storage.webhooks import Due, Settled
 
 
 class Storage(Protocol):
@@ -67,6 +71,11 @@ class Storage(Protocol):
 
     def claim_transaction(self) -> AbstractContextManager[Any]:
         """The transaction that a claim, its gate and its start share."""
+
+    def keep_plans(self, now: float) -> None:
+        """Let this thread's connection prepare the worker's hot statements, if this database
+        prepares any (called by a worker's claim and record threads before each call;
+        ``now`` is ``time.monotonic()``)."""
 
     # The worker's runs.
     def claim(
@@ -139,11 +148,6 @@ class Storage(Protocol):
         """
 
     # The worker's process runs (docs/process-execution.md).
-    def presets_of(
-        self, run_ids: Sequence[int], job_ids: Sequence[int], *, now: dt.datetime
-    ) -> PresetsOf:
-        """Return process runs' stored presets and their jobs' recommendations still in force."""
-
     def let_go(self, worker_id: str, run_ids: Sequence[int]) -> list[int]:
         """Return the runs among ``run_ids`` not executing under this worker, or asked to cancel."""
 
@@ -191,31 +195,100 @@ class Storage(Protocol):
     def win_health_probe(self, url: str, *, now: dt.datetime, cooldown: dt.timedelta) -> bool:
         """Take the one probe of an unhealthy endpoint this cooldown; True if this call won it."""
 
-    # What people ask for.
-    def apply(self, run_id: int, transition: Transition, **updates: Any) -> JobRun:
-        """Move one run through ``transition``; raise ``InvalidTransition`` if its status forbids."""
+    # Workflows (docs/workflows.md). Each applies what ``dag`` decided, in one transaction
+    # with the webhook deliveries it owes, and returns what changed: no signal is sent here
+    # (``transitions.workflows.announce`` sends them).
+    def begin_workflow_run(
+        self, workflow: Workflow, payload: Any, key: str | None, *, now: dt.datetime
+    ) -> tuple[WorkflowRun, Advanced]:
+        """Insert a run of ``workflow`` with its step runs, its root steps started; atomically.
 
-    def replay_updates(self, by: str, now: dt.datetime) -> dict[str, Any]:
-        """What a replay writes beside the status."""
+        Raises ``IntegrityError`` when ``key`` is already used for this workflow.
+        """
+
+    def advance_workflows(self, run_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Move on the workflow runs of the steps whose runs are ``run_ids`` (runs that moved
+        outside a record: people's transitions, the reaper's); call in the moves' transaction."""
+
+    def settle_workflow_runs(self, wr_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Settle whole workflow runs anew, every step read (after a redefinition)."""
+
+    def cancel_workflow_run(self, wr_id: int, *, now: dt.datetime) -> tuple[Advanced, list[int]]:
+        """Cancel a running or failed workflow run and its waiting steps; return the change
+        and its steps' live runs (the caller cancels those through the cancel transition)."""
+
+    def fail_stalled_workflow_runs(self, *, now: dt.datetime, stale_after: float) -> Advanced:
+        """Fail the running workflow runs in which steps wait, none is started, and nothing
+        progressed for ``stale_after`` seconds."""
+
+    # The webhook outbox (docs/webhooks.md): deliveries are written with the transitions
+    # that owe them; these claim, hold, settle and redeliver them.
+    def claim_deliveries(self, *, limit: int, now: dt.datetime, lease: dt.timedelta) -> list[Due]:
+        """Lease up to ``limit`` due deliveries for ``lease``, oldest due first, skipping rows
+        held elsewhere; a row that cannot be read comes back with its ``row_error``."""
+
+    def settle_deliveries(self, settled: Sequence[Settled]) -> None:
+        """Write what became of claimed deliveries; only those still pending move."""
+
+    def hold_deliveries(self, pks: Sequence[int], *, until: dt.datetime) -> None:
+        """Put claimed deliveries back until ``until``, spending no attempt (an open circuit)."""
+
+    def redeliver(self, pks: Sequence[int], *, now: dt.datetime) -> int:
+        """Make deliveries due now with a fresh attempt budget, whatever their status."""
+
+    def fold_health(self, samples: Sequence[Sample]) -> None:
+        """Fold answers sampled outside a record (webhook deliveries) into endpoint health."""
+
+    def forget_health(self, urls: Sequence[str]) -> int:
+        """Forget the health scores of ``urls``; return how many were forgotten."""
+
+    # Decided transitions (docs/architecture.md, "Where the decision lives"): each verb
+    # applies a change already decided above storage, and writes only its own columns.
+    # People's: each raises ``InvalidTransition`` when the run's status forbids the move,
+    # ``JobRun.DoesNotExist`` when there is no such run.
+    def replay(self, run_id: int, *, by: str, now: dt.datetime, payload: Any = ...) -> JobRun:
+        """Queue a replayable run again (REPLAY): due now, its attempt budget reset, ``by``
+        and ``now`` noted; ``payload`` (when given) replaces its payload. Return it fresh."""
 
     def replay_many(self, run_ids: Sequence[int], *, by: str, now: dt.datetime) -> int:
         """Replay the replayable runs among ``run_ids``; return how many moved."""
 
+    def cancel(self, run_id: int, *, now: dt.datetime) -> JobRun:
+        """Cancel a run (CANCEL): finished now, no worker or deadline left. Return it fresh."""
+
+    def drop(self, run_id: int, *, now: dt.datetime) -> JobRun:
+        """Discard a run no worker holds (DROP): finished now. Return it fresh."""
+
     def request_cancel(self, run_id: int, *, now: dt.datetime) -> bool:
         """Flag an executing run to be canceled when its attempt returns."""
 
-    # The reaper.
-    def rescue_batch(
+    # The reaper's: it finds stale runs, decides (``decisions.after_lost``), then applies.
+    def stale_runs(
+        self, now: dt.datetime, *, stale_after: float, waiting_stale_after: float, limit: int
+    ) -> StaleRuns:
+        """Return up to ``limit`` stale runs, locked for the caller's transaction (skipping
+        those another reaper holds), and those whose rows cannot be read."""
+
+    def rescue(
         self,
-        now: dt.datetime,
+        rescues: Sequence[Rescue],
         *,
+        unreadable: Mapping[int, str],
+        now: dt.datetime,
         stale_after: float,
-        waiting_stale_after: float,
-        limit: int,
-        rng: random.Random,
         isolate: bool = False,
-    ) -> tuple[int, list[Rescued]]:
-        """Rescue up to ``limit`` stale runs; return how many were found, and the rescued."""
+    ) -> list[Rescued]:
+        """Apply each decided rescue: RESCUE to system_failed with a ``worker.lost`` attempt,
+        then its ``then`` (or CANCEL alone); a run that moved meanwhile is left alone.
+        Dead-letter each ``unreadable`` run (``run.invalid``, saying what). ``isolate``:
+        each run in a savepoint, one that raises dead-lettered (``reaper.rescue_failed``)."""
+
+    # External workers' (OJS, docs/ojs.md).
+    def set_external_ids(self, ids: Mapping[int, uuid.UUID]) -> list[int]:
+        """Give each run without an OJS id the one in ``ids``; return the runs that took it."""
+
+    def set_external_retry_delay(self, run_id: int, delay_ms: int) -> bool:
+        """Note in a run's OJS envelope the delay its nack's retry was given."""
 
     # Making runs.
     def insert_one(self, run: JobRun) -> JobRun:

@@ -2,7 +2,8 @@
 
 A state change is only a state change (STYLE: River's JobSetStateIfRunningMany):
 the record moves the runs and appends their attempts; the per-minute rollup,
-endpoint health and the budget ledger each add their own part. On PostgreSQL a
+endpoint health, the budget ledger, the webhook outbox and the circuits each add
+their own part. On PostgreSQL a
 part is a CTE of the record's one statement (``record.<name>`` in
 ``postgres/queries.sql``, fed by :meth:`RecordPart.params`); on other databases
 it is a step in the record's transaction (:meth:`RecordPart.apply`). Both read
@@ -16,7 +17,9 @@ edited.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -35,10 +38,11 @@ from django_strait.models import (
 )
 from django_strait.presets import RECOMMENDATION_TTL_SECS, Chain
 from django_strait.resilience import budgets, health
+from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.rows import read
 from django_strait.states import TERMINAL
-from django_strait.storage import webhooks, workflows
-from django_strait.storage.values import Record, RecordBatch
+from django_strait.storage import circuit_rows, webhooks, workflows
+from django_strait.storage.values import Record, RecordBatch, Recorded
 from django_strait.webhooks import events
 
 ZERO = Decimal(0)
@@ -58,8 +62,9 @@ class RecordPart(Protocol):
         """Return the named parameters of its CTE for ``batch`` (PostgreSQL)."""
         ...
 
-    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> None:
-        """Apply it with the ORM, inside the record's transaction (other databases)."""
+    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> object:
+        """Apply it with the ORM, inside the record's transaction (other databases); what
+        it returns, if anything, goes into the record's answer (:func:`note`)."""
         ...
 
 
@@ -203,6 +208,83 @@ def settle_runs(spends: list[budgets.Spend], alias: str) -> None:
         )
 
 
+class Circuits:
+    """The batch's HTTP results folded into their endpoints' circuits, in the record's
+    transaction: a circuit opens with the results that open it, never a write later.
+
+    Only a batch whose results change a circuit carries it (``RecordBatch.circuits``,
+    which ``CircuitBreaker.worth`` fills): successes while every circuit is quiet, the
+    hot path, write nothing. PostgreSQL returns the circuits as written with the
+    moved runs (``record.circuits.returned``); the ORM folds them row by row.
+    """
+
+    name = "circuits"
+
+    def wanted(self, batch: RecordBatch) -> bool:
+        return bool(batch.circuits)
+
+    def params(self, batch: RecordBatch) -> dict[str, Any]:
+        urls = sorted(batch.circuits)  # the rows are locked in URL order
+        summaries = [_summary(batch.circuits[url]) for url in urls]
+        return {
+            "circuit_url": urls,
+            "circuit_reset": [reset for reset, _, _ in summaries],
+            "circuit_failed": [failed for _, failed, _ in summaries],
+            "circuit_tail": [tail for _, _, tail in summaries],
+            "circuit_now": timezone.now(),
+            "circuit_threshold": strait_settings.CIRCUIT_FAILURE_THRESHOLD,
+        }
+
+    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> Folded:
+        return Folded(
+            *circuit_rows.apply_circuit_results(
+                alias, batch.circuits, timezone.now(), strait_settings.CIRCUIT_FAILURE_THRESHOLD
+            )
+        )
+
+    def returned(self, rows: list[str]) -> Folded:
+        """Read the circuits the statement wrote (``record.circuits.returned``, as JSON)."""
+        folded = Folded([], [])
+        for text in rows:
+            url, state, failures, *times, was = json.loads(text)
+            circuit = Circuit(url, state, failures, *(_at(t) for t in times))
+            folded.written.append(circuit)
+            if state != was:
+                folded.changes.append(Change(circuit, was))
+        return folded
+
+
+@dataclass(slots=True)
+class Folded:
+    """The circuits a record wrote, as written, and those whose state changed."""
+
+    written: list[Circuit]
+    changes: list[Change]
+
+
+def _summary(results: Sequence[Result]) -> tuple[bool, bool, int]:
+    """An endpoint's results as the fold needs them: whether a success came (it closes
+    the circuit and clears its failures), whether any failure came (the time of the
+    last one), and the failures after the last success (all of them without one)."""
+    last_success = max((i for i, r in enumerate(results) if r is Result.SUCCESS), default=-1)
+    tail = sum(r is Result.FAILURE for r in results[last_success + 1 :])
+    return last_success >= 0, Result.FAILURE in results, tail
+
+
+def _at(text: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(text) if text is not None else None
+
+
+def note(done: Recorded, result: object) -> None:
+    """Add what a part's ``apply`` returned to the record's answer: what its steps changed
+    of their workflow runs, or the circuits it wrote."""
+    if isinstance(result, Folded):
+        done.circuits += result.written
+        done.circuit_changes += result.changes
+    elif isinstance(result, workflows.Advanced):
+        done.workflows.add(result)
+
+
 EVENT_FOR_STATUS = events.RUN_EVENT_FOR_STATUS
 EVENTS = list(EVENT_FOR_STATUS.values())
 
@@ -231,12 +313,16 @@ class Webhooks:
 class Workflows:
     """The DAG moves on when a step's run moved: children start, dependents are skipped.
 
-    Portable (``storage.workflows.advance``) on every backend: PostgreSQL runs it
-    in the record's transaction after the record's statement, and only for a
-    batch with workflow steps in it (``steps``), so plain batches cost nothing.
+    Portable (``storage.workflows.advance``) on every backend, each writing its
+    statements its own way (``statements``): PostgreSQL runs it in the record's
+    transaction after the record's statement, and only for a batch with workflow
+    steps in it (``steps``), so plain batches cost nothing.
     """
 
     name = "workflow"
+
+    def __init__(self, statements: workflows.Statements) -> None:
+        self.statements = statements
 
     def wanted(self, batch: RecordBatch) -> bool:
         """Whether the batch has workflow steps (else PostgreSQL skips the part)."""
@@ -249,19 +335,20 @@ class Workflows:
     def params(self, batch: RecordBatch) -> dict[str, Any]:
         return {}
 
-    def apply(self, batch: RecordBatch, moved: Mapping[int, str], alias: str) -> int:
-        """Move the DAGs on; return how many workflow runs ended (the worker's deliverer
-        wakes for their webhooks only then, not after every batch of steps)."""
+    def apply(
+        self, batch: RecordBatch, moved: Mapping[int, str], alias: str
+    ) -> workflows.Advanced | None:
+        """Move the DAGs on; return what changed (the worker's deliverer wakes for their
+        webhooks only when a workflow run ended, not after every batch of steps)."""
         ids = self.steps(batch, moved)
         if not ids:
-            return 0
+            return None
+        move = workflows.Move(workflows.Db(alias, self.statements), timezone.now())
         known = [r for r in batch.records if r.step and r.run_id in moved]
         if len(known) == len(ids):  # the worker's record: the steps' starts loaded them
             ended = [(r.step_run_id, *r.step, moved[r.run_id]) for r in known]
-            changes = workflows.advance_recorded(alias, ended, timezone.now())
-        else:
-            changes = workflows.advance(alias, ids, timezone.now())
-        return sum(c.status in events.WORKFLOW_EVENT_FOR_STATUS for c in changes)
+            return workflows.advance_recorded(move, ended)
+        return workflows.advance(move, ids)
 
 
 class Presets:
@@ -333,6 +420,10 @@ def _recommend(alias: str, job_id: int, rec: Record, chain: Chain) -> None:
 
 
 #: The parts every record's statement carries, in order.
-RECORD_PARTS: tuple[RecordPart, ...] = (Rollup(), Health(), Ledger(), Webhooks())
-#: The parts that follow the statement in its transaction, on every backend.
-FOLLOWING_PARTS: tuple[Workflows | Presets, ...] = (Workflows(), Presets())
+RECORD_PARTS: tuple[RecordPart, ...] = (Rollup(), Health(), Ledger(), Webhooks(), Circuits())
+
+
+def following_parts(statements: workflows.Statements) -> tuple[Workflows | Presets, ...]:
+    """The parts that follow the statement in its transaction, on every backend (its workflow
+    statements written the backend's way)."""
+    return (Workflows(statements), Presets())

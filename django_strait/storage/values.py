@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
@@ -16,7 +16,10 @@ from typing import Any
 
 from django_strait.resilience.budgets import Spend
 from django_strait.resilience.health import Sample
+from django_strait.resilience.policy import Change as CircuitChange
+from django_strait.resilience.policy import Circuit, Result
 from django_strait.states import RunStatus, Transition
+from django_strait.webhooks.events import WORKFLOW_EVENT_FOR_STATUS
 
 ZERO = Decimal(0)
 
@@ -50,8 +53,13 @@ class Claimed:
     #: A workflow step's (workflow run id, step id), loaded with ``workflow``: its
     #: record moves the DAG on without reading its step run again.
     step: tuple[int, int] | None = None
-    #: A process run's memory preset for this attempt (set after the claim; "" for threads).
+    #: A process run's memory preset for this attempt (chosen after the claim from the
+    #: two below and its job's preset; "" for threads).
     preset: str = ""
+    #: The run's own preset, as the claim read it (set after an OOM kill; "" if none).
+    run_preset: str = ""
+    #: The preset its job recommends, as the claim read it ("" if none, or expired).
+    recommended_preset: str = ""
     #: The claim began this attempt in the database (``claim(start=True)``): executing,
     #: its attempt spent, ``started_at`` set. ``attempt`` stays the count before it
     #: until ``start`` counts it; a hold gives it back (``hold(begun=True)``).
@@ -61,14 +69,6 @@ class Claimed:
     def budget_used(self) -> int:
         """Attempts spent since the run was queued or last replayed."""
         return self.attempt - self.attempts_before_replay
-
-
-@dataclass(frozen=True, slots=True)
-class PresetsOf:
-    """What decides process runs' presets: the runs' own (after an OOM), the jobs' recommended."""
-
-    runs: dict[int, str] = field(default_factory=dict)
-    recommended: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +147,9 @@ class RecordBatch:
     records: Sequence[Record]
     #: One sample per endpoint of the batch (``resilience.health.summarize``).
     health: Sequence[Sample] = ()
+    #: The results to fold into circuits, by endpoint, in the order the attempts ended
+    #: (``CircuitBreaker.worth``: none while every circuit is quiet and all went well).
+    circuits: Mapping[str, Sequence[Result]] = field(default_factory=dict)
 
     @cached_property
     def spends(self) -> list[Spend]:
@@ -158,18 +161,57 @@ class RecordBatch:
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A workflow run that changed status: what the signals announce (``transitions.workflows``)."""
+
+    workflow_run_id: int
+    workflow: str
+    status: str
+    error_type: str = ""
+    error: str = ""
+
+
+@dataclass(slots=True)
+class Advanced:
+    """The workflow runs a move changed, and the step runs it started (their runs are new)."""
+
+    changes: list[Change] = field(default_factory=list)
+    started: list[int] = field(default_factory=list)
+
+    def add(self, other: Advanced) -> Advanced:
+        """Take ``other``'s changes and starts after this one's; return self."""
+        self.changes += other.changes
+        self.started += other.started
+        return self
+
+    @property
+    def ended(self) -> int:
+        """How many workflow runs completed or failed (their webhooks may be owed)."""
+        return sum(c.status in WORKFLOW_EVENT_FOR_STATUS for c in self.changes)
+
+
 @dataclass(slots=True)
 class Recorded:
     """Which records moved their run (run id -> new status), found it gone, or found it
-    recorded; and how many workflow runs their steps ended."""
+    recorded; and what their steps changed of their workflow runs."""
 
     moved: dict[int, str] = field(default_factory=dict)
     #: Runs no longer executing under this worker at that attempt (canceled, replayed, reaped).
     lost: list[int] = field(default_factory=list)
     #: Runs an earlier try of the same record had recorded (its COMMIT landed, its answer not).
     already: list[int] = field(default_factory=list)
-    #: Workflow runs the batch's steps ended (completed or failed): their webhooks may be owed.
-    workflows_ended: int = 0
+    #: What the batch's steps changed of their workflow runs (announced by ``transitions``).
+    workflows: Advanced = field(default_factory=Advanced)
+
+    @property
+    def workflows_ended(self) -> int:
+        """Workflow runs the batch's steps ended (completed or failed): their webhooks may be owed."""
+        return self.workflows.ended
+
+    #: The circuits the batch's results wrote, as written, and those whose state changed.
+    circuits: list[Circuit] = field(default_factory=list)
+    circuit_changes: list[CircuitChange] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +257,42 @@ class Rescued:
     error: str
     #: When a retried run is due again (None for the other ends).
     available_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StaleRuns:
+    """What the reaper found, locked for its transaction: the stale runs, and those whose
+    rows cannot be read (run id -> what cannot be, field by field)."""
+
+    runs: list[Stale] = field(default_factory=list)
+    unreadable: dict[int, str] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.runs) + len(self.unreadable)
+
+
+#: What a rescue may end in: canceled (cancel was asked), or on from system_failed.
+_RESCUE_ENDS = (Transition.CANCEL, Transition.RETRY, Transition.DEAD_LETTER, Transition.DISCARD)
+
+
+@dataclass(frozen=True, slots=True)
+class Rescue:
+    """A stale run and what was decided for it (``decisions.after_lost``): CANCEL (its cancel
+    was asked), or RETRY, DEAD_LETTER or DISCARD after it is rescued to system_failed."""
+
+    run: Stale
+    then: Transition
+    #: When a retried run is due again.
+    available_at: dt.datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.then not in _RESCUE_ENDS:
+            raise ValueError(
+                f"run {self.run.id}: a rescue ends in cancel, retry, dead_letter or discard, "
+                f"not {self.then.name.lower()}"
+            )
+        if self.then is Transition.RETRY and self.available_at is None:
+            raise ValueError(f"run {self.run.id}: a rescue's retry needs its available_at")
 
 
 def json_column(value: Any) -> Any:

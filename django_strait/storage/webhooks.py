@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import TextField
@@ -28,10 +28,8 @@ from django.db.models.functions import Cast
 from django_strait.models import DeliveryStatus, JobRun, WebhookDelivery, WorkflowRun
 from django_strait.rows import Unreadable, read, readable_instants
 from django_strait.states import TERMINAL
+from django_strait.storage.values import Change
 from django_strait.webhooks.events import RUN_EVENT_FOR_STATUS, WORKFLOW_EVENT_FOR_STATUS
-
-if TYPE_CHECKING:
-    from django_strait.storage.workflows import Change
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,8 @@ that refuses a run whose status its transition (``states.Transition``) does
 not allow, and sends its own signals. People's transitions (replay, cancel,
 discard) are in :mod:`.people`; the worker's batched ones (claim and start,
 record, put back, heartbeat) in :mod:`.worker`; the reaper's rescue in
-:mod:`.reaper`. Admin actions, API views, commands, the worker and the duties
+:mod:`.reaper`; the signals of what moved workflow runs (storage sends none) in
+:mod:`.workflows`. Admin actions, API views, commands, the worker and the duties
 call these; nothing else writes ``status``.
 """
 

@@ -10,16 +10,17 @@ worker's attempt (attempt row, retry policy, webhooks, workflows).
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 from django.utils import timezone
 
 from django_strait import signals
 from django_strait.models import JobRun
-from django_strait.states import Transition
 from django_strait.storage import Claimed, RecordBatch, Recorded, Storage, backend
 from django_strait.storage.values import Record
 from django_strait.transitions.worker import record
+from django_strait.transitions.workflows import moving_steps
 
 #: A run's deadline from the run and its start (visibility timeout, timeout_ms).
 Deadline = Callable[[Claimed, dt.datetime], dt.datetime]
@@ -66,10 +67,10 @@ def _drop(storage: Storage, worker_id: str, run_ids: set[int], now: dt.datetime)
     if not run_ids:
         return []
     storage.unclaim(worker_id, sorted(run_ids), now=now)
-    return [
-        storage.apply(rid, Transition.DROP, finished_at=now, updated_at=now)
-        for rid in sorted(run_ids)
-    ]
+    with moving_steps(storage) as moved:
+        dropped = [storage.drop(rid, now=now) for rid in sorted(run_ids)]
+        moved += sorted(run_ids)
+    return dropped
 
 
 def extend(
@@ -82,3 +83,13 @@ def extend(
 def finish(worker_id: str, done: Record, *, storage: Storage | None = None) -> Recorded:
     """Record the end of an external worker's attempt (ack or nack) held by ``worker_id``."""
     return record(RecordBatch(worker_id=worker_id, records=[done]), storage=storage)
+
+
+def name(ids: Mapping[int, uuid.UUID], *, storage: Storage | None = None) -> list[int]:
+    """Give fetched runs that have no OJS id (a schedule's, ``trigger()``'s) theirs."""
+    return (storage or backend()).set_external_ids(ids) if ids else []
+
+
+def note_retry_delay(run_id: int, delay: float, *, storage: Storage | None = None) -> bool:
+    """Keep in a nacked run's envelope the delay its retry was given (OJS shows it)."""
+    return (storage or backend()).set_external_retry_delay(run_id, int(delay * 1000))

@@ -1,6 +1,7 @@
 """Transitions that people ask for (admin, API, commands): replay, cancel, discard.
 
-Each is one guarded update through the storage backend; each sends its signal.
+Each is one guarded update through the storage backend's verb for it (``replay``,
+``cancel``, ``drop``: a decision a person made, applied); each sends its signal.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from django.utils import timezone
 
 from django_strait import signals
 from django_strait.models import JobRun
-from django_strait.states import Transition
 from django_strait.storage import Storage, backend
+from django_strait.transitions.workflows import moving_steps
 from django_strait.triggering import check_payload
 
 logger = logging.getLogger(__name__)
@@ -31,10 +32,11 @@ def replay(
     ``by`` records who replayed; ``payload`` (if given) replaces the run's payload.
     """
     storage = storage or backend()
-    updates = storage.replay_updates(by, timezone.now())
     if payload is not ...:
-        updates["payload"] = check_payload(payload)
-    run = storage.apply(run_id, Transition.REPLAY, **updates)
+        payload = check_payload(payload)
+    with moving_steps(storage) as moved:
+        run = storage.replay(run_id, by=by, now=timezone.now(), payload=payload)
+        moved.append(run_id)
     logger.info("run %s: replayed by %s", run_id, by or "unknown", extra={"run_id": run_id})
     return run
 
@@ -52,7 +54,9 @@ def replay_many(
     moved = 0
     for start in range(0, len(ids), batch_size):
         chunk = ids[start : start + batch_size]
-        moved += storage.replay_many(chunk, by=by, now=timezone.now())
+        with moving_steps(storage) as steps:
+            moved += storage.replay_many(chunk, by=by, now=timezone.now())
+            steps += chunk
     logger.info("replayed %s of %s runs (by %s)", moved, len(ids), by or "unknown")
     return moved
 
@@ -64,7 +68,9 @@ def cancel(run_id: int, *, storage: Storage | None = None) -> JobRun:
     if storage.request_cancel(run_id, now=now):
         logger.info("run %s: cancel requested while executing", run_id)
         return JobRun.objects.using(storage.alias).get(pk=run_id)
-    run = storage.apply(run_id, Transition.CANCEL, finished_at=now, claimed_by="", updated_at=now)
+    with moving_steps(storage) as moved:
+        run = storage.cancel(run_id, now=now)
+        moved.append(run_id)
     logger.info("run %s: canceled", run_id, extra={"run_id": run_id})
     signals.send_changed([run])
     return run
@@ -76,15 +82,9 @@ def cancel_now(run_id: int, *, storage: Storage | None = None) -> JobRun:
     The worker is not waited for; its later ack or nack finds the run canceled.
     """
     storage = storage or backend()
-    now = timezone.now()
-    run = storage.apply(
-        run_id,
-        Transition.CANCEL,
-        finished_at=now,
-        claimed_by="",
-        visible_until=None,
-        updated_at=now,
-    )
+    with moving_steps(storage) as moved:
+        run = storage.cancel(run_id, now=timezone.now())
+        moved.append(run_id)
     logger.info("run %s: canceled", run_id, extra={"run_id": run_id})
     signals.send_changed([run])
     return run
@@ -95,8 +95,9 @@ def discard(
 ) -> JobRun:
     """Drop a run that no worker holds (queued, dead-lettered or system-failed)."""
     storage = storage or backend()
-    now = timezone.now()
-    run = storage.apply(run_id, Transition.DROP, finished_at=now, updated_at=now)
+    with moving_steps(storage) as moved:
+        run = storage.drop(run_id, now=timezone.now())
+        moved.append(run_id)
     note = f"discarded by {by or 'unknown'}" + (f": {reason}" if reason else "")
     logger.info("run %s: %s", run_id, note, extra={"run_id": run_id})
     signals.send_changed([run])

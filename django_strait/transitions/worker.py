@@ -16,6 +16,7 @@ from django.utils import timezone
 from django_strait import signals
 from django_strait.storage import Claimed, Hold, RecordBatch, Recorded, Storage, backend, moves
 from django_strait.storage.floors import ClaimFloors
+from django_strait.transitions.workflows import announce as announce_workflows
 
 logger = logging.getLogger(__name__)
 
@@ -143,9 +144,11 @@ def record(batch: RecordBatch, *, storage: Storage | None = None) -> Recorded:
     """
     storage = storage or backend()
     done = storage.record(batch)
+    announce_workflows(done.workflows, using=storage.alias)
     if done.moved:
         names = {r.run_id: r.job for r in batch.records}
         signals.send_recorded(batch.records, done, names, using=storage.alias)
+    signals.announce_circuit_changes(done.circuit_changes)
     spends = batch.spends
     if spends:
         crossed = storage.crossed_soft_limits(spends, now=timezone.now())

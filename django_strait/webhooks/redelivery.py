@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from django.utils import timezone
 
 from django_strait.storage import Storage, backend
-from django_strait.storage import webhooks as outbox
 
 logger = logging.getLogger(__name__)
 
@@ -20,6 +19,6 @@ def redeliver(delivery_ids: Iterable[int], *, by: str = "", storage: Storage | N
     """
     storage = storage or backend()
     ids = list(delivery_ids)
-    moved = outbox.redeliver(storage.alias, ids, timezone.now())
+    moved = storage.redeliver(ids, now=timezone.now())
     logger.info("redelivering %s webhook(s) (asked by %s)", moved, by or "unknown")
     return moved

@@ -1,25 +1,20 @@
-"""What a batch of ended attempts tells about endpoints: health samples and circuit counts.
+"""What a batch of ended attempts tells about endpoints: health samples and circuit results.
 
-The worker records each batch with the health samples of its HTTP answers (in
-the record's statement), then counts them against their endpoints' circuits.
-The inline worker of ``django_strait.testing`` does the same on the caller's thread.
+Both ride on the batch's record (``RecordBatch.health``, ``RecordBatch.circuits``):
+one round trip writes the runs, their endpoints' health and their circuits. The
+inline worker of ``django_strait.testing`` builds its batches the same way.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
-
-from django.utils import timezone
 
 from django_strait.conf import strait_settings
 from django_strait.models import AttemptOutcome
 from django_strait.resilience import health as endpoint_health
 from django_strait.resilience.breaker import Attempted, CircuitBreaker
-from django_strait.storage import Record
+from django_strait.storage import Record, RecordBatch, Recorded
 from django_strait.worker.catalog import Catalog
-
-logger = logging.getLogger(__name__)
 
 
 def health_samples(chunk: Sequence[Record], catalog: Catalog) -> list[endpoint_health.Sample]:
@@ -41,14 +36,17 @@ def health_samples(chunk: Sequence[Record], catalog: Catalog) -> list[endpoint_h
     return endpoint_health.summarize(answers, alpha=strait_settings.HEALTH_EWMA_ALPHA)
 
 
-def account_circuits(circuits: CircuitBreaker, chunk: Sequence[Record]) -> None:
-    """Count the batch's HTTP outcomes against their endpoints' circuits."""
-    try:
-        circuits.account(
-            (Attempted(r.endpoint, r.error_type, r.status_code) for r in chunk if r.endpoint),
-            now=timezone.now(),
-            threshold=strait_settings.CIRCUIT_FAILURE_THRESHOLD,
-        )
-    except Exception:
-        # The results are recorded: a missed count only delays a circuit's opening.
-        logger.exception("counting %s results against circuits failed", len(chunk))
+def batch_of(
+    worker_id: str, chunk: Sequence[Record], catalog: Catalog, circuits: CircuitBreaker
+) -> RecordBatch:
+    """The record of ``chunk``, with its endpoints' health samples and circuit results."""
+    attempted = (Attempted(r.endpoint, r.error_type, r.status_code) for r in chunk if r.endpoint)
+    return RecordBatch(
+        worker_id, chunk, health_samples(chunk, catalog), circuits=circuits.worth(attempted)
+    )
+
+
+def accounted(circuits: CircuitBreaker, done: Recorded) -> None:
+    """Keep in the breaker's cache the circuits the record wrote."""
+    if done.circuits:
+        circuits.accounted(done.circuits)

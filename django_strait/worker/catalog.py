@@ -20,12 +20,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_strait.conf import strait_settings
+from django_strait.decisions import run_policy
 from django_strait.dispatch.failover import endpoints_of
 from django_strait.handlers import find_handler, handlers
 from django_strait.models import Job
 from django_strait.models.job import definition_problems
-from django_strait.retry import BUILTIN, PolicyError, RetryPolicy, resolve
+from django_strait.retry import BUILTIN, RetryPolicy
 from django_strait.rows import read
 
 logger = logging.getLogger(__name__)
@@ -118,15 +118,7 @@ class Catalog:
         key = (info.row.pk, max_attempts, json.dumps(overrides, sort_keys=True, default=str))
         policy = self._policies.get(key)
         if policy is None:
-            try:
-                policy = resolve(info.row, max_attempts, overrides, defaults=_defaults())
-            except PolicyError as exc:
-                logger.error(
-                    "a run of job %s has an invalid retry override (%s); using the job's policy",
-                    info.name,
-                    exc,
-                )
-                policy = info.policy
+            policy = run_policy(info.row, max_attempts, overrides, job_policy=info.policy)
             self._policies[key] = policy
         return policy
 
@@ -166,7 +158,7 @@ def _load(row: Job, now: float) -> JobInfo:
     problems = definition_problems(row)
     if problems:
         return JobInfo(row, BUILTIN, now, problems=problems)
-    policy = resolve(row, defaults=_defaults())
+    policy = run_policy(row)
     if not row.handler:
         endpoints = endpoints_of(row.endpoint_url, row.fallback_endpoint_urls)
         return JobInfo(row, policy, now, endpoints=endpoints)
@@ -175,7 +167,3 @@ def _load(row: Job, now: float) -> JobInfo:
         # The claim gate leaves its runs to workers that know it, and says so.
         return JobInfo(row, policy, now, handler_error=handlers.unknown(row.handler))
     return JobInfo(row, policy, now, handler=found)
-
-
-def _defaults() -> RetryPolicy:
-    return strait_settings.DEFAULT_RETRY

@@ -34,9 +34,9 @@ from django_strait.dispatch.python import call_sync, is_async, settle
 from django_strait.outcome import Outcome
 from django_strait.resilience.breaker import CircuitBreaker
 from django_strait.states import Transition
-from django_strait.storage import Claimed, OrmStorage, Record, RecordBatch
+from django_strait.storage import Claimed, OrmStorage, Record
 from django_strait.transitions import claim_and_start, record
-from django_strait.worker.accounting import account_circuits, health_samples
+from django_strait.worker.accounting import accounted, batch_of
 from django_strait.worker.catalog import Catalog, JobInfo
 from django_strait.worker.executors import attempt, context_of
 from django_strait.worker.gate import Gate
@@ -140,9 +140,9 @@ class InlineWorker:
 
     def _round(self, started: list[Claimed]) -> Drained:
         records = [self._attempt(run) for run in started]
-        batch = RecordBatch(self.worker_id, records, health_samples(records, self.catalog))
-        done = record(batch, storage=self.storage)
-        account_circuits(self.circuits, records)
+        done = record(batch_of(self.worker_id, records, self.catalog, self.circuits),
+                      storage=self.storage)  # fmt: skip
+        accounted(self.circuits, done)
         moved = [done.moved[r.run_id] for r in records if r.run_id in done.moved]
         return Drained(len(records), Counter(moved), run_ids=[r.run_id for r in records])
 

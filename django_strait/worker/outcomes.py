@@ -1,31 +1,25 @@
 """What an attempt's outcome means for its run: the record the completer writes.
 
 Oban's perform -> normalize -> record: the executor said what happened
-(``Outcome``), :func:`decisions.decide` says what it means under the run's retry
-policy, and :func:`to_record` puts both into the ``Record`` of the attempt.
+(``Outcome``), :mod:`~django_strait.decisions` says what it means under the run's
+retry policy, and :func:`to_record` puts both into the ``Record`` of the attempt.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import random
 import time
 from decimal import Decimal
 
+from django_strait import decisions
 from django_strait.conf import strait_settings
-from django_strait.decisions import Decision, decide, trim
+from django_strait.decisions import Decision, after_oom, trim
 from django_strait.models import AttemptOutcome
 from django_strait.outcome import Outcome
-from django_strait.presets import OOM_OUTCOME, Chain
-from django_strait.states import Transition
+from django_strait.presets import OOM_OUTCOME
 from django_strait.storage.values import ZERO, Claimed, Record
 from django_strait.worker.catalog import Catalog, JobInfo
-
-logger = logging.getLogger(__name__)
-
-#: Retry decision used when deciding itself failed (a bug, not the run's fault).
-FALLBACK_RETRY_SECONDS = 60.0
 
 
 def to_record(
@@ -72,15 +66,6 @@ def to_record(
     )
 
 
-def after_oom(preset: str, chain: Chain, now: dt.datetime) -> tuple[Decision, str | None]:
-    """Return what an out-of-memory kill at ``preset`` means: retry now at the next preset
-    (the attempt spends no budget), or dead_letter at the last; and the next preset."""
-    following = chain.after(preset)
-    if following is None:
-        return Decision(Transition.DEAD_LETTER), None
-    return Decision(Transition.RETRY, now, 0.0), following
-
-
 def _decide(
     run: Claimed,
     info: JobInfo,
@@ -89,23 +74,17 @@ def _decide(
     catalog: Catalog,
     rng: random.Random,
 ) -> Decision:
-    try:
-        policy = catalog.policy(info, run.max_attempts, run.retry_overrides)
-        return decide(
+    def rule() -> Decision:
+        return decisions.after_attempt(
             outcome,
             budget_used=run.budget_used,
-            policy=policy,
+            policy=catalog.policy(info, run.max_attempts, run.retry_overrides),
             now=now,
             rng=rng,
             endpoints=info.endpoints,
         )
-    except Exception:
-        logger.exception(
-            "deciding run %s failed; retrying it later", run.id,
-            extra={"run_id": run.id, "job": info.name, "attempt": run.attempt},
-        )  # fmt: skip
-        later = now + dt.timedelta(seconds=FALLBACK_RETRY_SECONDS)
-        return Decision(Transition.RETRY, later, FALLBACK_RETRY_SECONDS)
+
+    return decisions.safely(rule, now=now, run_id=run.id, job=info.name, attempt=run.attempt)
 
 
 def attempt_cost(run: Claimed, info: JobInfo, outcome: Outcome) -> Decimal | None:

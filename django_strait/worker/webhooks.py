@@ -1,6 +1,6 @@
 """The deliverer: a worker's completion webhooks, sent beside its runs, never before them.
 
-It claims due deliveries (``storage.webhooks.claim_due``, on a database
+It claims due deliveries (``Storage.claim_deliveries``, on a database
 thread of its own, so a slow delivery never delays a claim of runs), passes them
 through the endpoints' circuits and health (the same ``CircuitBreaker`` as
 dispatches: an open circuit holds a delivery without spending an attempt),
@@ -30,12 +30,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db import transaction
 from django.utils import timezone
 
 from django_strait import signals
 from django_strait.conf import strait_settings
-from django_strait.decisions import decide, trim
+from django_strait.decisions import after_delivery, trim
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.results import EXCERPT_CHARS
 from django_strait.models import DeliveryStatus
@@ -44,9 +43,8 @@ from django_strait.resilience import health as endpoint_health
 from django_strait.resilience.breaker import Attempted, Candidate, CircuitBreaker
 from django_strait.retry import PolicyError
 from django_strait.states import Transition
-from django_strait.storage import RecordBatch, Storage
+from django_strait.storage import Storage
 from django_strait.storage import webhooks as outbox
-from django_strait.storage.parts import Health
 from django_strait.webhooks import events
 
 logger = logging.getLogger(__name__)
@@ -150,7 +148,7 @@ class Deliverer:
 
     async def _claim_and_send(self, limit: int) -> int:
         now = timezone.now()
-        due = await self._db(outbox.claim_due, self.storage.alias, limit, now, self.lease)
+        due = await self._db(self._claim, limit, now)
         if not due:
             return 0
         for d in await self._db(self._gate, due, now):
@@ -158,6 +156,9 @@ class Deliverer:
             self._in_flight.add(task)
             task.add_done_callback(self._in_flight.discard)
         return len(due)
+
+    def _claim(self, limit: int, now: dt.datetime) -> list[outbox.Due]:
+        return self.storage.claim_deliveries(limit=limit, now=now, lease=self.lease)
 
     async def _send_one(self, due: outbox.Due) -> None:
         try:
@@ -197,7 +198,7 @@ class Deliverer:
         gated = self.circuits.gate(candidates, now=now, cooldown=cooldown)
         for pk, admission in gated.held.items():
             until = admission.until or now + dt.timedelta(seconds=self.poll_interval)
-            outbox.hold(self.storage.alias, [pk], until)
+            self.storage.hold_deliveries([pk], until=until)
         return [d for d in due if d.row_error or d.pk in gated.chosen]
 
     # -- send ------------------------------------------------------------------------
@@ -218,8 +219,8 @@ class Deliverer:
 
     def _settle_one(self, due: outbox.Due, outcome: Outcome, now: dt.datetime) -> outbox.Settled:
         attempt = min(due.attempt + 1, ATTEMPT_MAX)  # a row written at the column's limit
-        decision = decide(
-            outcome, budget_used=attempt, policy=self._policy(due), now=now, rng=self._rng
+        decision = after_delivery(
+            outcome, attempt=attempt, policy=self._policy(due), now=now, rng=self._rng
         )
         common: dict[str, Any] = {
             "status_code": outcome.status_code,
@@ -246,7 +247,7 @@ class Deliverer:
 
     def _write(self, sent: list[Sent]) -> None:
         """Settle the deliveries, then count the answers against circuits and health."""
-        outbox.settle(self.storage.alias, [s.settled for s in sent])
+        self.storage.settle_deliveries([s.settled for s in sent])
         now = timezone.now()
         called = [s for s in sent if not s.due.row_error]
         try:
@@ -273,10 +274,7 @@ class Deliverer:
             for s in sent
         ]
         samples = endpoint_health.summarize(answers, alpha=strait_settings.HEALTH_EWMA_ALPHA)
-        if samples:
-            # The record's health part, fed a batch of samples and no records.
-            with transaction.atomic(using=self.storage.alias):
-                Health().apply(RecordBatch(self.worker_id, (), samples), {}, self.storage.alias)
+        self.storage.fold_health(samples)
 
 
 def announce(sent: Sequence[Sent]) -> None:

@@ -14,7 +14,8 @@ from django_strait import dag
 from django_strait.conf import strait_settings
 from django_strait.models import Job, Workflow, WorkflowStep
 from django_strait.retry import STEP_FIELDS, PolicyError, resolve, step_partial
-from django_strait.storage import backend, workflows
+from django_strait.storage import backend
+from django_strait.transitions.workflows import announce
 from django_strait.triggering import TriggerError, resolve_job
 from django_strait.webhooks.events import all_workflow_events
 
@@ -144,7 +145,8 @@ def _fields(spec: Mapping[str, Any]) -> dict[str, Any]:
 def _save(
     name: str, description: str, specs: list[dict], jobs: dict[str, Job], hook: dict[str, Any]
 ) -> Workflow:
-    alias = backend().alias
+    storage = backend()
+    alias = storage.alias
     with transaction.atomic(using=alias):
         workflow, _ = Workflow.objects.using(alias).get_or_create(name=name)
         before = _shape(alias, workflow)
@@ -168,9 +170,12 @@ def _save(
             raise WorkflowError(step, "name", "has runs and cannot be removed") from None
         if _shape(alias, workflow) != before:
             # Runs under way follow the new dependencies from now on: each is settled
-            # again, its steps' parents_left counted anew (storage.workflows).
-            under_way = workflow.runs.using(alias).filter(status__in=workflows.MOVING)
-            workflows.advance_workflow_runs(alias, under_way.values_list("pk", flat=True), now())
+            # again, its steps' parents_left counted anew (Storage.settle_workflow_runs).
+            under_way = workflow.runs.using(alias).filter(status__in=dag.MOVING)
+            settled = storage.settle_workflow_runs(
+                under_way.values_list("pk", flat=True), now=now()
+            )
+            announce(settled, using=alias)
     return workflow
 
 

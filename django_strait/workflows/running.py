@@ -6,14 +6,15 @@ import datetime as dt
 import logging
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.utils import timezone
 
-from django_strait import signals, triggering
-from django_strait.models import Workflow, WorkflowRun, WorkflowStepRun
+from django_strait import triggering
+from django_strait.models import Workflow, WorkflowRun
 from django_strait.states import InvalidTransition
-from django_strait.storage import backend, workflows
+from django_strait.storage import backend
 from django_strait.transitions import cancel
+from django_strait.transitions.workflows import announce
 from django_strait.triggering import TriggerError, check_payload
 
 logger = logging.getLogger(__name__)
@@ -27,15 +28,15 @@ def trigger_workflow(
     With an ``idempotency_key`` already used for this workflow, return that run
     (``idempotency_hit`` is then True).
     """
-    alias = backend().alias
+    storage = backend()
+    alias = storage.alias
     workflow = Workflow.objects.using(alias).filter(name=name).first()
     if workflow is None:
         raise TriggerError("name", f"unknown workflow {name!r}")
     payload = {} if payload is None else check_payload(payload)
     key = _check_key(idempotency_key)
     try:
-        with transaction.atomic(using=alias):
-            wr = _start(alias, workflow, payload, key)
+        wr, advanced = storage.begin_workflow_run(workflow, payload, key, now=timezone.now())
     except IntegrityError:
         existing = WorkflowRun.objects.using(alias).filter(workflow=workflow, idempotency_key=key)
         wr = existing.first()
@@ -43,6 +44,7 @@ def trigger_workflow(
             raise
         wr.idempotency_hit = True
         return wr
+    announce(advanced, using=alias)
     wr.idempotency_hit = False
     wr.refresh_from_db(using=alias)
     logger.info("workflow run %s of %s: started", wr.pk, name, extra={"workflow_run_id": wr.pk})
@@ -57,25 +59,6 @@ def _check_key(key: Any) -> str | None:
     return key
 
 
-def _start(alias: str, workflow: Workflow, payload: Any, key: str | None) -> WorkflowRun:
-    now = timezone.now()
-    wr = WorkflowRun.objects.using(alias).create(
-        workflow=workflow, payload=payload, idempotency_key=key, created_at=now, progressed_at=now
-    )
-    steps = list(workflow.steps.using(alias))
-    names = {step.name for step in steps}
-    WorkflowStepRun.objects.using(alias).bulk_create(
-        WorkflowStepRun(
-            workflow_run=wr, step=step, parents_left=sum(1 for p in step.depends_on if p in names)
-        )
-        for step in steps
-    )
-    workflows.advance_workflow_runs(alias, [wr.pk], now)
-    started = workflows.Change(wr.pk, workflow.name, "running")
-    transaction.on_commit(lambda: signals.send_workflow_changes([started]), using=alias)
-    return wr
-
-
 def cancel_workflow_run(workflow_run: WorkflowRun | int) -> WorkflowRun:
     """Cancel a workflow run: its waiting steps at once, its started steps' runs by the cancel transition.
 
@@ -83,7 +66,9 @@ def cancel_workflow_run(workflow_run: WorkflowRun | int) -> WorkflowRun:
     """
     storage = backend()
     wr_id = workflow_run if isinstance(workflow_run, int) else workflow_run.pk
-    for run_id in workflows.cancel(storage.alias, wr_id, timezone.now()):
+    advanced, live = storage.cancel_workflow_run(wr_id, now=timezone.now())
+    announce(advanced, using=storage.alias)
+    for run_id in live:
         try:
             cancel(run_id, storage=storage)
         except InvalidTransition:
@@ -94,7 +79,10 @@ def cancel_workflow_run(workflow_run: WorkflowRun | int) -> WorkflowRun:
 
 def fail_stalled(now: dt.datetime, *, stale_after: float, using: str | None = None) -> int:
     """Fail the running workflow runs stuck for ``stale_after`` seconds; return how many."""
-    changes = workflows.fail_stalled(backend(using).alias, now, stale_after)
+    storage = backend(using)
+    advanced = storage.fail_stalled_workflow_runs(now=now, stale_after=stale_after)
+    announce(advanced, using=storage.alias)
+    changes = advanced.changes
     for change in changes:
         logger.warning(
             "workflow run %s of %s: stalled", change.workflow_run_id, change.workflow,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import random
 
 import pytest
 from django.utils import timezone
@@ -11,10 +10,11 @@ from django.utils import timezone
 from django_strait.models import JobRun, RunAttempt, RunHold
 from django_strait.states import Transition
 from django_strait.storage import Hold, Record, RecordBatch
-from tests.conformance.conftest import claim, start
+from tests.conformance.conftest import claim, rescue, start
 from tests.integration.factories import make_job, make_run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Tables read and written through the models: a backend that keeps runs elsewhere skips them.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_database]
 
 
 def fail_and_requeue(storage, run_id: int, attempt: int, worker: str = "w1") -> None:
@@ -150,7 +150,7 @@ def hold_until_later(storage, run, error_type: str) -> None:
 def test_replay__resets_the_attempt_budget_not_the_count(storage):
     run = make_run(status="dead_letter", attempts=3)
 
-    storage.apply(run.pk, Transition.REPLAY, **storage.replay_updates("ops", timezone.now()))
+    storage.replay(run.pk, by="ops", now=timezone.now())
 
     row = JobRun.objects.get(pk=run.pk)
     assert (row.status, row.attempt, row.attempts_before_replay, row.replay_count) == (
@@ -167,9 +167,7 @@ def test_rescue__counts_the_lost_attempt(storage, status, lost):
     silent = timezone.now() - dt.timedelta(hours=1)
     JobRun.objects.filter(pk=run.pk).update(heartbeat_at=silent, dequeued_at=silent)
 
-    found, rescued = storage.rescue_batch(
-        timezone.now(), stale_after=60, waiting_stale_after=3600, limit=10, rng=random.Random(0)
-    )
+    found, rescued = rescue(storage, limit=10)
 
     assert (found, [r.transition for r in rescued]) == (1, [Transition.RETRY])
     row = JobRun.objects.get(pk=run.pk)

@@ -1,4 +1,8 @@
-"""Claims: due runs in claim order, the filters, and never one run to two workers."""
+"""Claims: due runs in claim order, the filters, and never one run to two workers.
+
+The tests that make and read rows through ``rows`` run on any backend, the
+in-memory one too; those that touch the tables themselves are ``needs_database``.
+"""
 
 from __future__ import annotations
 
@@ -25,38 +29,38 @@ def ago(seconds: float) -> dt.datetime:
     return timezone.now() - dt.timedelta(seconds=seconds)
 
 
-def test_claim__takes_priority_first_then_due_time_then_id(storage):
-    job = make_job()
-    late_low = make_run(job, priority=0, available_at=ago(10))
-    early_low = make_run(job, priority=0, available_at=ago(20))
-    high = make_run(job, priority=5, available_at=ago(1))
-    tie_a = make_run(job, priority=0, available_at=ago(30))
-    tie_b = make_run(job, priority=0, available_at=tie_a.available_at)
+def test_claim__takes_priority_first_then_due_time_then_id(storage, rows):
+    job = rows.job()
+    late_low = rows.run(job, priority=0, available_at=ago(10))
+    early_low = rows.run(job, priority=0, available_at=ago(20))
+    high = rows.run(job, priority=5, available_at=ago(1))
+    tie_a = rows.run(job, priority=0, available_at=ago(30))
+    tie_b = rows.run(job, priority=0, available_at=rows.value(tie_a, "available_at"))
 
     order = [r.id for r in claim(storage, limit=10)]
 
-    assert order == [high.pk, tie_a.pk, tie_b.pk, early_low.pk, late_low.pk]
+    assert order == [high, tie_a, tie_b, early_low, late_low]
 
 
-def test_claim__takes_at_most_the_limit_and_the_first_in_order(storage):
-    job = make_job()
-    runs = [make_run(job, priority=p) for p in (1, 3, 2)]
+def test_claim__takes_at_most_the_limit_and_the_first_in_order(storage, rows):
+    job = rows.job()
+    runs = [rows.run(job, priority=p) for p in (1, 3, 2)]
 
-    assert [r.id for r in claim(storage, limit=2)] == [runs[1].pk, runs[2].pk]
-
-
-def test_claim__never_takes_runs_not_due_or_of_a_disabled_job(storage):
-    make_run(make_job(), available_at=timezone.now() + dt.timedelta(hours=1))
-    make_run(make_job(enabled=False))
-    due = make_run(make_job())
-
-    assert [r.id for r in claim(storage)] == [due.pk]
+    assert [r.id for r in claim(storage, limit=2)] == [runs[1], runs[2]]
 
 
-def test_claim__takes_only_queued_runs(storage):
-    job = make_job()
+def test_claim__never_takes_runs_not_due_or_of_a_disabled_job(storage, rows):
+    rows.run(rows.job(), available_at=timezone.now() + dt.timedelta(hours=1))
+    rows.run(rows.job(enabled=False))
+    due = rows.run(rows.job())
+
+    assert [r.id for r in claim(storage)] == [due]
+
+
+def test_claim__takes_only_queued_runs(storage, rows):
+    job = rows.job()
     for status in ("dequeued", "executing", "completed", "dead_letter", "waiting"):
-        make_run(job, status=status)
+        rows.run(job, status=status)
 
     assert claim(storage) == []
 
@@ -64,27 +68,24 @@ def test_claim__takes_only_queued_runs(storage):
 @pytest.mark.parametrize(
     ("queues", "expected"), [((), {"a", "b", "c"}), (("b",), {"b"}), (("a", "c"), {"a", "c"})]
 )
-def test_claim__takes_the_queues_asked_for(storage, queues, expected):
-    job = make_job()
+def test_claim__takes_the_queues_asked_for(storage, rows, queues, expected):
+    job = rows.job()
     for queue in ("a", "b", "c"):
-        make_run(job, queue=queue)
+        rows.run(job, queue=queue)
 
     claimed = claim(storage, queues=queues)
 
-    assert (
-        set(JobRun.objects.filter(pk__in=[r.id for r in claimed]).values_list("queue", flat=True))
-        == expected
-    )
+    assert {rows.value(r.id, "queue") for r in claimed} == expected
 
 
-def test_claim__marks_the_runs_dequeued_by_this_worker(storage):
-    run = make_run()
+def test_claim__marks_the_runs_dequeued_by_this_worker(storage, rows):
+    run = rows.run(payload={})
 
     [claimed] = claim(storage, "w7")
 
-    row = JobRun.objects.get(pk=run.pk)
-    assert (row.status, row.claimed_by, claimed.payload) == ("dequeued", "w7", {})
-    assert row.dequeued_at is not None and row.heartbeat_at is not None
+    marks = [rows.value(run, name) for name in ("status", "claimed_by")]
+    assert (marks, claimed.payload) == (["dequeued", "w7"], {})
+    assert rows.value(run, "dequeued_at") and rows.value(run, "heartbeat_at")
 
 
 #: Payloads the database stores as valid JSON and Python cannot decode, with the error
@@ -98,6 +99,7 @@ UNREADABLE_PAYLOADS = {
 }
 
 
+@pytest.mark.needs_database
 @pytest.mark.parametrize("kind", UNREADABLE_PAYLOADS)
 def test_claim__a_payload_it_cannot_read_is_a_row_error_not_an_exception(storage, kind):
     if kind == "deep" and connection.vendor == "sqlite":
@@ -113,10 +115,10 @@ def test_claim__a_payload_it_cannot_read_is_a_row_error_not_an_exception(storage
     assert error in by_id[bad.pk].row_error and by_id[bad.pk].payload is None
 
 
-def test_claim__two_workers_one_after_the_other_never_share_a_run(storage):
-    job = make_job()
+def test_claim__two_workers_one_after_the_other_never_share_a_run(storage, rows):
+    job = rows.job()
     for _ in range(10):
-        make_run(job)
+        rows.run(job)
 
     first, second = claim(storage, "w1", 6), claim(storage, "w2", 6)
 
@@ -125,6 +127,7 @@ def test_claim__two_workers_one_after_the_other_never_share_a_run(storage):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_database
 def test_claim__workers_claiming_at_once_take_every_run_exactly_once(storage):
     job = make_job()
     JobRun.objects.bulk_create([JobRun(job=job, available_at=ago(1)) for _ in range(300)])
@@ -141,25 +144,26 @@ def test_claim__workers_claiming_at_once_take_every_run_exactly_once(storage):
     assert set(JobRun.objects.values_list("status", "attempt")) == {("executing", 1)}
 
 
-def test_start__returns_the_runs_in_claim_order(storage):
-    job = make_job()
-    runs = [make_run(job, priority=p) for p in (1, 9, 5, 7, 3)]
+def test_start__returns_the_runs_in_claim_order(storage, rows):
+    job = rows.job()
+    runs = [rows.run(job, priority=p) for p in (1, 9, 5, 7, 3)]
 
     started = start(storage, limit=5)
 
-    assert [r.id for r in started] == [runs[i].pk for i in (1, 3, 2, 4, 0)]
+    assert [r.id for r in started] == [runs[i] for i in (1, 3, 2, 4, 0)]
 
 
 # Claim floors (storage.floors): where a worker's claims start on PostgreSQL.
 
 
-def test_claim_with_floors__keeps_claim_order_across_priorities_batch_after_batch(storage):
-    job = make_job()
-    runs = [
-        make_run(job, priority=p, available_at=ago(100 - i))
+def test_claim_with_floors__keeps_claim_order_across_priorities_batch_after_batch(storage, rows):
+    job = rows.job()
+    made = [
+        (-p, rows.value(run, "available_at"), run)
         for i, p in enumerate([0, 5, -3, 0, 5, -3, 0, 5, -3, 0])
+        for run in [rows.run(job, priority=p, available_at=ago(100 - i))]
     ]
-    expected = [r.pk for r in sorted(runs, key=lambda r: (-r.priority, r.available_at, r.pk))]
+    expected = [run for *_, run in sorted(made)]
     floors = ClaimFloors(rescan=3600)
 
     order = [r.id for _ in range(5) for r in claim(storage, limit=2, floors=floors)]
@@ -167,35 +171,38 @@ def test_claim_with_floors__keeps_claim_order_across_priorities_batch_after_batc
     assert order == expected
 
 
-def test_claim_with_floors__takes_a_run_queued_later_behind_the_floor_by_the_next_rescan(storage):
-    job = make_job()
-    first = make_run(job, available_at=ago(60))
+def test_claim_with_floors__takes_a_run_queued_later_behind_the_floor_by_the_next_rescan(
+    storage, rows
+):
+    job = rows.job()
+    first = rows.run(job, available_at=ago(60))
     floors = ClaimFloors(rescan=0.5)
-    assert [r.id for r in claim(storage, floors=floors)] == [first.pk]
+    assert [r.id for r in claim(storage, floors=floors)] == [first]
     # Queued since, due before what the last claim took (a replay, a rolled-back claim).
-    behind = make_run(job, available_at=ago(120))
-    newer = make_run(job, available_at=ago(0.5))
+    behind = rows.run(job, available_at=ago(120))
+    newer = rows.run(job, available_at=ago(0.5))
 
     taken = [r.id for r in claim(storage, floors=floors)]
     time.sleep(0.6)
     taken += [r.id for r in claim(storage, floors=floors)]
 
-    assert sorted(taken) == sorted([behind.pk, newer.pk])
+    assert sorted(taken) == sorted([behind, newer])
     if isinstance(storage, PostgresStorage):  # the first claim started at its floor
-        assert taken == [newer.pk, behind.pk]
+        assert taken == [newer, behind]
 
 
-def test_claim_with_floors__takes_a_run_due_just_before_the_floor_at_once(storage):
+def test_claim_with_floors__takes_a_run_due_just_before_the_floor_at_once(storage, rows):
     """A trigger that committed within the lag of its due time is found by the next claim."""
-    job = make_job()
-    make_run(job, available_at=ago(0.2))
+    job = rows.job()
+    rows.run(job, available_at=ago(0.2))
     floors = ClaimFloors(rescan=3600, lag=1.0)
     claim(storage, floors=floors)
-    late = make_run(job, available_at=ago(0.5))  # set before the claim, committed after it
+    late = rows.run(job, available_at=ago(0.5))  # set before the claim, committed after it
 
-    assert [r.id for r in claim(storage, floors=floors)] == [late.pk]
+    assert [r.id for r in claim(storage, floors=floors)] == [late]
 
 
+@pytest.mark.needs_database
 def test_claim_with_floors__under_a_held_snapshot_reads_few_buffers_where_the_whole_index_reads_many(
     storage,
 ):
@@ -251,11 +258,13 @@ def claim_buffers(storage, floors) -> int:
     return sum(int(b) for b in scans)
 
 
-def test_claim_with_floors__a_claim_that_rolled_back_leaves_its_runs_to_the_next_claim(storage):
+def test_claim_with_floors__a_claim_that_rolled_back_leaves_its_runs_to_the_next_claim(
+    storage, rows
+):
     from django_strait.transitions.worker import claim_and_start
 
-    job = make_job()
-    runs = [make_run(job, available_at=ago(60 - i)) for i in range(3)]
+    job = rows.job()
+    runs = [rows.run(job, available_at=ago(60 - i)) for i in range(3)]
     floors = ClaimFloors(rescan=3600)
 
     def failing_gate(claimed, now):
@@ -265,9 +274,10 @@ def test_claim_with_floors__a_claim_that_rolled_back_leaves_its_runs_to_the_next
         claim_and_start("w1", limit=10, gate=failing_gate, storage=storage, floors=floors)
     again = claim_and_start("w1", limit=10, storage=storage, floors=floors)
 
-    assert [r.id for r in again] == [r.pk for r in runs]
+    assert [r.id for r in again] == runs
 
 
+@pytest.mark.needs_database
 def test_claim_that_starts__writes_one_row_version_per_run_and_commits_without_a_flush(storage):
     needs_postgres("pg_stat_xact_user_tables and synchronous_commit")
     if not isinstance(storage, PostgresStorage):

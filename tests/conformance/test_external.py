@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import pytest
 from django.utils import timezone
@@ -12,7 +13,8 @@ from django_strait.transitions import external
 from tests.conformance.conftest import claim, in_threads, needs_postgres, start
 from tests.integration.factories import make_job, make_run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Tables read and written through the models: a backend that keeps runs elsewhere skips them.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_database]
 
 
 def external_job(name: str = "ext.job"):
@@ -90,3 +92,32 @@ def test_set_deadlines__moves_only_executing_runs_the_worker_holds(storage):
     assert moved == [mine.pk]
     assert JobRun.objects.get(pk=queued.pk).visible_until is None
     assert JobRun.objects.get(pk=theirs.pk).visible_until is None
+
+
+def test_set_external_ids__names_only_runs_without_an_id(storage):
+    job = external_job()
+    unnamed, named = make_run(job), make_run(job)
+    kept = uuid.uuid4()
+    JobRun.objects.filter(pk=named.pk).update(ojs_id=kept)
+    given = {unnamed.pk: uuid.uuid4(), named.pk: uuid.uuid4()}
+
+    assert storage.set_external_ids(given) == [unnamed.pk]
+
+    ids = dict(JobRun.objects.filter(job=job).values_list("pk", "ojs_id"))
+    assert ids == {unnamed.pk: given[unnamed.pk], named.pk: kept}
+
+
+def test_set_external_retry_delay__adds_it_to_the_envelope_keeping_the_rest(storage):
+    job = external_job()
+    enveloped, bare = make_run(job), make_run(job)
+    JobRun.objects.filter(pk=enveloped.pk).update(ojs={"timeout_ms": 5})
+
+    assert storage.set_external_retry_delay(enveloped.pk, 1500) is True
+    assert storage.set_external_retry_delay(bare.pk, 0) is True
+    assert storage.set_external_retry_delay(10**9, 10) is False
+
+    envelopes = dict(JobRun.objects.filter(job=job).values_list("pk", "ojs"))
+    assert envelopes == {
+        enveloped.pk: {"timeout_ms": 5, "retry_delay_ms": 1500},
+        bare.pk: {"retry_delay_ms": 0},
+    }

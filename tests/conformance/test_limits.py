@@ -12,7 +12,8 @@ from django_strait.resilience.health import effective_concurrency
 from tests.conformance.conftest import in_threads, limit_gate, most_in_any_window, start
 from tests.integration.factories import make_job
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Tables read and written through the models: a backend that keeps runs elsewhere skips them.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_database]
 
 
 def queue(job, n: int) -> None:

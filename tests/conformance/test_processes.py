@@ -14,7 +14,8 @@ from django_strait.transitions import cancel
 from tests.conformance.conftest import start
 from tests.integration.factories import make_job
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Tables read and written through the models: a backend that keeps runs elsewhere skips them.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_database]
 
 
 def oom_record(run, job, now, *, preset: str, following: str | None) -> Record:
@@ -87,10 +88,11 @@ def test_let_go__names_the_runs_canceled_or_no_longer_this_workers(storage):
     assert storage.let_go("w1", []) == []
 
 
-def test_presets_of__reads_runs_presets_and_live_recommendations_only(storage):
+def test_claim__brings_each_runs_own_preset_and_its_jobs_live_recommendation(storage):
     job, other = make_job(execution="process"), make_job(execution="process")
     run = JobRun.objects.create(job=job, preset="small-1x")
     plain = JobRun.objects.create(job=job)
+    expired = JobRun.objects.create(job=other)
     now = timezone.now()
     JobPresetRecommendation.objects.create(
         job=job, preset="small-2x", expires_at=now + dt.timedelta(hours=1), updated_at=now
@@ -98,6 +100,10 @@ def test_presets_of__reads_runs_presets_and_live_recommendations_only(storage):
     JobPresetRecommendation.objects.create(job=other, preset="small-2x", expires_at=now,
                                            updated_at=now)  # fmt: skip
 
-    found = storage.presets_of([run.pk, plain.pk], [job.pk, other.pk], now=now)
+    claimed = {r.id: r for r in start(storage, limit=3)}
 
-    assert (found.runs, found.recommended) == ({run.pk: "small-1x"}, {job.pk: "small-2x"})
+    assert {rid: (r.run_preset, r.recommended_preset) for rid, r in claimed.items()} == {
+        run.pk: ("small-1x", "small-2x"),
+        plain.pk: ("", "small-2x"),
+        expired.pk: ("", ""),
+    }

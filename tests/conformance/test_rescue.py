@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import random
 
 import pytest
 from django.db import DataError, connection
@@ -11,22 +10,17 @@ from django.utils import timezone
 
 from django_strait.models import JobRun, RunAttempt
 from django_strait.states import Transition
-from tests.conformance.conftest import needs_postgres
+from django_strait.storage.values import Rescue
+from tests.conformance.conftest import needs_postgres, rescue
 from tests.integration.factories import make_job, make_run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Tables read and written through the models: a backend that keeps runs elsewhere skips them.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_database]
 
 
 def stale(run, seconds: float = 3600) -> None:
     silent = timezone.now() - dt.timedelta(seconds=seconds)
     JobRun.objects.filter(pk=run.pk).update(heartbeat_at=silent, dequeued_at=silent)
-
-
-def rescue(storage, **options):
-    return storage.rescue_batch(
-        timezone.now(), stale_after=60, waiting_stale_after=3600, limit=50,
-        rng=random.Random(0), **options,
-    )  # fmt: skip
 
 
 def test_rescue__a_run_with_attempts_left_is_retried(storage):
@@ -133,3 +127,87 @@ def test_rescue__a_stale_run_whose_row_cannot_be_read_is_dead_lettered_naming_th
     ).get(pk=bad.pk)
     assert (status, error_type) == ("dead_letter", "run.invalid")
     assert f"django_strait_jobrun id {bad.pk}, field heartbeat_at: cannot be read" in last_error
+
+
+# -- the verbs: storage finds and applies, the caller decides ------------------------------
+
+
+def find(storage, **options):
+    with storage.atomic():
+        return storage.stale_runs(
+            timezone.now(), stale_after=60, waiting_stale_after=3600, limit=50, **options
+        )
+
+
+def test_stale_runs__are_the_silent_runs_with_their_facts(storage):
+    job = make_job(max_attempts=3)
+    silent = make_run(job, status="executing", cancel_requested=True)
+    make_run(job, status="executing")  # its heartbeat is recent
+    stale(silent)
+
+    found = find(storage)
+
+    assert (len(found), found.unreadable) == (1, {})
+    [run] = found.runs
+    assert (run.id, run.job_id, run.status, run.lost_attempt, run.cancel_requested) == (
+        silent.pk, job.pk, "executing", silent.attempt, True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("then", [Transition.DISCARD, Transition.DEAD_LETTER, Transition.RETRY])
+def test_rescue__applies_the_transition_it_is_given_not_its_own(storage, then):
+    # A run with its whole budget left: only a decision made by the caller discards it.
+    run = make_run(make_job(max_attempts=10), status="executing")
+    stale(run)
+    later = timezone.now() + dt.timedelta(hours=1)
+    at = later if then is Transition.RETRY else None
+
+    with storage.atomic():
+        [found] = storage.stale_runs(
+            timezone.now(), stale_after=60, waiting_stale_after=3600, limit=50
+        ).runs
+        [rescued] = storage.rescue(
+            [Rescue(found, then, at)], unreadable={}, now=timezone.now(), stale_after=60
+        )
+
+    assert (rescued.transition, rescued.available_at) == (then, at)
+    row = JobRun.objects.get(pk=run.pk)
+    assert (row.status, row.error_type) == (then.target, "worker.lost")
+    assert (row.available_at == later) is (then is Transition.RETRY)
+    assert RunAttempt.objects.get(run=run).outcome == "system_failed"
+
+
+def test_rescue__leaves_a_run_that_moved_since_it_was_found(storage):
+    run = make_run(make_job(), status="executing")
+    stale(run)
+    [found] = find(storage).runs
+    JobRun.objects.filter(pk=run.pk).update(status="completed")
+
+    rescued = storage.rescue(
+        [Rescue(found, Transition.RETRY, timezone.now())],
+        unreadable={},
+        now=timezone.now(),
+        stale_after=60,
+    )
+
+    assert (rescued, JobRun.objects.get(pk=run.pk).status) == ([], "completed")
+    assert not RunAttempt.objects.filter(run=run).exists()
+
+
+@pytest.mark.parametrize(
+    ("then", "at", "problem"),
+    [
+        (Transition.COMPLETE, None, "not complete"),
+        (Transition.REPLAY, None, "not replay"),
+        (Transition.RETRY, None, "needs its available_at"),
+    ],
+)
+def test_rescue__a_transition_a_rescue_cannot_end_in_is_refused_naming_it(
+    storage, then, at, problem
+):
+    run = make_run(make_job(), status="executing")
+    stale(run)
+    [found] = find(storage).runs
+
+    with pytest.raises(ValueError, match=problem):
+        Rescue(found, then, at)

@@ -41,7 +41,7 @@ def ledger() -> BudgetLedger:
 
 def claim_once(worker_id: str = "w1", limit: int = 50) -> list[int]:
     worker = Worker(WorkerConfig(worker_id=worker_id))
-    return [run.id for run in worker._claim_and_start(limit)]
+    return [run.id for run in worker.claimer.claim_and_start(limit)]
 
 
 def statuses() -> Counter:

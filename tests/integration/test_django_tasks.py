@@ -203,7 +203,7 @@ def test_failure__reports_failed_with_the_class_path_and_traceback(burst):
 
 def test_failure__the_workers_log_line_says_the_tasks_error_in_one_whole_line(burst, caplog):
     result = tasks.fail.enqueue()
-    with caplog.at_level("INFO", logger="django_strait.worker.engine"):
+    with caplog.at_level("INFO", logger="django_strait.worker.recorder"):
         burst()
     [line] = [r.getMessage() for r in caplog.records if getattr(r, "run_id", 0) == int(result.id)]
     assert "\n" not in line

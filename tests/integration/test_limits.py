@@ -35,7 +35,7 @@ def http_job(server, name: str, **limits) -> Job:
 def claim_once(worker_id: str, limit: int = 50) -> list[int]:
     """Claim and start one batch as a worker would; return the started run ids."""
     worker = Worker(WorkerConfig(worker_id=worker_id))
-    return [run.id for run in worker._claim_and_start(limit)]
+    return [run.id for run in worker.claimer.claim_and_start(limit)]
 
 
 def most_in_any_window(times: list[dt.datetime], window: float) -> int:
@@ -287,7 +287,7 @@ def test_limits__unlimited_jobs__claim_runs_no_limit_statement(http_server):
     worker.catalog.ensure(Job.objects.values_list("pk", flat=True))
 
     with CaptureQueriesContext(connection) as queries:
-        assert len(worker._claim_and_start(10)) == 3
+        assert len(worker.claimer.claim_and_start(10)) == 3
 
     sql = " ".join(q["sql"] for q in queries.captured_queries).lower()
     assert "jobrateadmission" not in sql

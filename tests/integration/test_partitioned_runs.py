@@ -188,17 +188,17 @@ def test_partitioned_layout__statements_that_find_runs_by_id_open_the_live_leaf_
     """With days of history, a statement that does not name a live status probes the
     primary key of every day's leaf for each run (the drain beside 10M runs of
     history: 5,200 runs/s; naming them: 12,000-13,700)."""
-    from django_strait.storage import workflows
     from django_strait.storage.postgres import queries
+    from django_strait.storage.postgres.workflows import STATEMENTS
+    from django_strait.storage.workflows import Ids
+    from django_strait.storage.workflows.starting import STARTED
 
     partitioned_or_skip()
     table = JobRun._meta.db_table
     by_id = {"ids": [1, 2], "worker": "w1"}
     # A workflow's started step runs point at their new runs (a 5,000-wide fan-out
     # beside 40 days of history: 0.30 -> 0.17-0.24 s).
-    started, params = workflows._statement(
-        connection, workflows._STARTED, ["started", workflows.Ids([1, 2])]
-    )
+    started, params = STATEMENTS.statement(connection, STARTED, ["started", Ids([1, 2])])
     plans = {
         "claim": plan_of(queries.claim("any", True), claim_params()),
         "start": plan_of(queries.by_id("start", True), by_id),

@@ -21,7 +21,7 @@ from django_strait import signals, transitions, trigger, trigger_many
 from django_strait.dispatch.results import EXCERPT_CHARS
 from django_strait.dispatch.signing import verify
 from django_strait.models import EndpointCircuit, JobRun, WebhookDelivery
-from django_strait.storage import backend, webhooks
+from django_strait.storage import backend
 from tests.conftest import Received, Reply
 from tests.integration.factories import make_job
 
@@ -276,7 +276,7 @@ def test_redeliver__sends_a_failed_delivery_again_with_the_same_id(http_server, 
     delivery = WebhookDelivery.objects.get()
     assert delivery.status == "failed"
 
-    assert webhooks.redeliver(backend().alias, [delivery.pk], timezone.now()) == 1
+    assert backend().redeliver([delivery.pk], now=timezone.now()) == 1
     burst()
 
     delivery.refresh_from_db()

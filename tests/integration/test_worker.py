@@ -306,7 +306,7 @@ def test_job_clean__refuses_headers_that_strait_sets():
 def test_worker__logs_each_attempt_that_did_not_complete_with_its_run_in_extra(burst, caplog):
     run = trigger("test-actions", {"action": "dead_letter"})
 
-    with caplog.at_level("INFO", logger="django_strait.worker.engine"):
+    with caplog.at_level("INFO", logger="django_strait.worker.recorder"):
         burst()
 
     [line] = [r for r in caplog.records if getattr(r, "run_id", None) == run.pk]

@@ -375,15 +375,16 @@ def test_members__read_the_definitions_time_as_the_orm_does(settings, use_tz):
     or every batch would miss the cached definition and read all its steps again."""
     from django.db import connection
 
-    from django_strait.storage import workflows as storage
+    from django_strait.storage import backend
+    from django_strait.storage.workflows import Db, Ids
+    from django_strait.storage.workflows.sql import as_datetime
 
     settings.USE_TZ, settings.TIME_ZONE = use_tz, "America/New_York"
     define_workflow("timed", steps=DIAMOND)
     workflow = Workflow.objects.get(name="timed")
-    (text,) = storage._sql(
-        connection.alias,
-        "SELECT CAST(updated_at AS TEXT) FROM {workflow} WHERE id {in}",
-        [storage.Ids([workflow.pk])],
+    db = Db(connection.alias, backend().workflow_statements)
+    (text,) = db.rows(
+        "SELECT CAST(updated_at AS TEXT) FROM {workflow} WHERE id {in}", [Ids([workflow.pk])]
     )[0]
 
-    assert storage._as_datetime(text) == workflow.updated_at
+    assert as_datetime(text) == workflow.updated_at

@@ -263,3 +263,24 @@ def test_heartbeat__a_worker_keeps_only_the_jobs_it_fetched(open_ojs):
 
     assert other.json()["jobs_extended"] == [] and mine.json()["jobs_extended"] == [job["id"]]
     assert JobRun.objects.get().visible_until > before
+
+
+def test_job_detail__a_run_with_an_unreadable_payload_answers_naming_the_field(open_ojs):
+    """An operator (or a worker) reading a bad run gets what can be read, not a 500."""
+    from django.db import connection
+
+    from tests.conftest import unreadable_json
+    from tests.security.poison import write
+
+    job = enqueue(open_ojs, args=[1, 2])
+    run = JobRun.objects.get(ojs_id=job["id"])
+    text, error = unreadable_json(connection.vendor)
+    write(run, "payload", text)
+
+    response = open_ojs.get(f"/ojs/v1/jobs/{job['id']}")
+
+    assert response.status_code == 200, response.content
+    body = response.json()["job"]
+    assert (body["id"], body["state"], body["args"]) == (job["id"], "available", [])
+    assert list(body["unreadable"]) == ["payload"]
+    assert "payload: cannot be read (" + error in body["unreadable"]["payload"]

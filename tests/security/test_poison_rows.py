@@ -29,8 +29,8 @@ from django_strait.duties.scheduler import Scheduler
 from django_strait.duties.vacuum import Vacuumer
 from django_strait.management.commands.run_strait_worker import build_config
 from django_strait.outcome import Outcome, failure, success
-from django_strait.storage import webhooks as outbox
-from django_strait.storage import workflows
+from django_strait.storage import backend
+from django_strait.storage.workflows.graph import GRAPHS
 from django_strait.worker.engine import Worker
 from django_strait.worker.outcomes import to_record
 from tests.integration.factories import client_with
@@ -98,7 +98,9 @@ def test_a_bad_row_harms_only_itself(bad, world, admin_client, settings):
         )
     }  # fmt: skip
     work_through()
-    claimed = outbox.claim_due(connection.alias, 50, timezone.now(), dt.timedelta(seconds=60))
+    claimed = backend().claim_deliveries(
+        limit=50, now=timezone.now(), lease=dt.timedelta(seconds=60)
+    )
 
     assert all(result.led for result in duties.values()), duties
     assert m.JobRun.objects.filter(job=world.cron).exists(), "cron did not fire"
@@ -115,14 +117,14 @@ def work_through(rounds: int = 5) -> None:
     """Do what a worker's loop does with the due runs, in this process and transaction:
     claim, gate and start (job by job after a claim that raised, as its producer does),
     then record each attempt as succeeded (an HTTP job's with a 200)."""
-    workflows._GRAPHS.clear()  # as a worker process starts: definitions read afresh
+    GRAPHS.clear()  # as a worker process starts: definitions read afresh
     worker = Worker(build_config({"worker_id": "poison-w", "burst": True}))
     rng = random.Random(0)
     for _ in range(rounds):
         try:
-            started = worker._claim_and_start(50)
+            started = worker.claimer.claim_and_start(50)
         except Exception:
-            started = worker._claim_and_start(50, isolate=True)
+            started = worker.claimer.claim_and_start(50, isolate=True)
         if not started:
             return
         now = timezone.now()
@@ -131,7 +133,7 @@ def work_through(rounds: int = 5) -> None:
                       now=now, catalog=worker.catalog, rng=rng)
             for run in started
         ]  # fmt: skip
-        worker._record_and_account(records)
+        worker.recorder.write(records)
 
 
 def _ended(run) -> Outcome:

@@ -154,9 +154,9 @@ def test_completer__a_run_no_longer_held_is_reported_lost_not_written():
 
 
 def test_say_unmoved__names_lost_runs_and_already_recorded_ones_apart(caplog):
-    from django_strait.worker.engine import say_unmoved
+    from django_strait.worker.recorder import say_unmoved
 
-    with caplog.at_level(logging.INFO, logger="django_strait.worker.engine"):
+    with caplog.at_level(logging.INFO, logger="django_strait.worker.recorder"):
         say_unmoved(Recorded(lost=[3], already=[4, 5]))
 
     lines = {r.levelname: r.getMessage() for r in caplog.records}

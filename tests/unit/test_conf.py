@@ -44,6 +44,7 @@ DEFAULTS = {
     "PREPARE_STATEMENTS": ("claim", "start", "record"),
     "PLAN_LIFETIME": 10.0,
     "DATABASE": "default",
+    "STORAGE": None,
     "HTTP_USER_AGENT": f"django-strait/{__version__}",
     "TRIGGER_MAX_PAYLOAD_BYTES": 1_000_000,
     "WAITING_STALE_AFTER": 3600.0,

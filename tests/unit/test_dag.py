@@ -103,3 +103,58 @@ def test_policy__merges_job_then_step_then_run():
 def test_step_partial__names_the_steps_field():
     with pytest.raises(ValueError, match="step.retry_backoff"):
         step_partial({"retry_backoff": "sideways"})
+
+
+# -- what a run's move means for its workflow run -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("run_status", "step"),
+    [
+        ("completed", "completed"), ("dead_letter", "failed"), ("failed", "failed"),
+        ("discarded", "failed"), ("canceled", "canceled"), ("queued", "started"),
+        ("executing", "started"), (None, "started"),
+    ],
+)  # fmt: skip
+def test_step_status__a_run_that_ends_ends_its_step_else_the_step_stays_started(run_status, step):
+    assert dag.step_status(run_status) == step
+
+
+def test_stopped__cancels_waiting_steps_only():
+    status = {"a": "completed", "b": "waiting", "c": "started", "d": "skipped"}
+
+    assert dag.stopped(status) == {**status, "b": "canceled"}
+
+
+def test_parents_left__counts_each_waiting_steps_parents_that_did_not_end_well():
+    parents = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}
+    status = {"a": "completed", "b": "failed", "c": "started", "d": "waiting"}
+
+    assert dag.parents_left(parents, status, lenient=set()) == {"d": 2}
+    assert dag.parents_left(parents, status, lenient={"b"}) == {"d": 1}
+
+
+def test_released_and_counted_down__a_child_is_due_when_its_last_parents_end():
+    children = {1: (3,), 2: (3, 4)}
+    drop = dag.released(children, [1, 2])
+    waiting = [(30, 3, 2), (40, 4, 2), (50, 5, 1)]  # (step run, step, parents_left)
+
+    due, by_left = dag.counted_down(waiting, drop)
+
+    assert drop == {3: 2, 4: 1}
+    assert due == [(30, 3)] and by_left == {1: [40]}
+
+
+def test_why_failed__names_the_first_blocking_step_and_how_its_run_ended():
+    status = {"a": "completed", "c": "failed", "b": "canceled", "d": "skipped"}
+
+    why = dag.why_failed(status, lenient=set(), ended={"c": "dead_letter (http.503)"})
+
+    assert why == "step 'b' ended canceled"
+    assert dag.why_failed(status, {"b"}, {"c": "dead_letter (http.503)"}) == (
+        "step 'b' ended canceled"
+    )
+    assert dag.why_failed({"c": "failed"}, set(), {"c": "dead_letter (http.503)"}) == (
+        "step 'c' ended dead_letter (http.503)"
+    )
+    assert dag.stalled_error(3600) == "no step progressed for 3600 s while steps wait"

@@ -7,9 +7,20 @@ import random
 
 import pytest
 
-from django_strait.decisions import decide, trim
+from django_strait.conf import strait_settings
+from django_strait.decisions import (
+    FALLBACK_RETRY_SECONDS,
+    Decision,
+    after_delivery,
+    after_lost,
+    after_nack,
+    decide,
+    run_policy,
+    safely,
+    trim,
+)
 from django_strait.outcome import Action, action, failure, success
-from django_strait.retry import BUILTIN, merge
+from django_strait.retry import BUILTIN, JOB_COLUMNS, merge
 from django_strait.states import Transition
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -85,3 +96,104 @@ def test_trim__keeps_short_text_and_marks_cut_text():
     assert trim("short", 100) == "short"
     cut = trim("x" * 500, 100)
     assert len(cut) <= 100 and cut.endswith("chars cut]")
+
+
+# -- the other ends of an attempt, and a run's policy --------------------------------------
+
+
+def lost(budget_used=1, *, cancel_requested=False, past_deadline=False, policy=POLICY):
+    return after_lost(
+        budget_used=budget_used, cancel_requested=cancel_requested, past_deadline=past_deadline,
+        policy=policy, now=NOW, rng=random.Random(1),
+    )  # fmt: skip
+
+
+def test_after_lost__retries_on_the_policy_then_dead_letters_when_spent():
+    assert lost(1) == Decision(Transition.RETRY, NOW + dt.timedelta(seconds=10), 10.0)
+    assert lost(3).transition is Transition.DEAD_LETTER
+
+
+def test_after_lost__cancels_a_run_whose_cancel_was_asked_whatever_its_budget():
+    assert lost(3, cancel_requested=True) == Decision(Transition.CANCEL)
+
+
+def test_after_lost__an_external_run_past_its_deadline_is_due_at_once():
+    assert lost(1, past_deadline=True) == Decision(Transition.RETRY, NOW, 0.0)
+    assert lost(3, past_deadline=True).transition is Transition.DEAD_LETTER
+
+
+def test_after_lost__a_policy_listing_worker_lost_as_non_retryable_ends_the_run():
+    policy = merge(POLICY, {"non_retryable_errors": ["worker.*"]})
+
+    assert lost(1, policy=policy).transition is Transition.DEAD_LETTER
+
+
+def nack(budget_used=1, *, requeue=False, retryable=True):
+    return after_nack(
+        error_type="ojs.error", message="no", retryable=retryable, requeue=requeue,
+        budget_used=budget_used, policy=POLICY, now=NOW, rng=random.Random(1),
+    )  # fmt: skip
+
+
+def test_after_nack__requeue_is_now_while_attempts_are_left():
+    assert nack(2, requeue=True) == Decision(Transition.RETRY, NOW, 0.0)
+    assert nack(3, requeue=True).transition is Transition.DEAD_LETTER
+
+
+def test_after_nack__without_requeue_the_policy_decides():
+    assert nack(1).available_at == NOW + dt.timedelta(seconds=10)
+    assert nack(1, retryable=False).transition is Transition.DEAD_LETTER
+
+
+def test_after_delivery__is_the_rule_under_the_delivery_policy():
+    answer = after_delivery(
+        failure("http.500", "x"), attempt=3, policy=POLICY, now=NOW, rng=random.Random(1)
+    )
+
+    assert answer.transition is Transition.DEAD_LETTER
+
+
+def test_safely__a_rule_that_raises_retries_the_run_in_a_minute(caplog):
+    def broken() -> Decision:
+        raise ZeroDivisionError("a bug")
+
+    decided = safely(broken, now=NOW, run_id=7)
+
+    assert decided == Decision(
+        Transition.RETRY, NOW + dt.timedelta(seconds=FALLBACK_RETRY_SECONDS), FALLBACK_RETRY_SECONDS
+    )
+    assert "deciding run 7 failed" in caplog.text
+
+
+class Row:
+    """A job row's policy columns, as ``retry.job_partial`` reads them (empty: inherit)."""
+
+    name = "j"
+
+    def __init__(self, **columns):
+        for column in JOB_COLUMNS.values():
+            setattr(self, column, columns.get(column))
+
+
+def test_run_policy__merges_defaults_job_and_the_runs_own(clean_strait_env):
+    job = Row(max_attempts=5)
+
+    assert run_policy(job).max_attempts == 5
+    assert run_policy(job, 9).max_attempts == 9
+    assert run_policy(job, None, {"max_attempts": 2}).max_attempts == 2
+    assert run_policy(None, 9) == strait_settings.DEFAULT_RETRY
+
+
+def test_run_policy__an_invalid_override_gives_the_jobs_policy(clean_strait_env, caplog):
+    job = Row(max_attempts=5)
+
+    assert run_policy(job, None, {"initial_delay": "soon"}, run_id=3).max_attempts == 5
+    assert run_policy(job, 0).max_attempts == 5
+    assert "run 3 of job j has an invalid retry override" in caplog.text
+
+
+def test_run_policy__an_invalid_job_gives_the_defaults(clean_strait_env, caplog):
+    job = Row(max_attempts=0)
+
+    assert run_policy(job, None, {"initial_delay": "soon"}) == strait_settings.DEFAULT_RETRY
+    assert "job j has an invalid retry policy" in caplog.text

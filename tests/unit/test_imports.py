@@ -158,3 +158,68 @@ def test_layers__models_import_no_service():
         if module.startswith(f"{ROOT}.models"):
             bad = [t for t in found.targets if t.split(".")[1] in services]
             assert bad == [], module
+
+
+# -- where the decision lives (docs/architecture.md) --------------------------------------
+
+DECISIONS = f"{ROOT}.decisions"
+#: What resolves or decides: only the decision home (and the retry package's own
+#: ``resolve``, which it wraps) may call these on a run's behalf.
+DECIDING_NAMES = {"decide", "run_policy", "resolve"}
+
+
+def _names_imported(module: str) -> set[tuple[str, str]]:
+    """Every ``from <package module> import <name>`` of ``module``: (module, name) pairs."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(ROOT):
+            found.update((node.module, alias.name) for alias in node.names)
+    return found
+
+
+def _calls(module: str, name: str) -> list[int]:
+    """Lines of ``module`` that call ``name`` or ``<anything>.name``."""
+    lines = []
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if called == name:
+                lines.append(node.lineno)
+    return lines
+
+
+def test_storage__imports_no_decision_and_resolves_no_policy():
+    # Storage applies decisions made above it: it is handed them, never makes them.
+    bad = {}
+    for module, found in GRAPH.items():
+        if not module.startswith(f"{ROOT}.storage"):
+            continue
+        deciding = {
+            f"{source}.{name}"
+            for source, name in _names_imported(module)
+            if name in DECIDING_NAMES or source == DECISIONS
+        }
+        if DECISIONS in found.targets or deciding:
+            bad[module] = sorted(deciding | ({DECISIONS} & found.targets))
+    assert bad == {}
+
+
+def test_decide__is_called_only_in_the_decision_home():
+    callers = {
+        module: lines
+        for module in MODULES
+        if module != DECISIONS and (lines := _calls(module, "decide"))
+    }
+    importers = sorted(
+        module
+        for module in MODULES
+        if module != DECISIONS and (DECISIONS, "decide") in _names_imported(module)
+    )
+    assert (callers, importers) == ({}, [])
+
+
+def test_decision_checks__can_fail():
+    # The checks read real modules: the home itself calls decide, and the worker imports it.
+    assert _calls(DECISIONS, "decide")
+    assert any(source == DECISIONS for source, _ in _names_imported(f"{ROOT}.worker.outcomes"))

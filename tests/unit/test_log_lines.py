@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_strait.worker.engine import LOG_ERROR_CHARS, first_line
+from django_strait.worker.recorder import LOG_ERROR_CHARS, first_line
 
 
 @pytest.mark.parametrize(

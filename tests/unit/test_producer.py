@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from django_strait.worker.producer import Producer
-from tests.unit.memory import MemoryStorage
+from tests.unit.memory import NOW, MemoryStorage
 
 
 class Harness:
@@ -28,7 +28,8 @@ class Harness:
         if self.fail:
             self.fail -= 1
             raise RuntimeError("claim failed")
-        return self.storage.start("w", self.storage.claim("w", limit))
+        claimed = self.storage.claim("w", queues=(), limit=limit, now=NOW)
+        return self.storage.start("w", claimed, now=NOW)
 
     def spawn(self, run) -> None:
         self.in_flight.append(run.id)

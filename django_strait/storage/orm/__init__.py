@@ -1,49 +1,42 @@
 """The portable storage backend: the Django ORM, on SQLite or any database Django supports.
 
 Every state change and protection step as guarded ORM updates in short
-transactions; rows are locked where the database can lock them. The
-PostgreSQL backend is this one with its hot statements replaced
-(``storage.postgres``); the conformance suite (tests/conformance) runs both.
+transactions; rows are locked where the database can lock them. The statements
+are plain functions in this package's modules; the verbs the PostgreSQL backend
+(``storage.postgres``, a sibling, not a subclass) shares with this one are in
+``storage.common``. The conformance suite (tests/conformance) runs both.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import random
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from django.db import transaction
 from django.db.models import QuerySet
 
-from django_strait.models import JobRun
+from django_strait.models import JobRun, Workflow, WorkflowRun
 from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import Health
+from django_strait.resilience.health import Health, Sample
 from django_strait.resilience.policy import Change, Circuit, Result
-from django_strait.states import Transition
-from django_strait.storage import workflows
+from django_strait.storage import common, webhooks
+from django_strait.storage import workflows as workflow_moves
 from django_strait.storage.floors import ClaimFloors
-from django_strait.storage.moves import retry_moved
-from django_strait.storage.orm import (
-    claims,
-    enqueue,
-    external,
-    people,
-    processes,
-    protection,
-    records,
-    rescue,
-)
-from django_strait.storage.parts import FOLLOWING_PARTS, RECORD_PARTS, RecordPart
+from django_strait.storage.orm import claims, enqueue, protection, records
+from django_strait.storage.orm.workflows import STATEMENTS as IN_LISTS
+from django_strait.storage.parts import RECORD_PARTS, RecordPart, following_parts
 from django_strait.storage.values import (
+    Advanced,
     Claimed,
     HistoryDay,
     Hold,
-    PresetsOf,
     RecordBatch,
     Recorded,
+    Rescue,
     Rescued,
+    StaleRuns,
     Waiting,
 )
 
@@ -53,6 +46,10 @@ class OrmStorage:
 
     #: Whether workers can LISTEN for new runs here (else they poll).
     can_listen = False
+    #: How its workflow statements write id lists (``storage.orm.workflows``).
+    workflow_statements: workflow_moves.Statements = IN_LISTS
+    #: The record parts that follow the runs' move in its transaction.
+    following = following_parts(IN_LISTS)
 
     def __init__(self, alias: str, parts: Sequence[RecordPart] = RECORD_PARTS) -> None:
         self.alias = alias
@@ -63,11 +60,14 @@ class OrmStorage:
 
     def atomic(self) -> Any:
         """A transaction (or a savepoint inside one) on this database."""
-        return transaction.atomic(using=self.alias)
+        return common.atomic(self.alias)
 
     def claim_transaction(self) -> Any:
         """The transaction a claim, its gate and its start share."""
         return self.atomic()
+
+    def keep_plans(self, now: float) -> None:
+        """Nothing: the ORM's statements are not prepared."""
 
     # -- the worker's runs ------------------------------------------------------------
 
@@ -92,45 +92,19 @@ class OrmStorage:
         self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime
     ) -> list[Claimed]:
         """Move up to ``limit`` due external runs to dequeued, queue by queue; in a transaction."""
-        return external.claim(self.alias, worker_id, queues, limit, now) if limit > 0 else []
+        return common.claim_external(self.alias, worker_id, queues, limit, now)
 
     def set_deadlines(
         self, worker_id: str, deadlines: Mapping[int, dt.datetime], *, now: dt.datetime
     ) -> list[int]:
         """Set the deadlines of executing external runs ``worker_id`` holds; return those moved."""
-        return external.set_deadlines(self.alias, worker_id, deadlines, now) if deadlines else []
+        return common.set_deadlines(self.alias, worker_id, deadlines, now)
 
     def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
         """Move claimed runs to executing, spending an attempt; return those that moved."""
-        if not runs:
-            return []
-        unbegun = [r.id for r in runs if not r.begun]
-        moved = (
-            {rid: (attempt, at) for rid, attempt, at in self._start(worker_id, unbegun, now)}
-            if unbegun
-            else {}
+        return common.start(
+            self._workflow_db(), runs, lambda ids: claims.start(self.alias, worker_id, ids, now)
         )
-        started = []
-        for run in runs:  # in claim order, whatever order the database answered in
-            if run.begun:
-                run.attempt += 1
-                started.append(run)
-            elif run.id in moved:
-                run.attempt, run.started_at = moved[run.id]
-                started.append(run)
-        steps = {run.step_run_id: run for run in started if run.step_run_id}
-        if steps:  # plain runs: nothing more
-            for step_run_id, (step, member, problem) in workflows.members(
-                self.alias, list(steps)
-            ).items():
-                run = steps[step_run_id]
-                run.step, run.workflow = step, member
-                if problem:  # it fails without running (run.invalid), the others start
-                    run.row_error = run.row_error or problem
-        return started
-
-    def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:
-        return claims.start(self.alias, worker_id, ids, now)
 
     def hold(
         self, worker_id: str, holds: Sequence[Hold], *, now: dt.datetime, begun: bool = False
@@ -143,42 +117,29 @@ class OrmStorage:
 
     def hold_began(self, attempts: Mapping[int, int], reason: str) -> dict[int, dt.datetime]:
         """When each run's current hold period for ``reason`` began (see ``Storage``)."""
-        return claims.hold_began(self.alias, attempts, reason)
+        return common.hold_began(self.alias, attempts, reason)
 
     def waiting(self, *, queues: Sequence[str], now: dt.datetime) -> list[Waiting]:
         """Group the queued runs of ``queues`` that a claim at ``now`` cannot take, by why."""
-        return claims.waiting(self.alias, queues, now)
+        return common.waiting(self.alias, queues, now)
 
     def unclaim(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
         """Put claimed-but-unstarted runs back to queued; no attempt is spent."""
-        if not run_ids:
-            return 0
-        return retry_moved(self.alias, lambda: claims.unclaim(self.alias, worker_id, run_ids, now))
+        return common.unclaim(self.alias, worker_id, run_ids, now)
 
     def heartbeat(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
         """Mark the runs this worker holds as alive."""
-        if not run_ids:
-            return 0
-        # Beside records moving the same runs to history on a partitioned table.
-        return retry_moved(
-            self.alias, lambda: claims.heartbeat(self.alias, worker_id, run_ids, now)
-        )
-
-    def presets_of(
-        self, run_ids: Sequence[int], job_ids: Sequence[int], *, now: dt.datetime
-    ) -> PresetsOf:
-        """Return process runs' stored presets and their jobs' live recommendations."""
-        return processes.presets_of(self.alias, run_ids, job_ids, now)
+        return common.heartbeat(self.alias, worker_id, run_ids, now)
 
     def let_go(self, worker_id: str, run_ids: Sequence[int]) -> list[int]:
         """Return the runs among ``run_ids`` not executing under this worker, or asked to cancel."""
-        return processes.let_go(self.alias, worker_id, run_ids) if run_ids else []
+        return common.let_go(self.alias, worker_id, run_ids)
 
     def record(self, batch: RecordBatch) -> Recorded:
         """Move each run as its record says, append its attempt, and apply every part; atomically."""
         if not batch.records:
             return Recorded()
-        return records.record(self.alias, batch, (*self.parts, *FOLLOWING_PARTS))
+        return records.record(self.alias, batch, (*self.parts, *self.following))
 
     # -- protection (inside a claim) ----------------------------------------------------
 
@@ -198,94 +159,154 @@ class OrmStorage:
 
     def settle_budgets(self, spends: list[budgets.Spend]) -> None:
         """Turn reservations into what attempts cost, on ledgers and runs (outside a record)."""
-        if spends:
-            protection.settle_budgets(self.alias, spends)
+        common.settle_budgets(self.alias, spends)
 
     def crossed_soft_limits(
         self, spends: list[budgets.Spend], *, now: dt.datetime
     ) -> list[budgets.LedgerDay]:
         """After a record: the days whose spending crossed their soft limit, marked so once."""
-        return protection.crossed_soft_limits(self.alias, spends, now) if spends else []
+        return common.crossed_soft_limits(self.alias, spends, now)
 
     def release_budget_waiting(self, project_id: int, *, now: dt.datetime) -> int:
         """Make the runs waiting for a project's budget due now."""
-        return protection.release_waiting(self.alias, project_id, now)
+        return common.release_budget_waiting(self.alias, project_id, now)
 
     def load_active_circuits(self) -> dict[str, Circuit]:
         """Return the circuits that are open, half-open, or closed with failures counted."""
-        return protection.load_active_circuits(self.alias)
+        return common.load_active_circuits(self.alias)
 
     def win_circuit_probe(
         self, url: str, *, now: dt.datetime, cooldown: dt.timedelta, lost_before: dt.datetime
     ) -> bool:
         """Take the single half-open probe of ``url``; True if this call won it."""
-        return protection.win_circuit_probe(self.alias, url, now, cooldown, lost_before)
+        return common.win_circuit_probe(self.alias, url, now, cooldown, lost_before)
 
     def apply_circuit_results(
         self, results: Mapping[str, Sequence[Result]], *, now: dt.datetime, threshold: int
     ) -> tuple[list[Circuit], list[Change]]:
         """Fold each endpoint's results into its circuit; return the circuits and the changes."""
-        if not results:
-            return [], []
-        return protection.apply_circuit_results(self.alias, results, now, threshold)
+        return common.apply_circuit_results(self.alias, results, now, threshold)
 
     def reset_circuits(self, url: str | None, *, now: dt.datetime) -> tuple[int, list[Change]]:
         """Close one circuit (all of them when ``url`` is None); return how many changed, and how."""
-        return protection.reset_circuits(self.alias, url, now)
+        return common.reset_circuits(self.alias, url, now)
 
     def load_unwell_endpoints(self) -> dict[str, Health]:
         """Return the endpoints that are degraded or unhealthy."""
-        return protection.load_unwell(self.alias)
+        return common.load_unwell_endpoints(self.alias)
 
     def win_health_probe(self, url: str, *, now: dt.datetime, cooldown: dt.timedelta) -> bool:
         """Take the one probe of an unhealthy endpoint this cooldown; True if this call won it."""
-        return protection.win_health_probe(self.alias, url, now, cooldown)
+        return common.win_health_probe(self.alias, url, now, cooldown)
 
-    # -- what people ask for ------------------------------------------------------------
+    # -- workflows (docs/workflows.md): each applies what ``dag`` decided ---------------
 
-    def apply(self, run_id: int, transition: Transition, **updates: Any) -> JobRun:
-        """Move one run through ``transition`` if its status allows; raise InvalidTransition else."""
-        return retry_moved(
-            self.alias, lambda: people.apply(self.alias, run_id, transition, updates)
-        )
+    def _workflow_db(self) -> workflow_moves.Db:
+        return workflow_moves.Db(self.alias, self.workflow_statements)
 
-    def replay_updates(self, by: str, now: dt.datetime) -> dict[str, Any]:
-        """What a replay writes beside the status."""
-        return people.replay_updates(by, now)
+    def begin_workflow_run(
+        self, workflow: Workflow, payload: Any, key: str | None, *, now: dt.datetime
+    ) -> tuple[WorkflowRun, Advanced]:
+        """Insert a run of ``workflow`` with its step runs, its root steps started; atomically."""
+        return common.begin_workflow_run(self._workflow_db(), workflow, payload, key, now)
+
+    def advance_workflows(self, run_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Move on the workflow runs of the steps whose runs are ``run_ids``."""
+        return common.advance_workflows(self._workflow_db(), run_ids, now)
+
+    def settle_workflow_runs(self, wr_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Settle whole workflow runs anew, every step read (after a redefinition)."""
+        return common.settle_workflow_runs(self._workflow_db(), wr_ids, now)
+
+    def cancel_workflow_run(self, wr_id: int, *, now: dt.datetime) -> tuple[Advanced, list[int]]:
+        """Cancel a moving workflow run and its waiting steps; return the change and its live runs."""
+        return common.cancel_workflow_run(self._workflow_db(), wr_id, now)
+
+    def fail_stalled_workflow_runs(self, *, now: dt.datetime, stale_after: float) -> Advanced:
+        """Fail the running workflow runs in which nothing progressed for ``stale_after`` s."""
+        return common.fail_stalled_workflow_runs(self._workflow_db(), now, stale_after)
+
+    # -- the webhook outbox (docs/webhooks.md) -----------------------------------------
+
+    def claim_deliveries(
+        self, *, limit: int, now: dt.datetime, lease: dt.timedelta
+    ) -> list[webhooks.Due]:
+        """Lease up to ``limit`` due deliveries, oldest due first; skip rows held elsewhere."""
+        return common.claim_deliveries(self.alias, limit, now, lease)
+
+    def settle_deliveries(self, settled: Sequence[webhooks.Settled]) -> None:
+        """Write what became of claimed deliveries (only those still pending move)."""
+        common.settle_deliveries(self.alias, settled)
+
+    def hold_deliveries(self, pks: Sequence[int], *, until: dt.datetime) -> None:
+        """Put claimed deliveries back until ``until``, spending no attempt."""
+        common.hold_deliveries(self.alias, pks, until)
+
+    def redeliver(self, pks: Sequence[int], *, now: dt.datetime) -> int:
+        """Make deliveries due now with a fresh attempt budget; return how many."""
+        return common.redeliver(self.alias, pks, now)
+
+    def fold_health(self, samples: Sequence[Sample]) -> None:
+        """Fold answers sampled outside a record (webhook deliveries) into endpoint health."""
+        common.fold_health(self.alias, samples)
+
+    def forget_health(self, urls: Sequence[str]) -> int:
+        """Forget the health scores of ``urls``; return how many were forgotten."""
+        return common.forget_health(self.alias, urls)
+
+    # -- decided transitions: people's, the reaper's, external workers' ---------------
+
+    def replay(self, run_id: int, *, by: str, now: dt.datetime, payload: Any = ...) -> JobRun:
+        """Queue a replayable run again, its budget reset; raise InvalidTransition else."""
+        return common.replay(self.alias, run_id, by, now, payload)
 
     def replay_many(self, run_ids: Sequence[int], *, by: str, now: dt.datetime) -> int:
         """Replay the replayable runs among ``run_ids`` in one statement; return how many moved."""
-        if not run_ids:
-            return 0
-        return retry_moved(self.alias, lambda: people.replay_many(self.alias, run_ids, by, now))
+        return common.replay_many(self.alias, run_ids, by, now)
+
+    def cancel(self, run_id: int, *, now: dt.datetime) -> JobRun:
+        """Cancel a run that may be canceled now; raise InvalidTransition else."""
+        return common.cancel(self.alias, run_id, now)
+
+    def drop(self, run_id: int, *, now: dt.datetime) -> JobRun:
+        """Discard a run no worker holds; raise InvalidTransition else."""
+        return common.drop(self.alias, run_id, now)
 
     def request_cancel(self, run_id: int, *, now: dt.datetime) -> bool:
         """Flag an executing run to be canceled when its attempt returns."""
-        return retry_moved(self.alias, lambda: people.request_cancel(self.alias, run_id, now))
+        return common.request_cancel(self.alias, run_id, now)
 
-    # -- the reaper ---------------------------------------------------------------------
+    def stale_runs(
+        self, now: dt.datetime, *, stale_after: float, waiting_stale_after: float, limit: int
+    ) -> StaleRuns:
+        """Find and lock up to ``limit`` stale runs; call in the transaction that rescues them."""
+        return common.stale_runs(self.alias, now, stale_after, waiting_stale_after, limit)
 
-    def rescue_batch(
+    def rescue(
         self,
-        now: dt.datetime,
+        rescues: Sequence[Rescue],
         *,
+        unreadable: Mapping[int, str],
+        now: dt.datetime,
         stale_after: float,
-        waiting_stale_after: float,
-        limit: int,
-        rng: random.Random,
         isolate: bool = False,
-    ) -> tuple[int, list[Rescued]]:
-        """Rescue up to ``limit`` stale runs in one transaction; return how many were found, and the rescued."""
-        return retry_moved(self.alias, lambda: rescue.rescue_batch(
-            self.alias, now, stale_after=stale_after, waiting_stale_after=waiting_stale_after,
-            limit=limit, rng=rng, isolate=isolate,
-        ))  # fmt: skip
+    ) -> list[Rescued]:
+        """Apply decided rescues and dead-letter unreadable stale runs; return the rescued."""
+        return common.rescue_runs(self.alias, rescues, unreadable, now, stale_after, isolate)
+
+    def set_external_ids(self, ids: Mapping[int, uuid.UUID]) -> list[int]:
+        """Give runs without an OJS id theirs; return those that took it."""
+        return common.set_external_ids(self.alias, ids)
+
+    def set_external_retry_delay(self, run_id: int, delay_ms: int) -> bool:
+        """Note the delay of a nacked run's retry in its OJS envelope."""
+        return common.set_external_retry_delay(self.alias, run_id, delay_ms)
 
     # -- making runs --------------------------------------------------------------------
 
     def insert_one(self, run: JobRun) -> JobRun:
         """Insert a run (or, for a used idempotency key, return the run that holds it)."""
-        return enqueue.insert_one(self.alias, run)
+        return common.insert_one(self.alias, run)
 
     def insert_by_name(self, name: str, payload: Any, text: str, **fields: Any) -> JobRun | None:
         """Insert a run reading the job's defaults in the statement itself; None: not here."""

@@ -13,10 +13,10 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from django.db import connections
-from django.db.models import Count, F, Max, Min, Q, TextField
+from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery, TextField
 from django.db.models.functions import Cast
 
-from django_strait.models import Execution, JobRun, RunHold
+from django_strait.models import Execution, JobPresetRecommendation, JobRun, RunHold
 from django_strait.states import IN_FLIGHT, RunStatus, Transition
 from django_strait.storage.values import Claimed, Hold, Waiting, json_column
 
@@ -34,12 +34,25 @@ _CLAIMED_COLUMNS = (
     Cast("retry_overrides", TextField()),
     "endpoint_used",
     "workflow_step_run_id",
+    # What a process run's preset is chosen from (docs/process-execution.md), in the
+    # claim: the run's own (after an OOM); its job's live recommendation, below.
+    "preset",
 )
 
 
-def claimed(rid, job_id, payload, attempt, before, max_att, overrides, used, step=None) -> Claimed:
+def _recommended(now: dt.datetime) -> Subquery:
+    """The preset the claimed run's job recommends until its expiry (None: none, or expired)."""
+    live = JobPresetRecommendation.objects.filter(job_id=OuterRef("job_id"), expires_at__gt=now)
+    return Subquery(live.values("preset")[:1])
+
+
+def claimed(
+    rid, job_id, payload, attempt, before, max_att, overrides, used, step=None, preset="",
+    recommended=None,
+) -> Claimed:  # fmt: skip
     """Build a Claimed from a row whose JSON columns come as text, decoding them guarded."""
-    run = Claimed(rid, job_id, None, attempt, before, max_att, None, used, step_run_id=step)
+    run = Claimed(rid, job_id, None, attempt, before, max_att, None, used, step_run_id=step,
+                  run_preset=preset or "", recommended_preset=recommended or "")  # fmt: skip
     try:
         run.payload = json_column(payload)
         run.retry_overrides = json_column(overrides)
@@ -102,7 +115,7 @@ def _claim_once(
     )
     rows = runs.filter(
         pk__in=ids, status=RunStatus.DEQUEUED, claimed_by=worker_id, dequeued_at=now
-    ).values_list(*_CLAIMED_COLUMNS)
+    ).values_list(*_CLAIMED_COLUMNS, _recommended(now))
     by_id = {row[0]: claimed(*row) for row in rows}
     # In claim order (priority, then due time): limits and budgets admit the first ones.
     return len(ids), [by_id[rid] for rid in ids if rid in by_id]

@@ -1,4 +1,4 @@
-"""External workers' runs with the ORM (docs/ojs.md): fetch and visibility.
+"""External workers' runs with the ORM (docs/ojs.md): fetch, visibility, and the envelope.
 
 An OJS worker fetches runs of external-worker jobs over HTTP; each fetched run
 is claimed and started like a worker's, and carries a deadline
@@ -9,7 +9,10 @@ reaper rescues it at that deadline instead of at ``STALE_AFTER``.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Mapping, Sequence
+
+from django.db import transaction
 
 from django_strait.models import JobRun
 from django_strait.states import RunStatus
@@ -45,3 +48,23 @@ def set_deadlines(
         if runs.update(visible_until=until, heartbeat_at=now, updated_at=now):
             moved.append(run_id)
     return moved
+
+
+def set_ids(alias: str, ids: Mapping[int, uuid.UUID]) -> list[int]:
+    """Give each run its OJS id, unless it has one; return the runs that took theirs."""
+    runs = JobRun.objects.using(alias)
+    return [
+        rid
+        for rid, key in ids.items()
+        if runs.filter(pk=rid, ojs_id__isnull=True).update(ojs_id=key)
+    ]
+
+
+def set_retry_delay(alias: str, run_id: int, delay_ms: int) -> bool:
+    """Note in a run's OJS envelope the delay its retry was given (``retry_delay_ms``)."""
+    with transaction.atomic(using=alias):
+        runs = JobRun.objects.using(alias).filter(pk=run_id)
+        envelope = runs.select_for_update().values_list("ojs", flat=True).first()
+        if not isinstance(envelope, dict) and envelope is not None:
+            envelope = None  # a row written around the binding: the delay alone
+        return bool(runs.update(ojs={**(envelope or {}), "retry_delay_ms": delay_ms}))

@@ -8,11 +8,11 @@ database can lock rows (on SQLite the claim already holds the only write lock).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models import Count, F, Q, Sum
 from django.db.models import Min as MinOf
 
 from django_strait.models import (
@@ -31,15 +31,17 @@ from django_strait.resilience.policy import (
     OPEN,
     Change,
     Circuit,
-    Result,
-    after_results,
 )
 from django_strait.rows import LATEST, SetAside, check_finite, read
 from django_strait.states import RunStatus
+from django_strait.storage.circuit_rows import (
+    as_circuit,
+    readable_or_fresh,
+    save_circuit,
+)
 from django_strait.storage.parts import settle_ledgers, settle_runs
 
 _ACTIVE = (RunStatus.DEQUEUED, RunStatus.EXECUTING)
-_CIRCUIT_FIELDS = ("state", "failures", "opened_at", "last_failure_at", "probe_started_at")
 
 
 # -- limits -------------------------------------------------------------------------
@@ -210,16 +212,11 @@ def release_waiting(alias: str, project_id: int, now: dt.datetime) -> int:
 # -- circuits -----------------------------------------------------------------------
 
 
-def as_circuit(row: EndpointCircuit) -> Circuit:
-    """Return the policy's view of a circuit row."""
-    return Circuit(row.endpoint_url, *(getattr(row, name) for name in _CIRCUIT_FIELDS))
-
-
 def load_active_circuits(alias: str) -> dict[str, Circuit]:
     """Return every circuit that is not closed or has failures counted, by URL.
 
     A row that cannot be read is left out (its endpoint counts as closed) and logged;
-    the next result of its endpoint rewrites it (:func:`apply_circuit_results`).
+    the next result of its endpoint rewrites it (``circuit_rows.apply_circuit_results``).
     """
     rows = EndpointCircuit.objects.using(alias).filter(~Q(state=CLOSED) | Q(failures__gt=0))
     return {row.endpoint_url: as_circuit(row) for row in read(rows).rows}
@@ -241,48 +238,6 @@ def win_circuit_probe(
     return won == 1
 
 
-def apply_circuit_results(
-    alias: str, results: Mapping[str, Sequence[Result]], now: dt.datetime, threshold: int
-) -> tuple[list[Circuit], list[Change]]:
-    """Fold each endpoint's results into its circuit, rows locked in URL order (no deadlock)."""
-    circuits = EndpointCircuit.objects.using(alias)
-    with transaction.atomic(using=alias):
-        failing = sorted(url for url, res in results.items() if Result.FAILURE in res)
-        # Only a failure needs a row: a success on an endpoint without one changes nothing.
-        circuits.bulk_create(
-            [EndpointCircuit(endpoint_url=url, updated_at=now) for url in failing],
-            ignore_conflicts=True,
-        )
-        rows = circuits.select_for_update().filter(endpoint_url__in=list(results))
-        written, changes = [], []
-        for row in _readable_or_fresh(rows.order_by("endpoint_url")):
-            before = as_circuit(row)
-            after = after_results(before, results[row.endpoint_url], now=now, threshold=threshold)
-            written.append(after)
-            if after != before or row._state.adding:  # a fresh stand-in: rewrite the row
-                _save_circuit(alias, row.pk, after, now)
-                if after.state != before.state:
-                    changes.append(Change(after, before.state))
-    return written, changes
-
-
-def _readable_or_fresh(rows: QuerySet[EndpointCircuit]) -> list[EndpointCircuit]:
-    """The circuits of ``rows``; one that cannot be read counts as a fresh, closed circuit,
-    which its results then write whole (so the bad row is replaced, not kept)."""
-    found = read(rows, stand_ins=True)
-    return [
-        EndpointCircuit(pk=row.pk, endpoint_url=row.endpoint_url)
-        if getattr(row, "unreadable", None)
-        else row
-        for row in found.rows
-    ]
-
-
-def _save_circuit(alias: str, pk: int, circuit: Circuit, now: dt.datetime) -> None:
-    values = {name: getattr(circuit, name) for name in _CIRCUIT_FIELDS}
-    EndpointCircuit.objects.using(alias).filter(pk=pk).update(**values, updated_at=now)
-
-
 def reset_circuits(alias: str, url: str | None, now: dt.datetime) -> tuple[int, list[Change]]:
     """Close ``url``'s circuit (every circuit when None); return how many changed, and how."""
     rows = EndpointCircuit.objects.using(alias)
@@ -290,13 +245,13 @@ def reset_circuits(alias: str, url: str | None, now: dt.datetime) -> tuple[int, 
         rows = rows.filter(endpoint_url=url)
     with transaction.atomic(using=alias):
         # A person resets a circuit that cannot be read, too: that is how it is fixed.
-        found = _readable_or_fresh(
+        found = readable_or_fresh(
             rows.select_for_update()
             .filter(~Q(state=CLOSED) | Q(failures__gt=0))
             .order_by("endpoint_url")
         )
         for row in found:
-            _save_circuit(alias, row.pk, Circuit(row.endpoint_url), now)
+            save_circuit(alias, row.pk, Circuit(row.endpoint_url), now)
     changes = [Change(Circuit(row.endpoint_url), row.state) for row in found if row.state != CLOSED]
     return len(found), changes
 

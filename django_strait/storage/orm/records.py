@@ -12,14 +12,14 @@ from django.utils import timezone
 
 from django_strait.models import JobRun, RunAttempt
 from django_strait.states import RunStatus
-from django_strait.storage.parts import RecordPart
+from django_strait.storage.parts import RecordPart, note
 from django_strait.storage.values import ZERO, Record, RecordBatch, Recorded
 
 
 def record(alias: str, batch: RecordBatch, parts: Sequence[RecordPart]) -> Recorded:
     """Apply each record's transition and append its attempt row, then each part; atomically."""
     moved: dict[int, str] = {}
-    ended = 0
+    results = []
     with transaction.atomic(using=alias):
         runs = JobRun.objects.using(alias)
         for rec in batch.records:
@@ -28,10 +28,10 @@ def record(alias: str, batch: RecordBatch, parts: Sequence[RecordPart]) -> Recor
         RunAttempt.objects.using(alias).bulk_create(
             [_attempt(rec, batch.worker_id) for rec in batch.records if rec.run_id in moved]
         )
-        for part in parts:
-            ended += part.apply(batch, moved, alias) or 0
+        results = [part.apply(batch, moved, alias) for part in parts if part.wanted(batch)]
     done = recorded(alias, batch, moved)
-    done.workflows_ended = ended
+    for result in results:
+        note(done, result)
     return done
 
 

@@ -1,12 +1,14 @@
-"""The reaper's transitions with the ORM: runs whose worker went silent become system_failed, then move on.
+"""The reaper's rescues with the ORM: stale runs found and locked, then moved as decided.
 
 A run a worker holds (dequeued, executing) whose heartbeat is older than
 ``stale_after``, or a waiting run silent for ``waiting_stale_after``, lost its
-worker. Each one goes through RESCUE to system_failed with an attempt row that
-says which worker was lost and for how long, and then on through RETRY,
-DEAD_LETTER or DISCARD as its retry policy decides: the lost attempt counts.
-Every update is guarded, so a run that moved meanwhile (its worker came back and
-recorded it) is left alone.
+worker. :func:`select_stale` finds and locks them; the caller decides what
+becomes of each (``decisions.after_lost``, under its retry policy: the lost
+attempt counts) and :func:`rescue` applies it: RESCUE to system_failed with an
+attempt row that says which worker was lost and for how long, then on through
+the decided RETRY, DEAD_LETTER or DISCARD (or CANCEL, when cancel was asked).
+Nothing here decides or resolves a policy. Every update is guarded, so a run
+that moved meanwhile (its worker came back and recorded it) is left alone.
 """
 
 from __future__ import annotations
@@ -14,35 +16,29 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import random
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast, Coalesce
 
-from django_strait.conf import strait_settings
-from django_strait.decisions import Decision, decide, trim
+from django_strait.bounds import trim
 from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt
-from django_strait.outcome import failure
+from django_strait.outcome import LOST_ERROR_TYPE
 from django_strait.resilience.budgets import Spend
-from django_strait.retry import PolicyError, RetryPolicy, resolve
-from django_strait.rows import LATEST, Unreadable, read
+from django_strait.rows import LATEST, read
 from django_strait.states import IN_FLIGHT, RunStatus, Transition
-from django_strait.storage import webhooks, workflows
+from django_strait.storage import webhooks
 from django_strait.storage.orm.protection import settle_budgets
-from django_strait.storage.values import Rescued, Stale
+from django_strait.storage.values import Rescue, Rescued, Stale, StaleRuns
 
 logger = logging.getLogger(__name__)
 
-#: The error type of an attempt whose worker stopped heartbeating.
-LOST_ERROR_TYPE = "worker.lost"
 #: The error type of a stale run whose own row cannot be read: dead-lettered, saying what.
 INVALID_ERROR = "run.invalid"
 #: The error type of a stale run whose rescue raised: dead-lettered, saying what.
 RESCUE_FAILED_ERROR = "reaper.rescue_failed"
-#: Job columns a rescue never reads.
-_UNUSED = ("description", "schedule_last_tick", "created_at", "updated_at")
 #: The largest value RunAttempt.duration_ms holds (a PostgreSQL integer).
 DURATION_MS_MAX = 2**31 - 1
 
@@ -64,39 +60,34 @@ _FIELDS = (
 )
 
 
-def rescue_batch(
+def rescue(
     alias: str,
+    rescues: Sequence[Rescue],
+    unreadable: Mapping[int, str],
     now: dt.datetime,
     *,
     stale_after: float,
-    waiting_stale_after: float,
-    limit: int,
-    rng: random.Random,
     isolate: bool,
-) -> tuple[int, list[Rescued]]:
-    """Rescue up to ``limit`` stale runs in one transaction; return how many were found, and the rescued.
+) -> list[Rescued]:
+    """Apply the decided ``rescues`` in one transaction, dead-letter the ``unreadable``; return
+    the rescued.
 
-    ``isolate`` rescues each run in a savepoint, leaving one that raises as it is.
+    ``isolate`` rescues each run in a savepoint, leaving one that raises dead-lettered.
     """
     with transaction.atomic(using=alias):
-        stale, unreadable = select_stale(alias, now, stale_after, waiting_stale_after, limit)
-        policies = _Policies(alias)
         rescued = [
-            done
-            for run in stale
-            if (done := _rescue_guarded(alias, run, now, stale_after, policies, rng, isolate))
+            done for r in rescues if (done := _rescue_guarded(alias, r, now, stale_after, isolate))
         ]
-        for problems in unreadable.values():
-            _give_up(alias, problems[0].pk, now, "; ".join(map(str, problems)), INVALID_ERROR)
+        for run_id, problems in unreadable.items():
+            _give_up(alias, run_id, now, problems, INVALID_ERROR)
         _settle_lost(alias, [r.run for r in rescued], now)
         webhooks.notify_runs(alias, [r.run.id for r in rescued], now)
-        workflows.advance(alias, [r.run.id for r in rescued], now)
-    return len(stale) + len(unreadable), rescued
+    return rescued
 
 
 def select_stale(
     alias: str, now: dt.datetime, stale_after: float, waiting_stale_after: float, limit: int
-) -> tuple[list[Stale], dict[int, list[Unreadable]]]:
+) -> StaleRuns:
     """Return up to ``limit`` stale runs, locked, skipping rows another reaper holds; and
     those among them whose rows cannot be read, with what cannot be.
 
@@ -121,10 +112,13 @@ def select_stale(
         # Another reaper (a round that overlapped a change of leader) skips what we hold.
         runs = runs.select_for_update(skip_locked=True, of=("self",))
     found = read(runs.values_list(*_FIELDS)[:limit])
-    unreadable: dict[int, list[Unreadable]] = {}
+    unreadable: dict[int, list[str]] = {}
     for problem in found.unreadable:
-        unreadable.setdefault(problem.pk, []).append(problem)
-    return [_stale(*row) for row in found.rows], unreadable
+        unreadable.setdefault(problem.pk, []).append(str(problem))
+    return StaleRuns(
+        [_stale(*row) for row in found.rows],
+        {pk: "; ".join(problems) for pk, problems in unreadable.items()},
+    )
 
 
 def _stale(
@@ -141,19 +135,14 @@ def _stale(
 
 
 def _rescue_guarded(
-    alias: str,
-    run: Stale,
-    now: dt.datetime,
-    stale_after: float,
-    policies: _Policies,
-    rng: random.Random,
-    isolate: bool,
+    alias: str, decided: Rescue, now: dt.datetime, stale_after: float, isolate: bool
 ) -> Rescued | None:
     if not isolate:
-        return _rescue_one(alias, run, now, stale_after, policies, rng)
+        return _rescue_one(alias, decided, now, stale_after)
+    run = decided.run
     try:
         with transaction.atomic(using=alias):
-            return _rescue_one(alias, run, now, stale_after, policies, rng)
+            return _rescue_one(alias, decided, now, stale_after)
     except Exception as exc:
         logger.exception(
             "run %s cannot be rescued; dead-lettered for a person to look at", run.id,
@@ -184,26 +173,21 @@ def _give_up(alias: str, run_id: int, now: dt.datetime, error: str, error_type: 
 
 
 def _rescue_one(
-    alias: str,
-    run: Stale,
-    now: dt.datetime,
-    stale_after: float,
-    policies: _Policies,
-    rng: random.Random,
+    alias: str, decided: Rescue, now: dt.datetime, stale_after: float
 ) -> Rescued | None:
-    """Move one stale run to system_failed and on; None if it moved meanwhile."""
+    """Move one stale run to system_failed and on as decided; None if it moved meanwhile."""
+    run = decided.run
     error = lost_error(run, now, stale_after)
-    # Cancel was asked while the attempt ran: the attempt has now ended (lost), so
-    # the run is canceled, as it would have been when the attempt returned.
-    first = Transition.CANCEL if run.cancel_requested else Transition.RESCUE
+    # Cancel was asked while the attempt ran: canceled at once, no system_failed between.
+    first = Transition.CANCEL if decided.then is Transition.CANCEL else Transition.RESCUE
     if not _lose(alias, run, first, now, error):
         logger.info("run %s moved while being rescued; left alone", run.id)
         return None
     _write_attempt(alias, run, now, error)
     if first is not Transition.RESCUE:
         return Rescued(run, first, error)
-    decision = _decide(run, now, policies.get(run), rng)
-    return Rescued(run, _move_on(alias, run, decision, now), error, decision.available_at)
+    _move_on(alias, decided, now)
+    return Rescued(run, decided.then, error, decided.available_at)
 
 
 def lost_error(run: Stale, now: dt.datetime, stale_after: float) -> str:
@@ -276,33 +260,20 @@ def _write_attempt(alias: str, run: Stale, now: dt.datetime, error: str) -> None
     )
 
 
-def _decide(run: Stale, now: dt.datetime, policy: RetryPolicy, rng: random.Random) -> Decision:
-    # The same rule as an attempt that failed on a worker: a lost worker is a
-    # retryable error (unless the policy lists worker.lost as non-retryable).
-    lost = failure(LOST_ERROR_TYPE, "worker lost", attempt_outcome=AttemptOutcome.SYSTEM_FAILED)
-    budget_used = run.lost_attempt - run.attempts_before_replay
-    decision = decide(lost, budget_used=budget_used, policy=policy, now=now, rng=rng)
-    if run.visible_until is not None and decision.transition is Transition.RETRY:
-        # OJS: a job whose visibility timeout passed is available again at once.
-        return Decision(Transition.RETRY, now, 0.0)
-    return decision
-
-
-def _move_on(alias: str, run: Stale, decision: Decision, now: dt.datetime) -> Transition:
-    transition = decision.transition
+def _move_on(alias: str, decided: Rescue, now: dt.datetime) -> None:
+    transition = decided.then
     updates: dict[str, Any] = {"status": transition.target, "updated_at": now}
     if transition is Transition.RETRY:
-        updates.update(available_at=decision.available_at, finished_at=None)
+        updates.update(available_at=decided.available_at, finished_at=None)
     else:
         updates["finished_at"] = now
     moved = (
         JobRun.objects.using(alias)
-        .filter(pk=run.id, status__in=transition.sources, status=RunStatus.SYSTEM_FAILED)
+        .filter(pk=decided.run.id, status__in=transition.sources, status=RunStatus.SYSTEM_FAILED)
         .update(**updates)
     )
     if not moved:  # impossible inside our transaction with the row held; say so if it happens
-        raise RuntimeError(f"run {run.id} left system_failed during its own rescue")
-    return transition
+        raise RuntimeError(f"run {decided.run.id} left system_failed during its own rescue")
 
 
 def _settle_lost(alias: str, runs: list[Stale], now: dt.datetime) -> None:
@@ -321,28 +292,3 @@ def _settle_lost(alias: str, runs: list[Stale], now: dt.datetime) -> None:
         if run.job_id in projects and (cost := run.reserved_cost) is not None
     ]
     settle_budgets(alias, spends)
-
-
-class _Policies:
-    """Retry policies of the jobs in one batch, each job loaded once."""
-
-    def __init__(self, alias: str) -> None:
-        self.alias = alias
-        self._jobs: dict[int, Job | None] = {}
-
-    def get(self, run: Stale) -> RetryPolicy:
-        """Return the run's merged policy (the defaults if the stored one is invalid)."""
-        if run.job_id not in self._jobs:
-            rows = Job.objects.using(self.alias).filter(pk=run.job_id).defer(*_UNUSED)
-            found = read(rows).rows  # a job row that cannot be read: the defaults, logged
-            self._jobs[run.job_id] = found[0] if found else None
-        job = self._jobs[run.job_id]
-        defaults = strait_settings.DEFAULT_RETRY
-        if job is None:
-            return resolve(None, defaults=defaults)
-        try:
-            return resolve(job, run.max_attempts, run.retry_overrides, defaults=defaults)
-        except PolicyError as exc:
-            # Rows saved around validation must not keep the run stuck: use defaults.
-            logger.error("run %s has an invalid retry policy (%s); using defaults", run.id, exc)
-            return resolve(None, defaults=defaults)

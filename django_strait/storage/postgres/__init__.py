@@ -6,7 +6,9 @@ too; data-modifying CTEs for the hold and the record), sent through server-bound
 cursors. On a worker's connections that reach PostgreSQL directly, the statements
 named in ``STRAIT["PREPARE_STATEMENTS"]`` (all three by default) are prepared, their
 plans dropped every ``STRAIT["PLAN_LIFETIME"]`` (docs/settings.md, "Prepared statements").
-Everything else is the ORM's (``OrmStorage``).
+The verbs it does no better than the portable ORM are the ORM's statements,
+called by name through ``storage.common``: this class is the ORM backend's
+sibling, not its subclass, and lists every verb it has.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import contextlib
 import datetime as dt
 import json
 import time
+import uuid
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from django.db import OperationalError, connections, transaction
@@ -24,20 +27,47 @@ from django.db.models import QuerySet
 
 from django_strait import bounds
 from django_strait.conf import strait_settings
-from django_strait.models import BudgetLedger, JobRun, Project
+from django_strait.models import BudgetLedger, JobRun, Project, Workflow, WorkflowRun
 from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import concurrency_share
+from django_strait.resilience.health import Health, Sample, concurrency_share
+from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.rows import check_finite, explain
-from django_strait.sql import prepares, server_bound_cursor
+from django_strait.sql import keep_plans, prepares, server_bound_cursor
+from django_strait.storage import common, webhooks
+from django_strait.storage import workflows as workflow_moves
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.moves import is_moved_row, retry_moved
-from django_strait.storage.orm import OrmStorage
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
-from django_strait.storage.parts import FOLLOWING_PARTS
-from django_strait.storage.postgres import enqueue, history, layout, queries
+from django_strait.storage.parts import RECORD_PARTS, RecordPart, following_parts, note
+from django_strait.storage.postgres import enqueue, history, layout, queries, workflows
 from django_strait.storage.postgres.layout import runs_partitioned
-from django_strait.storage.values import Claimed, HistoryDay, Hold, RecordBatch, Recorded
+from django_strait.storage.values import (
+    Advanced,
+    Claimed,
+    HistoryDay,
+    Hold,
+    RecordBatch,
+    Recorded,
+    Rescue,
+    Rescued,
+    StaleRuns,
+    Waiting,
+)
+
+
+def _moved(rows: list[tuple], parts: Sequence[RecordPart], results: list[object]) -> dict[int, Any]:
+    """The runs a record statement moved (id -> status); the rows its parts returned (no
+    run id: record.<part>.returned) are read by their parts into ``results``."""
+    if all(row[0] is not None for row in rows):
+        return dict(rows)  # the hot path: no part returned rows
+    returned = [row[1] for row in rows if row[0] is None]
+    for part in parts:
+        read_rows = getattr(part, "returned", None)
+        if read_rows is not None:
+            results.append(read_rows(returned))
+    return {row[0]: row[1] for row in rows if row[0] is not None}
+
 
 #: The claim without floors: every priority, from the front of the index.
 _WHOLE_INDEX = Segment(*bounds.PRIORITY, *BOTTOM)
@@ -46,13 +76,37 @@ _WHOLE_INDEX = Segment(*bounds.PRIORITY, *BOTTOM)
 LOCK_NAMESPACE = 0x5374  # "St"
 
 
-class PostgresStorage(OrmStorage):
+class PostgresStorage:
     """Django-strait's tables on PostgreSQL, the hot steps in hand-written SQL."""
 
     can_listen = True
+    #: Its workflow statements' id lists are arrays (``storage.postgres.workflows``).
+    workflow_statements = workflows.STATEMENTS
+    following = following_parts(workflows.STATEMENTS)
     pages_by_primary_key = True
     row_estimates = True
     keeps_dead_rows = True
+
+    def __init__(self, alias: str, parts: Sequence[RecordPart] = RECORD_PARTS) -> None:
+        self.alias = alias
+        self.parts = tuple(parts)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.alias!r}>"
+
+    def atomic(self) -> Any:
+        """A transaction (or a savepoint inside one) on this database."""
+        return common.atomic(self.alias)
+
+    def claim_transaction(self) -> Any:
+        """The transaction a claim, its gate and its start share."""
+        return self.atomic()
+
+    def keep_plans(self, now: float) -> None:
+        """Let this connection prepare the statements ``PREPARE_STATEMENTS`` names, their
+        plans dropped every ``PLAN_LIFETIME`` seconds (``sql.keep_plans``)."""
+        if strait_settings.PREPARE_STATEMENTS:
+            keep_plans(connections[self.alias], now, strait_settings.PLAN_LIFETIME)
 
     def _execute(self, sql: str, params: dict[str, Any], *, name: str = "") -> list[tuple]:
         """Run one statement; prepared once per connection where ``name`` is one of
@@ -122,9 +176,18 @@ class PostgresStorage(OrmStorage):
                 "'synchronous_standby_names') <> '' THEN current_setting('synchronous_commit')"
                 " ELSE 'off' END, true)"
             )
-        return super().claim_external(worker_id, queues=queues, limit=limit, now=now)
+        return common.claim_external(self.alias, worker_id, queues, limit, now)
 
-    def _start(self, worker_id: str, ids: list[int], now: dt.datetime) -> list[tuple]:
+    def set_deadlines(
+        self, worker_id: str, deadlines: Mapping[int, dt.datetime], *, now: dt.datetime
+    ) -> list[int]:
+        return common.set_deadlines(self.alias, worker_id, deadlines, now)
+
+    def start(self, worker_id: str, runs: Sequence[Claimed], *, now: dt.datetime) -> list[Claimed]:
+        """One statement (queries.sql, "start") for the runs the claim did not begin."""
+        return common.start(self._workflow_db(), runs, lambda ids: self._start(worker_id, ids))
+
+    def _start(self, worker_id: str, ids: list[int]) -> list[tuple]:
         return self._execute(
             queries.by_id("start", self._partitioned()),
             {"ids": ids, "worker": worker_id},
@@ -149,6 +212,21 @@ class PostgresStorage(OrmStorage):
             },
         )
 
+    def hold_began(self, attempts: Mapping[int, int], reason: str) -> dict[int, dt.datetime]:
+        return common.hold_began(self.alias, attempts, reason)
+
+    def waiting(self, *, queues: Sequence[str], now: dt.datetime) -> list[Waiting]:
+        return common.waiting(self.alias, queues, now)
+
+    def unclaim(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
+        return common.unclaim(self.alias, worker_id, run_ids, now)
+
+    def heartbeat(self, worker_id: str, run_ids: Sequence[int], *, now: dt.datetime) -> int:
+        return common.heartbeat(self.alias, worker_id, run_ids, now)
+
+    def let_go(self, worker_id: str, run_ids: Sequence[int]) -> list[int]:
+        return common.let_go(self.alias, worker_id, run_ids)
+
     def record(self, batch: RecordBatch) -> Recorded:
         if not batch.records:
             return Recorded()
@@ -159,27 +237,29 @@ class PostgresStorage(OrmStorage):
         for part in parts:
             params.update(part.params(batch))
         sql = queries.record(tuple(part.name for part in parts), self._partitioned())
-        following = [part for part in FOLLOWING_PARTS if part.wanted(batch)]
-        ended = 0
+        following = [part for part in self.following if part.wanted(batch)]
+        results: list[object] = []
         if not following:
             try:
-                moved = dict(self._execute(sql, params, name="record"))  # the hot path
+                rows = self._execute(sql, params, name="record")  # the hot path
             except OperationalError as exc:
                 if not is_moved_row(exc):
                     raise
                 # A run of the batch was canceled or rescued meanwhile, and moved.
-                moved = dict(retry_moved(self.alias, lambda: self._execute(sql, params)))
+                rows = retry_moved(self.alias, lambda: self._execute(sql, params))
+            moved = _moved(rows, parts, results)
         else:
 
             def record_and_follow() -> dict[int, Any]:
-                moved = dict(self._execute(sql, params, name="record"))
-                nonlocal ended
-                ended = sum(part.apply(batch, moved, self.alias) or 0 for part in following)
+                results.clear()  # a retried try: only the last try's results count
+                moved = _moved(self._execute(sql, params, name="record"), parts, results)
+                results.extend(part.apply(batch, moved, self.alias) for part in following)
                 return moved
 
             moved = retry_moved(self.alias, record_and_follow)
         done = recorded(self.alias, batch, moved)
-        done.workflows_ended = ended
+        for result in results:
+            note(done, result)
         return done
 
     def enforce_limits(
@@ -234,6 +314,147 @@ class PostgresStorage(OrmStorage):
                 },
             )
         return out
+
+    def settle_budgets(self, spends: list[budgets.Spend]) -> None:
+        common.settle_budgets(self.alias, spends)
+
+    def crossed_soft_limits(
+        self, spends: list[budgets.Spend], *, now: dt.datetime
+    ) -> list[budgets.LedgerDay]:
+        return common.crossed_soft_limits(self.alias, spends, now)
+
+    def release_budget_waiting(self, project_id: int, *, now: dt.datetime) -> int:
+        return common.release_budget_waiting(self.alias, project_id, now)
+
+    def load_active_circuits(self) -> dict[str, Circuit]:
+        return common.load_active_circuits(self.alias)
+
+    def win_circuit_probe(
+        self, url: str, *, now: dt.datetime, cooldown: dt.timedelta, lost_before: dt.datetime
+    ) -> bool:
+        return common.win_circuit_probe(self.alias, url, now, cooldown, lost_before)
+
+    def apply_circuit_results(
+        self, results: Mapping[str, Sequence[Result]], *, now: dt.datetime, threshold: int
+    ) -> tuple[list[Circuit], list[Change]]:
+        return common.apply_circuit_results(self.alias, results, now, threshold)
+
+    def reset_circuits(self, url: str | None, *, now: dt.datetime) -> tuple[int, list[Change]]:
+        return common.reset_circuits(self.alias, url, now)
+
+    def load_unwell_endpoints(self) -> dict[str, Health]:
+        return common.load_unwell_endpoints(self.alias)
+
+    def win_health_probe(self, url: str, *, now: dt.datetime, cooldown: dt.timedelta) -> bool:
+        return common.win_health_probe(self.alias, url, now, cooldown)
+
+    # -- what people ask for: the ORM's statements ------------------------------------
+
+    # -- workflows (docs/workflows.md): each applies what ``dag`` decided ---------------
+
+    def _workflow_db(self) -> workflow_moves.Db:
+        return workflow_moves.Db(self.alias, self.workflow_statements)
+
+    def begin_workflow_run(
+        self, workflow: Workflow, payload: Any, key: str | None, *, now: dt.datetime
+    ) -> tuple[WorkflowRun, Advanced]:
+        """Insert a run of ``workflow`` with its step runs, its root steps started; atomically."""
+        return common.begin_workflow_run(self._workflow_db(), workflow, payload, key, now)
+
+    def advance_workflows(self, run_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Move on the workflow runs of the steps whose runs are ``run_ids``."""
+        return common.advance_workflows(self._workflow_db(), run_ids, now)
+
+    def settle_workflow_runs(self, wr_ids: Sequence[int], *, now: dt.datetime) -> Advanced:
+        """Settle whole workflow runs anew, every step read (after a redefinition)."""
+        return common.settle_workflow_runs(self._workflow_db(), wr_ids, now)
+
+    def cancel_workflow_run(self, wr_id: int, *, now: dt.datetime) -> tuple[Advanced, list[int]]:
+        """Cancel a moving workflow run and its waiting steps; return the change and its live runs."""
+        return common.cancel_workflow_run(self._workflow_db(), wr_id, now)
+
+    def fail_stalled_workflow_runs(self, *, now: dt.datetime, stale_after: float) -> Advanced:
+        """Fail the running workflow runs in which nothing progressed for ``stale_after`` s."""
+        return common.fail_stalled_workflow_runs(self._workflow_db(), now, stale_after)
+
+    # -- the webhook outbox (docs/webhooks.md) -----------------------------------------
+
+    def claim_deliveries(
+        self, *, limit: int, now: dt.datetime, lease: dt.timedelta
+    ) -> list[webhooks.Due]:
+        """Lease up to ``limit`` due deliveries, oldest due first; skip rows held elsewhere."""
+        return common.claim_deliveries(self.alias, limit, now, lease)
+
+    def settle_deliveries(self, settled: Sequence[webhooks.Settled]) -> None:
+        """Write what became of claimed deliveries (only those still pending move)."""
+        common.settle_deliveries(self.alias, settled)
+
+    def hold_deliveries(self, pks: Sequence[int], *, until: dt.datetime) -> None:
+        """Put claimed deliveries back until ``until``, spending no attempt."""
+        common.hold_deliveries(self.alias, pks, until)
+
+    def redeliver(self, pks: Sequence[int], *, now: dt.datetime) -> int:
+        """Make deliveries due now with a fresh attempt budget; return how many."""
+        return common.redeliver(self.alias, pks, now)
+
+    def fold_health(self, samples: Sequence[Sample]) -> None:
+        """Fold answers sampled outside a record (webhook deliveries) into endpoint health."""
+        common.fold_health(self.alias, samples)
+
+    def forget_health(self, urls: Sequence[str]) -> int:
+        """Forget the health scores of ``urls``; return how many were forgotten."""
+        return common.forget_health(self.alias, urls)
+
+    # -- decided transitions: people's, the reaper's, external workers' ---------------
+
+    def replay(self, run_id: int, *, by: str, now: dt.datetime, payload: Any = ...) -> JobRun:
+        """Queue a replayable run again, its budget reset; raise InvalidTransition else."""
+        return common.replay(self.alias, run_id, by, now, payload)
+
+    def replay_many(self, run_ids: Sequence[int], *, by: str, now: dt.datetime) -> int:
+        """Replay the replayable runs among ``run_ids`` in one statement; return how many moved."""
+        return common.replay_many(self.alias, run_ids, by, now)
+
+    def cancel(self, run_id: int, *, now: dt.datetime) -> JobRun:
+        """Cancel a run that may be canceled now; raise InvalidTransition else."""
+        return common.cancel(self.alias, run_id, now)
+
+    def drop(self, run_id: int, *, now: dt.datetime) -> JobRun:
+        """Discard a run no worker holds; raise InvalidTransition else."""
+        return common.drop(self.alias, run_id, now)
+
+    def request_cancel(self, run_id: int, *, now: dt.datetime) -> bool:
+        """Flag an executing run to be canceled when its attempt returns."""
+        return common.request_cancel(self.alias, run_id, now)
+
+    def stale_runs(
+        self, now: dt.datetime, *, stale_after: float, waiting_stale_after: float, limit: int
+    ) -> StaleRuns:
+        """Find and lock up to ``limit`` stale runs; call in the transaction that rescues them."""
+        return common.stale_runs(self.alias, now, stale_after, waiting_stale_after, limit)
+
+    def rescue(
+        self,
+        rescues: Sequence[Rescue],
+        *,
+        unreadable: Mapping[int, str],
+        now: dt.datetime,
+        stale_after: float,
+        isolate: bool = False,
+    ) -> list[Rescued]:
+        """Apply decided rescues and dead-letter unreadable stale runs; return the rescued."""
+        return common.rescue_runs(self.alias, rescues, unreadable, now, stale_after, isolate)
+
+    def set_external_ids(self, ids: Mapping[int, uuid.UUID]) -> list[int]:
+        """Give runs without an OJS id theirs; return those that took it."""
+        return common.set_external_ids(self.alias, ids)
+
+    def set_external_retry_delay(self, run_id: int, delay_ms: int) -> bool:
+        """Note the delay of a nacked run's retry in its OJS envelope."""
+        return common.set_external_retry_delay(self.alias, run_id, delay_ms)
+
+    def insert_one(self, run: JobRun) -> JobRun:
+        return common.insert_one(self.alias, run)
 
     def insert_by_name(self, name: str, payload: Any, text: str, **fields: Any) -> JobRun | None:
         return enqueue.insert_by_name(self.alias, name, payload, text, **fields)

@@ -84,4 +84,10 @@ def record(parts: tuple[str, ...], partitioned: bool = False) -> str:
     """Return the record statement with the CTEs of ``parts`` (record.<part>) joined in,
     for a runs table ``partitioned`` by status class or not."""
     ctes = "".join(f",\n{get(f'record.{part}')}" for part in parts)
-    return _live(get("record"), partitioned).replace("/*parts*/", ctes)
+    returned = "".join(
+        f"\n{statements()[f'record.{part}.returned']}"
+        for part in parts
+        if f"record.{part}.returned" in statements()
+    )
+    sql = _live(get("record"), partitioned).replace("/*parts*/", ctes)
+    return sql.replace("/*returned*/", returned)

@@ -29,6 +29,10 @@
 -- standbys: then it waits as every commit does, or a failover would forget claims its
 -- workers are executing, and another worker would run them again at once
 -- (docs/operations.md, "Failover").
+-- Each run comes back with what its process preset is chosen from (docs/process-execution.md):
+-- its own preset (after an OOM kill) and its job's recommendation while it lasts, read
+-- here rather than in a second round trip (an index probe per run into a table that
+-- holds a row per job recently killed for its memory, usually none).
 -- The UPDATE finds the runs of due through /*claimed_by_id*/ (queries.claim): joined to
 -- due on a plain table. On one partitioned by status class, by "id = ANY" of due's ids
 -- and the live statuses (as start, below, names them): without the statuses it probed
@@ -64,7 +68,8 @@ claimed AS (
     RETURNING r.id, r.job_id, r.payload::text,
               r.attempt - CASE WHEN %(begin)s THEN 1 ELSE 0 END AS attempt,
               r.attempts_before_replay, r.max_attempts, r.retry_overrides::text,
-              r.endpoint_used, r.priority, r.available_at, r.workflow_step_run_id, r.started_at
+              r.endpoint_used, r.priority, r.available_at, r.workflow_step_run_id, r.started_at,
+              r.preset
 ),
 -- Claims of a job with a concurrency or rate limit are serialized on its row, locked
 -- here (in id order) and held to the commit: the limit statement that follows sees
@@ -77,7 +82,10 @@ limited AS (
     FOR NO KEY UPDATE
 )
 SELECT id, job_id, payload, attempt, attempts_before_replay, max_attempts, retry_overrides,
-       endpoint_used, workflow_step_run_id, started_at, priority, available_at
+       endpoint_used, workflow_step_run_id, preset,
+       (SELECT p.preset FROM django_strait_jobpresetrecommendation AS p
+        WHERE p.job_id = claimed.job_id AND p.expires_at > now()) AS recommended,
+       started_at, priority, available_at
 FROM claimed
 WHERE (SELECT count(*) FROM limited) >= 0
   AND (SELECT set_config('synchronous_commit', CASE WHEN current_setting(
@@ -164,6 +172,8 @@ WHERE u.id NOT IN (SELECT run_id FROM extended);
 -- when cancel was asked meanwhile), only if it is still executing under this worker at
 -- that attempt, and its attempt row is appended. The parts of the record (record.*
 -- below) follow as more CTEs: each reads v (the records) and u (the runs that moved).
+-- A part with rows to return (record.<part>.returned) adds them with UNION ALL, without
+-- a run id (id NULL), its row as JSON text in the status column.
 WITH v AS (
     SELECT *, 'executing'::varchar AS expected, %(worker)s::varchar AS worker FROM unnest(
         %(id)s::bigint[], %(attempt)s::integer[], %(status)s::varchar[],
@@ -202,7 +212,8 @@ a AS (
     FROM v JOIN u ON u.id = v.id
 )
 /*parts*/
-SELECT id, status FROM u;
+SELECT id, status FROM u
+/*returned*/;
 
 
 -- name: record.rollup
@@ -293,6 +304,86 @@ webhooks AS (
     WHERE j.webhook_url <> ''
       AND jsonb_typeof(j.webhook_events) = 'array' AND j.webhook_events @> to_jsonb(e.event)
 );
+
+
+-- name: record.circuits
+-- (Circuit states come after ELSE: "THEN '<word>'" names a run's status in this file.)
+-- Circuits (resilience.policy.after_results in SQL): each endpoint's results of the batch,
+-- as the worker summarized them (parts.Circuits.params): reset (a success came), failed
+-- (any failure came) and tail (the failures after the last success, all of them without
+-- one). Only endpoints whose results change something come (CircuitBreaker.worth). The
+-- existing rows are locked first, in URL order (circuit_was, as record.ledger's), then a
+-- failing endpoint without a row gets one; a success never makes a row. A row that
+-- cannot be read (a state not a choice, a time not finite) folds as a fresh closed
+-- circuit and is written whole, as the ORM's fold does (circuit_rows.readable_or_fresh).
+-- Saturating, as record.rollup: a count written at its column's limit must not fail the record.
+cv AS (
+    SELECT * FROM unnest(%(circuit_url)s::varchar[], %(circuit_reset)s::boolean[],
+                         %(circuit_failed)s::boolean[], %(circuit_tail)s::integer[])
+        AS cv(url, reset, failed, tail)
+),
+circuit_was AS MATERIALIZED (
+    SELECT t.endpoint_url AS url, t.state,
+           t.state IN ('closed', 'open', 'half_open')
+           AND COALESCE(isfinite(t.opened_at), true) AND COALESCE(isfinite(t.last_failure_at), true)
+           AND COALESCE(isfinite(t.probe_started_at), true) AS ok
+    FROM django_strait_endpointcircuit AS t JOIN cv ON cv.url = t.endpoint_url
+    ORDER BY t.endpoint_url
+    FOR NO KEY UPDATE OF t
+),
+circuits AS (
+    INSERT INTO django_strait_endpointcircuit AS t (endpoint_url, state, failures, opened_at,
+        last_failure_at, probe_started_at, updated_at)
+    SELECT cv.url,
+           COALESCE(CASE WHEN cv.tail < %(circuit_threshold)s THEN NULL ELSE 'open' END, 'closed'),
+           cv.tail,
+           CASE WHEN cv.tail >= %(circuit_threshold)s THEN %(circuit_now)s::timestamptz END,
+           %(circuit_now)s::timestamptz, NULL, %(circuit_now)s::timestamptz
+    FROM cv
+    WHERE cv.failed OR cv.url IN (SELECT url FROM circuit_was)
+    ORDER BY cv.url
+    ON CONFLICT (endpoint_url) DO UPDATE
+    SET (state, failures, opened_at, last_failure_at, probe_started_at, updated_at) = (
+        SELECT CASE WHEN NOT a.opens THEN a.state ELSE 'open' END,
+               LEAST(a.failures::bigint + cv.tail, 2147483647),
+               CASE WHEN a.opens THEN %(circuit_now)s::timestamptz ELSE a.opened_at END,
+               CASE WHEN cv.failed THEN %(circuit_now)s::timestamptz ELSE a.last_failure_at END,
+               CASE WHEN a.opens THEN NULL ELSE a.probe_started_at END,
+               %(circuit_now)s::timestamptz
+        FROM cv CROSS JOIN LATERAL (
+            SELECT b.*, cv.tail > 0 AND (b.state = 'half_open' OR (
+                       b.state = 'closed' AND b.failures + cv.tail >= %(circuit_threshold)s
+                   )) AS opens
+            FROM (
+                SELECT CASE WHEN NOT f.fresh THEN t.state ELSE 'closed' END AS state,
+                       CASE WHEN f.fresh THEN 0 ELSE t.failures END AS failures,
+                       CASE WHEN f.fresh THEN NULL ELSE t.opened_at END AS opened_at,
+                       CASE WHEN f.ok THEN t.last_failure_at END AS last_failure_at,
+                       CASE WHEN f.fresh THEN NULL ELSE t.probe_started_at END AS probe_started_at
+                FROM (
+                    -- A row made since circuit_was locked the others (another worker's
+                    -- first failure) is readable.
+                    SELECT o.ok, cv.reset OR NOT o.ok AS fresh FROM (
+                        SELECT COALESCE((SELECT w.ok FROM circuit_was AS w
+                                         WHERE w.url = t.endpoint_url), true) AS ok
+                    ) AS o
+                ) AS f
+            ) AS b
+        ) AS a
+        WHERE cv.url = t.endpoint_url
+    )
+    RETURNING t.endpoint_url, t.state, t.failures, t.opened_at, t.last_failure_at,
+              t.probe_started_at
+);
+
+
+-- name: record.circuits.returned
+-- Each circuit as written, and the state it left (a row that could not be read: closed).
+UNION ALL
+SELECT NULL, json_build_array(c.endpoint_url, c.state, c.failures, c.opened_at,
+                              c.last_failure_at, c.probe_started_at,
+                              CASE WHEN w.ok THEN w.state ELSE 'closed' END)::text
+FROM circuits AS c LEFT JOIN circuit_was AS w ON w.url = c.endpoint_url;
 
 
 -- name: limits
