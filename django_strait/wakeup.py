@@ -43,11 +43,16 @@ class Listener:
         wake: Callable[[], None],
         *,
         retry_after: float = 5.0,
+        first_retry: float = 0.5,
     ) -> None:
         self.alias = alias
         self.queues = frozenset(queues)  # empty: every queue
         self.wake = wake
+        #: Waits between tries to LISTEN again: from ``first_retry``, doubling up to this.
         self.retry_after = retry_after
+        self.first_retry = first_retry
+        #: The LISTEN of the current connection holds (set once it is checked).
+        self.listening = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="strait-listen", daemon=True)
 
@@ -58,17 +63,25 @@ class Listener:
         self._stop.set()
 
     def _run(self) -> None:
+        """LISTEN, and again after each lost connection: soon after one that held (a
+        restart, a failover: the new server may already answer), backing off while
+        the database stays away."""
+        delay = self.first_retry
         while not self._stop.is_set():
+            self.listening = False
             try:
                 self._listen()
             except Exception:
+                if self.listening:
+                    delay = self.first_retry
                 logger.warning(
-                    "LISTEN connection to %r lost; polling until it is back in %ss",
+                    "LISTEN connection to %r lost; polling until it is back (next try in %.1fs)",
                     self.alias,
-                    self.retry_after,
+                    delay,
                     exc_info=True,
                 )
-                self._stop.wait(self.retry_after)
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.retry_after)
 
     def _listen(self) -> None:
         import psycopg
@@ -79,6 +92,7 @@ class Listener:
             if not holds(conn):
                 self._give_up(conn)
                 return
+            self.listening = True
             logger.info("listening for new runs on %r", self.alias)
             # Wake once on (re)connect: NOTIFYs sent while we were away are lost.
             self.wake()

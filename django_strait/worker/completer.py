@@ -48,8 +48,13 @@ RECORD_BATCH_MAX = 500
 RECORD_FAILED_RETRY = dt.timedelta(seconds=60)
 #: The error type of an attempt whose result the database refused.
 RECORD_FAILED_ERROR = "worker.record_failed"
-#: The longest wait between two tries of a write that lost its connection.
-MAX_BACKOFF = 5.0
+#: The longest wait between two tries of a write that lost its connection: no longer
+#: than a failed claim waits (the poll interval's default), so that results wait at
+#: most a second past the database's return. Through a failover the backoff had grown
+#: to 5 s while no server took writes, and held every result back that long after
+#: the promotion, past the first claims on the new primary (docs/operations.md,
+#: "Failover").
+MAX_BACKOFF = 1.0
 
 Write = Callable[[list[Record]], Awaitable[Recorded]]
 

@@ -6,16 +6,24 @@ a handler thread the run's ``heartbeat_at`` is written at once (at most once a
 second), so a handler that starves the loop still proves itself alive; from a
 coroutine (on the loop, where the ORM must not block) the run is marked and
 flushed with the next batched heartbeat.
+
+A beat is best effort: when the database is away (a restart, a failover) it is
+logged and dropped, never raised into the handler, whose attempt would fail for
+it; the worker's own heartbeats go on, and the next beat connects again.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
+from django.db import InterfaceError, OperationalError, connections
 from django.utils import timezone
 
 from django_strait.storage import Storage
+
+logger = logging.getLogger(__name__)
 
 #: Least seconds between two direct writes for one run.
 MIN_INTERVAL = 1.0
@@ -44,7 +52,11 @@ class Heartbeats:
         if now - self._last.get(run_id, 0.0) < MIN_INTERVAL:
             return
         self._last[run_id] = now
-        self.storage.heartbeat(self.worker_id, [run_id], now=timezone.now())
+        try:
+            self.storage.heartbeat(self.worker_id, [run_id], now=timezone.now())
+        except (InterfaceError, OperationalError) as exc:
+            logger.warning("heartbeat of run %s not written: %s", run_id, exc)
+            connections[self.storage.alias].close_if_unusable_or_obsolete()
         # The handler thread's connection is closed when the handler returns.
 
     def forget(self, run_id: int) -> None:

@@ -119,6 +119,18 @@ def test_completer__a_lost_connection_retries_the_whole_batch_with_backoff():
     assert seen[0].moved == {1: "completed", 2: "completed"}
 
 
+def test_completer__a_long_outage_retries_every_second_at_most():
+    # A failover: no server takes writes for seconds; the results go in within a
+    # second of the new primary's first answer, not after a backoff grown meanwhile.
+    storage = MemoryStorage(connection_failures=8)
+    executing(storage, 1)
+
+    _, naps, _ = drive(storage, [record(1)])
+
+    assert naps == [0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert storage.runs[1].status == "completed"
+
+
 def test_completer__closing_gives_up_after_the_shutdown_timeout(caplog):
     storage = MemoryStorage(connection_failures=10**6)
     executing(storage, 1)

@@ -25,7 +25,10 @@
 -- before the claim, which is what the gate counts. The transaction's commit does not
 -- wait for its WAL flush (set_config here rather than a SET LOCAL round trip before):
 -- a claim lost in a server crash only means its runs are queued again, which a crash
--- implies anyway (runs are delivered at least once).
+-- implies anyway (runs are delivered at least once). Unless the server has synchronous
+-- standbys: then it waits as every commit does, or a failover would forget claims its
+-- workers are executing, and another worker would run them again at once
+-- (docs/operations.md, "Failover").
 -- Each run comes back with what its process preset is chosen from (docs/process-execution.md):
 -- its own preset (after an OOM kill) and its job's recommendation while it lasts, read
 -- here rather than in a second round trip (an index probe per run into a table that
@@ -85,7 +88,9 @@ SELECT id, job_id, payload, attempt, attempts_before_replay, max_attempts, retry
        started_at, priority, available_at
 FROM claimed
 WHERE (SELECT count(*) FROM limited) >= 0
-  AND (SELECT set_config('synchronous_commit', 'off', true)) = 'off'
+  AND (SELECT set_config('synchronous_commit', CASE WHEN current_setting(
+       'synchronous_standby_names') <> '' THEN current_setting('synchronous_commit') ELSE 'off'
+       END, true)) IS NOT NULL
 ORDER BY priority DESC, available_at, id;
 
 
@@ -518,7 +523,7 @@ ORDER BY s.n_dead_tup DESC;
 -- An OJS fetch's claim (docs/ojs.md): up to %(limit)s due queued runs of one queue whose
 -- job is an enabled external-worker job, to dequeued for %(worker)s, in claim order
 -- (the caller sorts: RETURNING keeps no order). The ORM's claim of these runs, in one
--- statement; the transaction's commit does not wait for its WAL flush, as the claim's.
+-- statement; its commit is the claim's (no wait for the WAL flush unless the server has synchronous standbys).
 WITH due AS (
     SELECT id FROM django_strait_jobrun
     WHERE status = 'queued' AND available_at <= %(now)s AND queue = %(queue)s
@@ -535,7 +540,9 @@ SET status = 'dequeued', claimed_by = %(worker)s, dequeued_at = %(now)s,
 RETURNING r.id, r.job_id, r.payload::text, r.attempt, r.attempts_before_replay,
           r.max_attempts, r.retry_overrides::text, r.endpoint_used, r.workflow_step_run_id,
           r.priority, r.available_at,
-          (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous;
+          (SELECT set_config('synchronous_commit', CASE WHEN current_setting(
+              'synchronous_standby_names') <> '' THEN current_setting('synchronous_commit')
+              ELSE 'off' END, true)) AS asynchronous;
 
 
 -- name: deadlines
@@ -558,7 +565,7 @@ RETURNING r.id;
 -- expired run is dropped and a run's own timeouts set its deadline). Otherwise nothing
 -- changes and the one row returned says blocked: the caller then fetches the
 -- ordinary way (claim_external, start, deadlines). The run columns are what a job body
--- needs (ojs.hot); the commit does not wait for its WAL flush, as the claim's.
+-- needs (ojs.hot); its commit is the claim's (no flush wait unless there are synchronous standbys).
 WITH due AS (
     SELECT id, (ojs_id IS NOT NULL AND NOT (COALESCE(ojs, '{}'::jsonb)
                 ?| ARRAY['expires_at', 'visibility_timeout_ms', 'timeout_ms'])) AS plain
@@ -582,7 +589,9 @@ started AS (
               r.started_at, r.finished_at, r.claimed_by, r.last_error, r.error_type, r.ojs_id,
               r.payload::text, r.ojs::text, r.retry_overrides::text, r.result::text
 )
-SELECT s.*, b.blocked, (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous
+SELECT s.*, b.blocked, (SELECT set_config('synchronous_commit', CASE WHEN current_setting(
+              'synchronous_standby_names') <> '' THEN current_setting('synchronous_commit')
+              ELSE 'off' END, true)) AS asynchronous
 FROM blocked AS b LEFT JOIN started AS s ON true;
 
 
