@@ -180,7 +180,9 @@ def raw_writes_in(text: str, tables: set[str]) -> list[str]:
     statement is built (``f"UPDATE {table} ..."``): outside storage, which table that is
     cannot be told, so it counts."""
     names = "|".join(re.escape(t) for t in sorted(tables))
-    pattern = rf"""(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE)\s+["'`]?({names}|\{{[^}}]*\}})(?=\W)"""
+    pattern = (
+        rf"""(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE)\s+["'`]?({names}|\{{[^}}]*\}})(?=\W)"""
+    )
     return re.findall(pattern, text, flags=re.IGNORECASE)
 
 
