@@ -133,8 +133,15 @@ class Producer:
 
 
 async def _wait(event: asyncio.Event, timeout: float | None) -> None:
-    """Wait for ``event`` (set since the caller last cleared it), at most ``timeout``."""
+    """Wait for ``event`` (set since the caller last cleared it), at most ``timeout``.
+
+    Under ``asyncio.timeout``, not ``asyncio.wait_for``: on Python 3.11 ``wait_for``
+    wraps the wait in a task of its own, and a NOTIFY that sets ``event`` then
+    reaches the claim loop a few loop turns later (docs/benchmarks.md, "The peer
+    harness's milliseconds").
+    """
     try:
-        await asyncio.wait_for(event.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await event.wait()
     except TimeoutError:
         pass
