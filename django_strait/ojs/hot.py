@@ -199,7 +199,7 @@ def _fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) -
 
 
 def held(ident: Any, what: str, holder: inputs.Holder, scope: QueueScope) -> tuple[JobRun, Job]:
-    """The active run ``ident`` and its job if ``holder`` holds its reservation (``work._held``)."""
+    """The active run ``ident`` and its job if ``holder`` holds its reservation (``work.check_held``)."""
     key = parse_any(ident) if isinstance(ident, str) else None
     found = _read("ojs_id = %s", [key]) if key is not None else []
     run = found[0] if found else None
@@ -208,28 +208,7 @@ def held(ident: Any, what: str, holder: inputs.Holder, scope: QueueScope) -> tup
         raise errors.not_found("job", str(ident))
     if not scope.allows(run.queue):
         raise errors.not_found("job", str(ident))
-    if run.status != RunStatus.EXECUTING:
-        state = job_body(run, job, timezone.now())["state"]
-        raise errors.conflict(
-            f"cannot {what} job {ident}: it is {state}, not active", job_id=str(ident), state=state
-        )
-    attempt = run.attempt - run.attempts_before_replay
-    if (holder.worker is not None and holder.worker != run.claimed_by) or (
-        holder.attempt is not None and holder.attempt != attempt
-    ):
-        named = ", ".join(
-            f"{k} {v!r}"
-            for k, v in (("worker_id", holder.worker), ("attempt", holder.attempt))
-            if v
-        )
-        raise errors.conflict(
-            f"cannot {what} job {ident}: the reservation this request names ({named}) is not "
-            f"the job's: attempt {attempt} holds it now (the job was requeued and fetched "
-            "again); nothing was changed",
-            job_id=str(ident),
-            state="active",
-            attempt=attempt,
-        )
+    work.check_held(run, job, ident, what, holder)
     run.job = job
     return run, job
 

@@ -55,7 +55,6 @@ from django_strait.api.auth import (
 )
 from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
 from django_strait.conf import strait_settings
-from django_strait.json_text import JSONRefused, loads
 from django_strait.ojs import batch, errors, hot, inputs, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
@@ -227,28 +226,6 @@ def _as_ojs(exc: Exception) -> OjsError:
     return OjsError(401, "unauthorized", str(exc.detail), headers={"WWW-Authenticate": "Bearer"})  # type: ignore[attr-defined]
 
 
-def body_of(raw: bytes, declared_too_long: bool) -> dict[str, Any]:
-    """The request's JSON object, refused as ``OjsView.body`` refuses it."""
-    limit = strait_settings.API_MAX_PAYLOAD_BYTES
-    if declared_too_long or len(raw) > limit:
-        raise OjsError(
-            413,
-            "invalid_payload",
-            f"the body is over {limit} bytes (STRAIT['API_MAX_PAYLOAD_BYTES'])",
-        )
-    if not raw.strip():
-        raise errors.invalid_payload("the request body is empty; send a JSON object")
-    try:
-        value = loads(raw.decode("utf-8"))
-    except JSONRefused as exc:
-        raise errors.invalid_payload(f"{exc.field}: {exc.message}") from None
-    except ValueError as exc:
-        raise errors.invalid_payload(f"the body is not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise errors.invalid_payload("the request body must be a JSON object")
-    return value
-
-
 def refuse_nul(query: str) -> None:
     """A query parameter holding NUL is refused (400), as ``views.refuse_nul`` refuses it."""
     for name, value in parse_qsl(query, keep_blank_values=True):
@@ -375,7 +352,7 @@ def serve(endpoint: Endpoint, call: Call, raw: bytes, too_long: bool) -> tuple[A
                 )
             scope = authorize(call, endpoint.rule)
             refuse_nul(call.META.get("QUERY_STRING", ""))
-            body = body_of(raw, too_long)
+            body = inputs.body_of(raw, too_long)
             wait = wait_of(body) if endpoint.handle is fetch else 0.0
             return endpoint.handle(body, scope), wait
         except OjsError as exc:

@@ -33,7 +33,6 @@ from django_strait.api.auth import (
 )
 from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
 from django_strait.conf import strait_settings
-from django_strait.json_text import JSONRefused, loads
 from django_strait.ojs import batch, errors, events, inputs, schedules, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
@@ -92,23 +91,7 @@ class OjsView(APIView):
             raw = b"" if too_long else self.request._request.body
         except RequestDataTooBig:  # past DATA_UPLOAD_MAX_MEMORY_SIZE, if that is lower
             too_long = True
-        if too_long or len(raw) > limit:
-            raise OjsError(
-                413,
-                "invalid_payload",
-                f"the body is over {limit} bytes (STRAIT['API_MAX_PAYLOAD_BYTES'])",
-            )
-        if not raw.strip():
-            raise errors.invalid_payload("the request body is empty; send a JSON object")
-        try:
-            value = loads(raw.decode("utf-8"))
-        except JSONRefused as exc:
-            raise errors.invalid_payload(f"{exc.field}: {exc.message}") from None
-        except ValueError as exc:
-            raise errors.invalid_payload(f"the body is not JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise errors.invalid_payload("the request body must be a JSON object")
-        return value
+        return inputs.body_of(raw, too_long)
 
     def handle_exception(self, exc: Exception) -> Any:
         if isinstance(exc, exceptions.AuthenticationFailed):

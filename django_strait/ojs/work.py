@@ -279,8 +279,15 @@ def _held(ident: Any, what: str, holder: inputs.Holder, scope: QueueScope) -> Jo
     the two is refused by the statement that would have ended it.
     """
     run = find(ident, scope)
+    check_held(run, run.job, ident, what, holder)
+    return run
+
+
+def check_held(run: JobRun, job: Job, ident: Any, what: str, holder: inputs.Holder) -> None:
+    """Raise conflict unless ``run`` is active and ``holder`` (when it names a worker or an
+    attempt) holds its reservation; ``what`` (ack, nack...) names the request."""
     if run.status != RunStatus.EXECUTING:
-        state = job_body(run, run.job, timezone.now())["state"]
+        state = job_body(run, job, timezone.now())["state"]
         raise errors.conflict(
             f"cannot {what} job {ident}: it is {state}, not active", job_id=str(ident), state=state
         )
@@ -301,7 +308,6 @@ def _held(ident: Any, what: str, holder: inputs.Holder, scope: QueueScope) -> Jo
             state="active",
             attempt=attempt,
         )
-    return run
 
 
 def _finish(run: JobRun, decision: Decision, *, outcome: str, **fields: Any) -> None:
