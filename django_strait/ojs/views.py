@@ -90,7 +90,7 @@ class OjsView(APIView):
             too_long = declared.isdigit() and (len(declared) > 18 or int(declared) > limit)
             raw = b"" if too_long else self.request._request.body
         except RequestDataTooBig:  # past DATA_UPLOAD_MAX_MEMORY_SIZE, if that is lower
-            too_long = True
+            too_long, raw = True, b""
         return inputs.body_of(raw, too_long)
 
     def handle_exception(self, exc: Exception) -> Any:
