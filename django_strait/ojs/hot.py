@@ -28,14 +28,13 @@ from django.utils import timezone
 from django_strait import transitions
 from django_strait.api.auth import QueueScope
 from django_strait.conf import strait_settings
-from django_strait.decisions import trim
 from django_strait.models import Execution, Job, JobRun
 from django_strait.ojs import errors, inputs, work
 from django_strait.ojs.ids import parse_any, uuid7
 from django_strait.ojs.present import job_body
 from django_strait.states import RunStatus, Transition
 from django_strait.storage import Claimed, backend
-from django_strait.storage.values import Record, json_column
+from django_strait.storage.values import json_column
 
 #: The longest a cached job row is used without reading it again (a change made by
 #: another process shows within this; one made in this process at once).
@@ -260,22 +259,9 @@ def _check_result(result: Any) -> None:
 
 
 def _complete(run: JobRun, result: Any) -> tuple[Any, Any]:
-    """Record the attempt ``run`` holds as succeeded (``work._finish``'s record)."""
+    """Record the attempt ``run`` holds as succeeded (``work.attempt_record``)."""
     now = timezone.now()
-    started = run.started_at or now
-    done = Record(
-        run_id=run.pk,
-        attempt=run.attempt,
-        transition=Transition.COMPLETE,
-        started_at=started,
-        finished_at=now,
-        duration_ms=max(int((now - started).total_seconds() * 1000), 0),
-        outcome="succeeded",
-        result=result,
-        error=trim(""),
-        job=run.job.name,
-        job_id=run.job_id,
-    )
+    done = work.attempt_record(run, Transition.COMPLETE, "succeeded", now, result=result, error="")
     return transitions.external.finish(run.claimed_by, done), now
 
 

@@ -287,3 +287,15 @@ def body_of(raw: bytes, declared_too_long: bool) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise errors.invalid_payload("the request body must be a JSON object")
     return value
+
+
+def heartbeat(body: Mapping[str, Any]) -> tuple[list[str], int | None, str]:
+    """A heartbeat's job ids, visibility timeout (ms) and worker id, each checked."""
+    ids = body.get("active_jobs")
+    if not isinstance(ids, list):  # JS and Go: a count here, the ids beside it
+        ids = body.get("active_job_ids") or []
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise errors.invalid_request("active_jobs", "must be an array of job ids")
+    vis = body.get("visibility_timeout_ms")
+    vis = None if vis is None else milliseconds(vis, "visibility_timeout_ms")
+    return ids, vis, worker_id(body.get("worker_id"))

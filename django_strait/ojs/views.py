@@ -328,14 +328,7 @@ class Heartbeat(OjsView):
 
     def post(self, request: Request) -> HttpResponse:
         body = self.body()
-        ids = body.get("active_jobs")
-        if not isinstance(ids, list):  # JS and Go: a count here, the ids beside it
-            ids = body.get("active_job_ids") or []
-        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise errors.invalid_request("active_jobs", "must be an array of job ids")
-        vis = body.get("visibility_timeout_ms")
-        vis = None if vis is None else inputs.milliseconds(vis, "visibility_timeout_ms")
-        worker = inputs.worker_id(body.get("worker_id"))
+        ids, vis, worker = inputs.heartbeat(body)
         directive, extended = work.heartbeat(worker, ids, vis, self.scope)
         return answer(request, {"state": directive, "directive": directive,
                                 "jobs_extended": extended, "server_time": job_stamp()})  # fmt: skip

@@ -311,26 +311,33 @@ def check_held(run: JobRun, job: Job, ident: Any, what: str, holder: inputs.Hold
 
 
 def _finish(run: JobRun, decision: Decision, *, outcome: str, **fields: Any) -> None:
-    now = timezone.now()
+    done = attempt_record(
+        run, decision.transition, outcome, timezone.now(),
+        available_at=decision.available_at, result=fields.get("result"),
+        error=trim(fields.get("error", "")), error_type=fields.get("error_type", ""),
+    )  # fmt: skip
+    recorded = transitions.external.finish(run.claimed_by, done)
+    if run.pk not in recorded.moved:
+        raise errors.conflict(f"job {run.ojs_id} is no longer active (canceled or requeued)")
+
+
+def attempt_record(
+    run: JobRun, transition: Transition, outcome: str, now: dt.datetime, **fields: Any
+) -> Record:
+    """The record that ends the attempt ``run`` holds at ``now`` through ``transition``."""
     started = run.started_at or now
-    done = Record(
+    return Record(
         run_id=run.pk,
         attempt=run.attempt,
-        transition=decision.transition,
+        transition=transition,
         started_at=started,
         finished_at=now,
         duration_ms=max(int((now - started).total_seconds() * 1000), 0),
         outcome=outcome,
-        available_at=decision.available_at,
-        result=fields.get("result"),
-        error=trim(fields.get("error", "")),
-        error_type=fields.get("error_type", ""),
         job=run.job.name,
         job_id=run.job_id,
+        **fields,
     )
-    recorded = transitions.external.finish(run.claimed_by, done)
-    if run.pk not in recorded.moved:
-        raise errors.conflict(f"job {run.ojs_id} is no longer active (canceled or requeued)")
 
 
 def ended(run: JobRun, decision: Decision | None = None) -> dict[str, Any]:
