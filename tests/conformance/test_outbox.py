@@ -12,7 +12,7 @@ from django_strait.resilience.health import Sample
 from django_strait.storage.webhooks import Settled
 from tests.integration.factories import make_job, make_run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_database]
 
 LEASE = dt.timedelta(seconds=60)
 

@@ -18,7 +18,7 @@ from tests.conformance.test_workflows import finish
 from tests.integration.factories import DIAMOND
 from tests.integration.factories import step_statuses as steps
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.needs_database]
 
 
 @pytest.fixture
