@@ -81,7 +81,7 @@ def test_health__no_second_statement_per_batch(burst, http_server):
     from django_strait.resilience.health import Answer, summarize
     from django_strait.states import Transition
     from django_strait.storage import Record, RecordBatch, backend
-    from django_strait.storage import postgres as pg_storage
+    from django_strait.storage.postgres import statements as pg_storage
 
     if connection.vendor != "postgresql":
         pytest.skip("SQLite writes health with the ORM in the record's transaction")
