@@ -47,6 +47,8 @@ from django_strait.conf_values import (  # the keys' checks and parsers
     _presets_text,
     _rate,
     _rate_text,
+    _read_database,
+    _read_database_text,
     _secret,
     _statements,
     _statements_text,
@@ -132,6 +134,9 @@ KEYS: dict[str, Key] = {
         # How long a worker's connection keeps its prepared statements (and their plans).
         Key("PLAN_LIFETIME", 10.0, _duration(positive=True), _text),
         Key("DATABASE", "default", _alias(optional=False), _alias_text),
+        # A replica the admin's overview and charts and the metrics view read
+        # (docs/operations.md, "Reads off the primary").
+        Key("READ_DATABASE", None, _read_database, _read_database_text),
         # The storage backend: None chooses by the database's engine (docs/settings.md).
         Key("STORAGE", None, _storage, _storage_text),
         Key("HTTP_USER_AGENT", f"django-strait/{__version__}", _user_agent, _text),
@@ -342,6 +347,7 @@ class StraitSettings:
     OJS_TEST_DIRECTIVES: bool
     OJS_FETCH_WAIT: float
     OJS_VISIBILITY_TIMEOUT: float
+    READ_DATABASE: dict[str, str] | None
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}

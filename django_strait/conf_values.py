@@ -101,6 +101,40 @@ def _alias(*, optional: bool) -> Callable[[Any, str], str | None]:
     return check
 
 
+def _read_database(value: Any, field: str) -> dict[str, str]:
+    """None, a read alias (for ``STRAIT["DATABASE"]``), or {jobs' alias: read alias}.
+
+    Returned as a mapping; a string is keyed ``""``, the jobs' alias whatever its name.
+    """
+    if value is None:
+        return {}
+    aliases = list(getattr(django_settings, "DATABASES", {}))
+    allowed = f"the alias of an entry in DATABASES ({', '.join(aliases) or 'none defined'})"
+    if isinstance(value, str):
+        if value not in aliases:
+            raise PolicyError(field, value, allowed + ", a mapping of such aliases, or None")
+        return {"": value}
+    if not isinstance(value, dict):
+        raise PolicyError(field, value, allowed + ", a mapping of such aliases, or None")
+    for source, read in value.items():
+        if source not in aliases:
+            raise PolicyError(f"{field} (key {source!r})", source, allowed)
+        if read not in aliases:
+            raise PolicyError(f"{field}[{source!r}]", read, allowed)
+    return dict(value)
+
+
+def _read_database_text(text: str, field: str) -> Any:
+    text = text.strip()
+    if not text.startswith("{"):
+        return text or None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        allowed = 'an alias, or a JSON object of alias -> read alias, e.g. {"default": "replica"}'
+        raise PolicyError(field, text, allowed, problem=f"invalid JSON ({exc})") from None
+
+
 #: The worker's statements that PREPARE_STATEMENTS may name.
 PREPARABLE = ("claim", "start", "record")
 

@@ -12,9 +12,15 @@ foreign key to the user model), in the database the router leaves them to.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Any
 
+from django.db import DatabaseError, connections, transaction
+
 from django_strait.conf import strait_settings
+
+logger = logging.getLogger(__name__)
 
 APP_LABEL = "django_strait"
 #: Models that belong with the project's users, not with the jobs.
@@ -54,3 +60,81 @@ class StraitRouter:
             return db == "default"
         # The models, and SQL without a model (the NOTIFY trigger): the jobs' database only.
         return db == strait_settings.DATABASE
+
+
+# -- reads off the primary -----------------------------------------------------------------
+
+#: How long the replica's lag query may take before the page reads the primary instead.
+LAG_TIMEOUT_MS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """Where a page's numbers are read: the replica, how far behind, or why the primary."""
+
+    #: The alias the page reads.
+    alias: str
+    #: The replica ``STRAIT["READ_DATABASE"]`` names for the jobs' alias ("" when none).
+    replica: str = ""
+    #: How far the replica's replay is behind its primary, seconds (None when unknown).
+    lag_seconds: float | None = None
+    #: Why the replica was not read (it did not answer), "" when it was or there is none.
+    problem: str = ""
+
+    @property
+    def from_replica(self) -> bool:
+        return bool(self.replica) and not self.problem
+
+
+def read_alias(using: str | None = None) -> str:
+    """The alias that reads of ``using``'s jobs (default: the jobs' alias) may go to."""
+    source = alias(using)
+    replicas = strait_settings.READ_DATABASE or {}
+    return replicas.get(source) or (replicas.get("") if source == alias() else None) or source
+
+
+def reading(using: str | None = None) -> Reading:
+    """Where to read ``using``'s dashboards now: its replica, with its lag, else the primary.
+
+    A replica that does not answer (down, or its lag query slower than
+    ``LAG_TIMEOUT_MS``) is not read: the page reads the primary and says why.
+    """
+    source = alias(using)
+    replica = read_alias(source)
+    if replica == source:
+        return Reading(source)
+    try:
+        lag = replica_lag(replica)
+    except DatabaseError as exc:
+        logger.warning("the read replica %r did not answer (%s); reading %r", replica, exc, source)
+        connections[replica].close()
+        return Reading(source, replica, problem=f"{type(exc).__name__}: {exc}".strip()[:300])
+    return Reading(replica, replica, lag)
+
+
+def replica_lag(using: str) -> float | None:
+    """How many seconds ``using``'s replay is behind its primary; 0.0 on a primary.
+
+    On PostgreSQL: 0 when the replica has replayed all it received, else the age
+    of the last transaction it replayed. None on databases that cannot say (after
+    a ``SELECT 1`` that shows it answers).
+    """
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:  # it answers, but cannot say how far behind
+            cursor.execute("SELECT 1")
+        return None
+    with transaction.atomic(using=using), connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL statement_timeout = {LAG_TIMEOUT_MS}")
+        cursor.execute(_LAG_SQL)
+        (lag,) = cursor.fetchone()
+    return None if lag is None else max(float(lag), 0.0)
+
+
+_LAG_SQL = """
+SELECT CASE
+    WHEN NOT pg_is_in_recovery() THEN 0
+    WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+    ELSE extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp())
+END
+"""

@@ -41,6 +41,11 @@ else:
     # each other's (pytest-django destroys it at the end).
     DATABASES["default"]["TEST"] = {"NAME": f"test_strait_{os.getpid()}"}
 
+# A second connection to the same database, as a read replica would be: for the
+# tests of STRAIT["READ_DATABASE"] (tests/integration/test_read_replica.py). Never
+# created or migrated: a test mirror of "default".
+DATABASES["reader"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+
 INSTALLED_APPS = [
     # First, so its admin home-page template (the Overview link) wins over the admin's.
     "django_strait",

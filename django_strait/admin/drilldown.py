@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
+from django_strait import database
 from django_strait.admin import charts, display, endpoints, series
 from django_strait.admin.charts import Series
 from django_strait.admin.overview import percentile_series
@@ -45,11 +46,12 @@ def job_stats_view(request: HttpRequest, site: AdminSite, job_id: int) -> HttpRe
     """The charts of one job."""
     _may_view(request)
     job = get_object_or_404(Job.objects.only("pk", "name"), pk=job_id)
+    where = database.reading()
     minutes = series.minutes_of(timezone.now())
     labels = series.labels(minutes)
-    outcomes = series.outcome_counts(minutes, None, job_id=job.pk)
+    outcomes = series.outcome_counts(minutes, where.alias, job_id=job.pk)
     counts = series.RunCounts.of(minutes, outcomes)
-    latency = series.latency(minutes, None, job_id=job.pk)
+    latency = series.latency(minutes, where.alias, job_id=job.pk)
     seen = sorted({s for by_status in outcomes.values() for s in by_status})
     stacked = [Series(s, [outcomes[m].get(s, 0) for m in minutes], charts.colour(s)) for s in seen]
     panels = [
@@ -65,7 +67,7 @@ def job_stats_view(request: HttpRequest, site: AdminSite, job_id: int) -> HttpRe
         ("its dead letters",
          _filtered("admin:django_strait_deadletter_changelist", job__id__exact=job.pk)),
     ]  # fmt: skip
-    return _page(request, site, f"Job {job.name}: the last hour", panels, links, [
+    return _page(request, site, where, f"Job {job.name}: the last hour", panels, links, [
         ("finished in the hour", sum(counts.finished)),
         ("completed", sum(counts.completed)),
         ("attempts", sum(counts.attempts)),
@@ -82,13 +84,14 @@ def endpoint_stats_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
     health = found.rows[0] if found.rows else None
     if health is None and not EndpointCircuit.objects.filter(endpoint_url=url).exists():
         raise Http404("no endpoint with that URL has answered a run")
+    where = database.reading()
     minutes = series.minutes_of(timezone.now())
     labels = series.labels(minutes)
-    latency = series.latency(minutes, None, endpoint=url)
+    latency = series.latency(minutes, where.alias, endpoint=url)
     scores = dict(
-        HealthSample.objects.filter(
-            readable_instants("at"), endpoint_url=url, at__gte=minutes[0]
-        ).values_list("at", "score")
+        HealthSample.objects.using(where.alias)
+        .filter(readable_instants("at"), endpoint_url=url, at__gte=minutes[0])
+        .values_list("at", "score")
     )
     score = [Series("health score", [scores.get(m) for m in minutes], HEALTH_COLOUR)]
     panels = [
@@ -108,7 +111,7 @@ def endpoint_stats_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
         if health
         else "-"
     )
-    return _page(request, site, f"Endpoint {url}: the last hour", panels, links, [
+    return _page(request, site, where, f"Endpoint {url}: the last hour", panels, links, [
         ("health", level),
         ("attempts in the hour", sum(latency.attempts)),
         ("succeeded", sum(latency.succeeded)),
@@ -142,9 +145,10 @@ def _may_view(request: HttpRequest) -> None:
         raise PermissionDenied
 
 
-def _page(request, site, title, panels, links, summary) -> HttpResponse:
+def _page(request, site, where, title, panels, links, summary) -> HttpResponse:
     context = {
         **site.each_context(request),
+        "reading": where,
         "title": title,
         "app_config": apps.get_app_config("django_strait"),
         "panels": panels,

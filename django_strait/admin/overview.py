@@ -23,6 +23,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from django_strait import database
 from django_strait.admin import charts, display, endpoints, series
 from django_strait.admin.budgets import budget_day, projects_today
 from django_strait.admin.charts import STATUS_COLOURS, BudgetDay, Column, Series
@@ -211,9 +212,11 @@ def overview_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
     """Render the overview page for a user who may view runs."""
     if not request.user.has_perm("django_strait.view_jobrun"):
         raise PermissionDenied
-    data = read_overview()
+    where = database.reading()
+    data = read_overview(using=where.alias)
     context = {
         **site.each_context(request),
+        "reading": where,
         "title": "Strait overview",
         "refresh_seconds": display.REFRESH_SECONDS,
         "app_config": apps.get_app_config("django_strait"),

@@ -20,6 +20,7 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from django_strait import database
 from django_strait.duties.registry import alive_since
 from django_strait.models import (
     BudgetLedger,
@@ -251,8 +252,30 @@ class DatabaseCollector(Collector):
         self.stale_after = stale_after
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        """Yield the gauges of one fresh snapshot."""
-        yield from families(read_snapshot(self.using, timezone.now(), self.stale_after))
+        """Yield the gauges of one fresh snapshot, read off the replica when there is one."""
+        where = database.reading(self.using)
+        yield from families(read_snapshot(where.alias, timezone.now(), self.stale_after))
+        if where.replica:
+            yield from _replica_families(where)
+
+
+def _replica_families(where: database.Reading) -> Iterator[GaugeMetricFamily]:
+    up = GaugeMetricFamily(
+        "strait_read_replica_up",
+        "1 when the gauges were read off the read replica, 0 when it did not answer "
+        "and they were read from the primary.",
+        labels=["replica"],
+    )
+    up.add_metric([where.replica], 1 if where.from_replica else 0)
+    yield up
+    if where.lag_seconds is not None:
+        lag = GaugeMetricFamily(
+            "strait_read_replica_lag_seconds",
+            "How far the read replica's replay was behind its primary at this scrape.",
+            labels=["replica"],
+        )
+        lag.add_metric([where.replica], where.lag_seconds)
+        yield lag
 
 
 def families(snap: Snapshot) -> Iterator[GaugeMetricFamily]:
