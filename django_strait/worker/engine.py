@@ -146,10 +146,11 @@ class Worker:
             on_stop=self.producer.stop, in_flight=lambda: list(self.executors.in_flight),
         )  # fmt: skip
 
-    async def _main(self) -> None:
+    async def _main(self, *, signals: bool = True) -> None:
         cfg = self.config
         self._build()
-        self.lifecycle.install_signal_handlers(self._loop)
+        if signals:  # else the fleet serving several aliases handles them (worker.fleet)
+            self.lifecycle.install_signal_handlers(self._loop)
         if self._stop_asked:
             self.lifecycle.stop()
         stamp = asyncio.create_task(self.lifecycle.keep_loop_stamp())
@@ -202,7 +203,7 @@ class Worker:
         self._listener = listen(cfg, lambda: self._loop.call_soon_threadsafe(work.set))
         await self.db.duty(self.lifecycle.register)
         # Before the duties start: the scheduler fires what the rows say.
-        await self.db.duty(syncing.sync_schedules)
+        await self.db.duty(syncing.sync_schedules, self.alias)
         self.lifecycle.started()
         if await self.db.duty(_has_process_jobs, self.alias, cfg.queues):
             self.processes.start_warming()
