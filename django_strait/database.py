@@ -28,6 +28,8 @@ from django_strait.conf import strait_settings
 APP_LABEL = "django_strait"
 #: Models that belong with the project's users, not with the jobs.
 _WITH_USERS = frozenset({"apikey"})
+#: The protection state the fleet shares: on the control database (several aliases).
+_CONTROL = frozenset({"endpointcircuit", "endpointhealth", "healthsample"})
 
 
 def alias(using: str | None = None) -> str:
@@ -62,6 +64,8 @@ def _routed(model: Any, hints: dict[str, Any]) -> str | None:
     meta = model._meta
     if meta.app_label != APP_LABEL or meta.model_name in _WITH_USERS:
         return None
+    if meta.model_name in _CONTROL and placed():
+        return control_alias()
     instance = hints.get("instance")
     if instance is not None and placed():
         # A row read from (or made for) one alias is written back there.

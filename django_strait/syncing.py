@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.db import DatabaseError
+
 from django_strait import database, registry
 from django_strait.conf import strait_settings
 from django_strait.models import Job
@@ -47,8 +49,11 @@ def job_alias(name: Any) -> str:
         return database.alias_for_queue(entry.spec.columns.get("queue", DEFAULT_QUEUE))
     if isinstance(name, str) and name:
         for where in database.aliases():
-            if Job.objects.using(where).filter(name=name).exists():
-                return where
+            try:
+                if Job.objects.using(where).filter(name=name).exists():
+                    return where
+            except DatabaseError:
+                continue  # a database that is away: the job may be on another
     return database.alias()
 
 
