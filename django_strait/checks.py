@@ -7,7 +7,7 @@
 | ``django_strait.E003`` | a value in ``settings.STRAIT`` is not allowed |
 | ``django_strait.E004`` | a ``STRAIT_*`` environment variable holds a value that is not allowed |
 | ``django_strait.W001`` | a ``STRAIT_*`` environment variable that Strait does not read (a typo?) |
-| ``django_strait.E005`` | ``STRAIT["DATABASE"]`` is not ``"default"`` but ``StraitRouter`` is not installed |
+| ``django_strait.E005`` | django-strait's tables are not (only) on ``"default"`` (``STRAIT["DATABASE"]`` or ``STRAIT["DATABASES"]``) but ``StraitRouter`` is not installed |
 | ``django_strait.W002`` | ``STRAIT["OJS_REQUIRE_AUTH"]`` is False while ``DEBUG`` is off |
 | ``django_strait.E006`` | ``STRAIT["STORAGE"]`` names a class that lacks a verb or flag of the Storage Protocol, or the PostgreSQL backend on another database (``storage/checks.py``: it needs the models, this module does not) |
 | ``django_strait.W003`` | a project model has a foreign key constraint into runs or attempts, which a partitioned table cannot take |
@@ -28,7 +28,7 @@ from django.conf import settings
 from django.core import checks
 
 from django_strait.conf import SettingError, UnknownSettingError, strait_settings
-from django_strait.database import StraitRouter
+from django_strait.database import StraitRouter, aliases
 
 TAG = "django_strait"
 
@@ -63,14 +63,20 @@ ROUTER = "django_strait.database.StraitRouter"
 
 def _router_missing() -> list[checks.CheckMessage]:
     """Without the router, the admin, the API and trigger() would use "default" (docs/security.md)."""
-    if strait_settings.DATABASE == "default":
+    try:
+        where = aliases()
+    except SettingError:
+        return []  # reported by check_settings
+    if where == ("default",):
         return []
     routers = getattr(settings, "DATABASE_ROUTERS", [])
     if any(r == ROUTER or isinstance(r, StraitRouter) for r in routers):
         return []
+    setting = "DATABASES" if len(where) > 1 else "DATABASE"
+    shown = list(where) if len(where) > 1 else where[0]
     return [
         checks.Error(
-            f"STRAIT['DATABASE'] is {strait_settings.DATABASE!r}, but DATABASE_ROUTERS does not "
+            f"STRAIT[{setting!r}] is {shown!r}, but DATABASE_ROUTERS does not "
             f"include {ROUTER!r}: the admin, the REST API and trigger() would use 'default'.",
             hint=f"Add {ROUTER!r} to settings.DATABASE_ROUTERS.",
             id="django_strait.E005",

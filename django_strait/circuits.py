@@ -2,7 +2,8 @@
 
 The admin's reset action, ``POST circuits/reset/`` and ``manage.py
 strait_circuits --reset`` call these. Running workers notice within a second or
-two (their circuit cache is reloaded at most every second).
+two (their circuit cache is reloaded at most every second). On several
+databases, circuits and health live on ``STRAIT["CONTROL_DATABASE"]``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,13 @@ from __future__ import annotations
 from django.utils import timezone
 
 from django_strait import signals
-from django_strait.storage import backend
+from django_strait.database import control_alias
+from django_strait.storage import backend as _backend
+
+
+def backend():
+    """The storage of the circuits and health: the control database's."""
+    return _backend(control_alias())
 
 
 def reset_circuit(url: str) -> bool:

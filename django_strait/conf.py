@@ -25,7 +25,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_strait import __version__
+from django_strait import __version__, conf_placement
 from django_strait.conf_values import (  # the keys' checks and parsers
     OJS_CONTENT_TYPES,
     PREPARABLE,
@@ -137,6 +137,17 @@ KEYS: dict[str, Key] = {
         # A replica the admin's overview and charts and the metrics view read
         # (docs/operations.md, "Reads off the primary").
         Key("READ_DATABASE", None, _read_database, _read_database_text),
+        # Several databases (docs/operations.md, "Beyond one PostgreSQL server"): the
+        # aliases holding django-strait's tables, each queue's alias, and the alias of
+        # the protection state shared by the fleet. None: STRAIT["DATABASE"] alone.
+        Key("DATABASES", None, lambda v, f: _databases(v, f), _list_text),
+        Key(
+            "QUEUE_DATABASES",
+            {},
+            lambda v, f: _queue_databases(v, f),
+            conf_placement.queue_databases_text,
+        ),
+        Key("CONTROL_DATABASE", None, lambda v, f: _control_database(v, f), _alias_text),
         # The storage backend: None chooses by the database's engine (docs/settings.md).
         Key("STORAGE", None, _storage, _storage_text),
         Key("HTTP_USER_AGENT", f"django-strait/{__version__}", _user_agent, _text),
@@ -186,6 +197,50 @@ KEYS: dict[str, Key] = {
         Key("OJS_FETCH_WAIT", 0.0, _duration(positive=False), _text),
     )
 }
+
+
+def _explicit(name: str) -> bool:
+    """Whether the key ``name`` is set (in the environment or ``settings.STRAIT``)."""
+    return _env_text(KEYS[name].env_var) is not None or name in _strait_dict()
+
+
+def _databases(value: Any, field: str) -> tuple[str, ...] | None:
+    checked = conf_placement.databases(value, field)
+    if checked is not None and _explicit("DATABASE"):
+        database = _load(KEYS["DATABASE"])
+        if checked[0] != database:
+            allowed = (
+                f"a list whose first alias is STRAIT['DATABASE'] ({database!r}), or no DATABASE"
+            )
+            problem = f"STRAIT['DATABASE'] is {database!r} but the first alias is {checked[0]!r}"
+            raise PolicyError(field, value, allowed, problem=problem)
+    return checked
+
+
+def _strait_aliases() -> tuple[str, ...] | None:
+    """``STRAIT["DATABASES"]`` as loaded (None when it or DATABASE is bad: reported there)."""
+    try:
+        return _load(KEYS["DATABASES"]) or (_load(KEYS["DATABASE"]),)
+    except PolicyError:
+        return None
+
+
+def _queue_databases(value: Any, field: str) -> dict[str, str]:
+    placed = conf_placement.queue_databases(value, field)
+    aliases = _strait_aliases()
+    for queue, where in placed.items():
+        if aliases is not None:
+            conf_placement.check_in_strait(where, f"{field}[{queue!r}]", aliases)
+    return placed
+
+
+def _control_database(value: Any, field: str) -> str | None:
+    checked = conf_placement.control_database(value, field)
+    aliases = _strait_aliases()
+    if checked is not None and aliases is not None:
+        conf_placement.check_in_strait(checked, field, aliases)
+    return checked
+
 
 #: How each DEFAULT_RETRY field is read from ``STRAIT_DEFAULT_RETRY_<FIELD>``.
 _POLICY_FIELD_TEXT: dict[str, Callable[[str, str], Any]] = {
@@ -317,6 +372,9 @@ class StraitSettings:
     PREPARE_STATEMENTS: tuple[str, ...]
     PLAN_LIFETIME: float
     DATABASE: str
+    DATABASES: tuple[str, ...] | None
+    QUEUE_DATABASES: dict[str, str]
+    CONTROL_DATABASE: str | None
     STORAGE: str | None
     HTTP_USER_AGENT: str
     TRIGGER_MAX_PAYLOAD_BYTES: int

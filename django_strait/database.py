@@ -1,10 +1,19 @@
-"""Which database django-strait's tables live in: ``STRAIT["DATABASE"]``, chosen in one place.
+"""Which databases django-strait's tables live in, and where each queue's rows are: one place.
 
-Every query goes there: the worker's, and those of ``trigger()``, the admin, the
-REST API and the commands. With ``STRAIT["DATABASE"]`` other than ``"default"``,
-add :class:`StraitRouter` to ``DATABASE_ROUTERS`` (a system check says so):
-Django then sends the models' queries and migrations there, and code that
-opens a transaction or a cursor asks :func:`alias`.
+One database (the default): ``STRAIT["DATABASE"]``, and every query goes there:
+the worker's, and those of ``trigger()``, the admin, the REST API and the
+commands. Several: ``STRAIT["DATABASES"]`` lists the aliases holding the tables
+(its first is :func:`alias`), ``STRAIT["QUEUE_DATABASES"]`` places queues on
+them (:func:`alias_for_queue`; an unlisted queue lives on the first), and a job's
+rows (the job, its runs, attempts, holds, workflows, webhook deliveries) live on
+its queue's alias. ``STRAIT["CONTROL_DATABASE"]`` (:func:`control_alias`) is the
+one home of the protection state the fleet shares.
+
+With an alias other than ``"default"``, add :class:`StraitRouter` to
+``DATABASE_ROUTERS`` (a system check says so): Django then sends the models'
+queries and migrations there, and code that opens a transaction or a cursor
+asks :func:`alias`. With several aliases, a query without ``using`` goes to
+the first; a row read from an alias is saved back there.
 
 API keys stay with the users who create them (``ApiKey.created_by`` is a
 foreign key to the user model), in the database the router leaves them to.
@@ -25,28 +34,61 @@ logger = logging.getLogger(__name__)
 APP_LABEL = "django_strait"
 #: Models that belong with the project's users, not with the jobs.
 _WITH_USERS = frozenset({"apikey"})
+#: The protection state the fleet shares: on the control database (several aliases).
+_CONTROL = frozenset({"endpointcircuit", "endpointhealth", "healthsample"})
 
 
 def alias(using: str | None = None) -> str:
-    """Return ``using`` if given, else the alias of django-strait's database."""
-    return using or strait_settings.DATABASE
+    """Return ``using`` if given, else the alias of django-strait's (first) database."""
+    if using:
+        return using
+    several = strait_settings.DATABASES
+    return several[0] if several else strait_settings.DATABASE
 
 
-def _routed(model: Any) -> str | None:
+def aliases() -> tuple[str, ...]:
+    """The aliases holding django-strait's tables, the first first (``STRAIT["DATABASES"]``)."""
+    return strait_settings.DATABASES or (strait_settings.DATABASE,)
+
+
+def alias_for_queue(queue: str) -> str:
+    """The alias where the rows of ``queue``'s jobs live (``STRAIT["QUEUE_DATABASES"]``)."""
+    return strait_settings.QUEUE_DATABASES.get(queue) or alias()
+
+
+def control_alias() -> str:
+    """The alias of the protection state the fleet shares (``STRAIT["CONTROL_DATABASE"]``)."""
+    return strait_settings.CONTROL_DATABASE or alias()
+
+
+def placed() -> bool:
+    """Whether django-strait is on several aliases (else nothing asks where a row lives)."""
+    return bool(strait_settings.DATABASES) and len(strait_settings.DATABASES) > 1
+
+
+def _routed(model: Any, hints: dict[str, Any]) -> str | None:
     meta = model._meta
     if meta.app_label != APP_LABEL or meta.model_name in _WITH_USERS:
         return None
-    return strait_settings.DATABASE
+    if meta.model_name in _CONTROL and placed():
+        return control_alias()
+    instance = hints.get("instance")
+    if instance is not None and placed():
+        # A row read from (or made for) one alias is written back there.
+        db = instance._state.db
+        if db in aliases():
+            return db
+    return alias()
 
 
 class StraitRouter:
-    """A database router: django-strait's tables (but API keys) in ``STRAIT["DATABASE"]``."""
+    """A database router: django-strait's tables (but API keys) on its aliases."""
 
     def db_for_read(self, model: Any, **hints: Any) -> str | None:
-        return _routed(model)
+        return _routed(model, hints)
 
     def db_for_write(self, model: Any, **hints: Any) -> str | None:
-        return _routed(model)
+        return _routed(model, hints)
 
     def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool | None:
         return None
@@ -58,8 +100,8 @@ class StraitRouter:
             return None
         if model_name in _WITH_USERS:
             return db == "default"
-        # The models, and SQL without a model (the NOTIFY trigger): the jobs' database only.
-        return db == strait_settings.DATABASE
+        # The models, and SQL without a model (the NOTIFY trigger): the jobs' databases only.
+        return db in aliases()
 
 
 # -- reads off the primary -----------------------------------------------------------------

@@ -8,6 +8,10 @@ removes it from the row at the next sync, rather than leaving the job firing
 on a schedule nobody declares. A row is synced on its job's first trigger in a
 process, by a worker at start-up when the job has a schedule to fire (or had
 one in code), and by ``manage.py strait_sync``.
+
+With several databases (``STRAIT["DATABASES"]``) a job lives on its queue's
+alias (:func:`job_alias`): a ``@job``'s row is written to the alias of the
+queue it declares (``"default"`` when it declares none).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django_strait import registry
+from django.db import DatabaseError
+
+from django_strait import database, registry
 from django_strait.conf import strait_settings
 from django_strait.models import Job
 from django_strait.registry import JobSpec
@@ -25,15 +31,41 @@ logger = logging.getLogger(__name__)
 
 _synced: set[str] = set()
 
+#: The queue of a job row made without one (``Job.queue``'s default).
+DEFAULT_QUEUE = "default"
 
-def sync(entry: Any) -> Job:
-    """Create or update the ``Job`` row of a ``@job`` function; return it."""
+
+def job_alias(name: Any) -> str:
+    """The alias job ``name``'s rows live on: its queue's (``STRAIT["QUEUE_DATABASES"]``).
+
+    One alias: that one, asking nothing. Several: a ``@job``'s declared queue
+    says; a job defined outside code is looked for on each alias, the first
+    first (the first alias when none has it: the caller then says it is unknown).
+    """
+    if not database.placed():
+        return database.alias()
+    entry = registry.get(name) if isinstance(name, str) else None
+    if entry is not None:
+        return database.alias_for_queue(entry.spec.columns.get("queue", DEFAULT_QUEUE))
+    if isinstance(name, str) and name:
+        for where in database.aliases():
+            try:
+                if Job.objects.using(where).filter(name=name).exists():
+                    return where
+            except DatabaseError:
+                continue  # a database that is away: the job may be on another
+    return database.alias()
+
+
+def sync(entry: Any, using: str | None = None) -> Job:
+    """Create or update the ``Job`` row of a ``@job`` function on its alias; return it."""
     spec = entry.spec
+    using = using or job_alias(spec.name)
     check_registered({"function": spec.columns.get("retry_function")}, prefix="@job.retry")
     _check_preset(spec)
     wanted = {"handler": spec.path, "endpoint_url": "", **spec.columns}
     wanted["schedule_in_code"] = bool(spec.schedule)
-    row, created = Job.objects.get_or_create(name=spec.name, defaults=wanted)
+    row, created = Job.objects.using(using).get_or_create(name=spec.name, defaults=wanted)
     if not created and row.schedule_in_code and not spec.schedule:
         wanted["schedule"] = ""  # the code that declared it no longer does
         logger.info("job %s: its schedule is no longer declared in code; removed", spec.name)
@@ -41,7 +73,7 @@ def sync(entry: Any) -> Job:
     if not created and changed:
         for k in changed:
             setattr(row, k, wanted[k])
-        row.save(update_fields=[*changed, "updated_at"])
+        row.save(using=using, update_fields=[*changed, "updated_at"])
     _synced.add(spec.name)
     return row
 
@@ -60,18 +92,21 @@ def sync_all() -> list[Job]:
     return [sync(h) for h in registry.registered().values()]
 
 
-def sync_schedules() -> list[Job]:
+def sync_schedules(using: str | None = None) -> list[Job]:
     """Sync the rows whose schedule code declares, or declared: a worker's start-up.
 
     The scheduler fires what the rows say, so a schedule in code must reach its
     row before anything triggers the job. One job that cannot be synced (a preset
-    the settings lack) is logged and skipped; the others still are.
+    the settings lack) is logged and skipped; the others still are. With
+    ``using``, only the jobs living on that alias (the worker serving it).
     """
     entries = registry.registered()
+    if using is not None and database.placed():
+        entries = {n: e for n, e in entries.items() if job_alias(n) == using}
     formerly = set(
-        Job.objects.filter(name__in=list(entries), schedule_in_code=True).values_list(
-            "name", flat=True
-        )
+        Job.objects.using(database.alias(using))
+        .filter(name__in=list(entries), schedule_in_code=True)
+        .values_list("name", flat=True)
     )
     synced = []
     for name, entry in entries.items():
@@ -88,7 +123,7 @@ def is_synced_or_plain(name: str) -> bool:
     return name in _synced or registry.get(name) is None
 
 
-def synced_row(name: str) -> Job | None:
+def synced_row(name: str, using: str | None = None) -> Job | None:
     """Return the ``Job`` row for a ``@job`` handler, synced once per process.
 
     The row is synced again whenever it is missing (deleted in the admin, or a
@@ -97,6 +132,7 @@ def synced_row(name: str) -> Job | None:
     entry = registry.get(name)
     if entry is None:
         return None
+    using = using or job_alias(name)
     if name not in _synced:
-        return sync(entry)
-    return Job.objects.filter(name=name).first() or sync(entry)
+        return sync(entry, using)
+    return Job.objects.using(using).filter(name=name).first() or sync(entry, using)

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_strait import bounds, registry, signals, syncing
+from django_strait import bounds, database, registry, signals, syncing
 from django_strait.conf import strait_settings
 from django_strait.models import Job, JobRun
 from django_strait.retry import (
@@ -80,7 +80,7 @@ def trigger(
     of making a second one (``run.idempotency_hit`` is then True).
     """
     key = _check_key(idempotency_key, "idempotency_key")
-    storage = backend()
+    storage = backend(syncing.job_alias(name))
     if max_attempts is None and retry is None and _may_insert_by_name(name):
         # One round trip where the backend can: the job's defaults are read by the INSERT.
         text = _payload_text(payload, "payload")
@@ -88,14 +88,14 @@ def trigger(
             name, {} if payload is None else payload, text, key=key,
             available_at=_when(delay, run_at),
             priority=None if priority is None else _check_priority(priority),
-            queue=None if queue is None else _check_queue(queue),
+            queue=None if queue is None else _check_queue(queue, storage.alias),
         )  # fmt: skip
         if run is not None:
             signals.send_enqueued(name, [run], using=storage.alias)
             if AFTER_TRIGGER:
                 after_trigger([run])
             return run
-    opts = _options(name, delay, run_at, priority, queue, max_attempts, retry)
+    opts = _options(name, delay, run_at, priority, queue, max_attempts, retry, storage.alias)
     run = storage.insert_one(opts.new_run(check_payload(payload), key))
     signals.send_enqueued(opts.job.name, [run], using=storage.alias)
     if AFTER_TRIGGER:
@@ -132,13 +132,13 @@ def trigger_external(
     back with ``idempotency_hit`` True. ``run_at`` is checked by the binding, which
     allows OJS's far-future times (docs/ojs.md).
     """
-    opts = _options(name, None, None, priority, queue, None, retry)
+    storage = backend(syncing.job_alias(name))
+    opts = _options(name, None, None, priority, queue, None, retry, storage.alias)
     run = opts.new_run(check_payload(payload), str(ojs_id))
     if run_at is not None:
         run.available_at = run_at
     run.ojs_id = ojs_id
     run.ojs = dict(envelope)
-    storage = backend()
     run = storage.insert_one(run)
     if not run.idempotency_hit:
         signals.send_enqueued(opts.job.name, [run], using=storage.alias)
@@ -168,11 +168,11 @@ def trigger_many(
     ``idempotency_keys``, if given, pairs one key with each payload; a key already
     used for this job returns the existing run in that position.
     """
-    opts = _options(name, delay, run_at, priority, queue, max_attempts, retry)
+    storage = backend(syncing.job_alias(name))
+    opts = _options(name, delay, run_at, priority, queue, max_attempts, retry, storage.alias)
     payloads = [{} if p is None else p for p in payloads]
     texts = [_payload_text(p, f"payloads[{i}]") for i, p in enumerate(payloads)]
     keys = None if idempotency_keys is None else _check_keys(idempotency_keys, len(texts))
-    storage = backend()
     template = opts.new_run({}, None)
     runs, created = storage.insert_many(template, payloads, texts, keys, batch_size)
     if keys is None:
@@ -197,28 +197,29 @@ def trigger_many(
     return ordered
 
 
-def _options(name, delay, run_at, priority, queue, max_attempts, retry) -> RunOptions:
-    job = resolve_job(name)
+def _options(name, delay, run_at, priority, queue, max_attempts, retry, using) -> RunOptions:
+    job = resolve_job(name, using)
     overrides = _check_retry(job, max_attempts, retry)
     return RunOptions(
         job=job,
         available_at=_when(delay, run_at),
         priority=job.priority if priority is None else _check_priority(priority),
-        queue=job.queue if queue is None else _check_queue(queue),
+        queue=job.queue if queue is None else _check_queue(queue, using),
         max_attempts=max_attempts,
         retry_overrides=overrides,
     )
 
 
-def resolve_job(name: Any) -> Job:
-    """Return the ``Job`` named ``name``, creating it first for a ``@job`` handler."""
+def resolve_job(name: Any, using: str | None = None) -> Job:
+    """Return the ``Job`` named ``name`` (on its alias, or ``using``), creating it first
+    for a ``@job`` handler."""
     if not isinstance(name, str) or not name:
         raise TriggerError("name", f"must be a job name (a non-empty string), got {name!r}")
-    job = syncing.synced_row(name) or Job.objects.filter(name=name).first()
+    using = using or syncing.job_alias(name)
+    job = syncing.synced_row(name, using) or Job.objects.using(using).filter(name=name).first()
     if job is None:
-        known = sorted(
-            set(Job.objects.values_list("name", flat=True)[:20]) | set(registry.registered())
-        )
+        names = Job.objects.using(using).values_list("name", flat=True)[:20]
+        known = sorted(set(names) | set(registry.registered()))
         hint = f"; known jobs: {', '.join(known)}" if known else "; no jobs are defined yet"
         raise TriggerError("name", f"unknown job {name!r}{hint}")
     return job
@@ -300,11 +301,18 @@ def _check_priority(priority: Any) -> int:
     return priority
 
 
-def _check_queue(queue: Any) -> str:
+def _check_queue(queue: Any, using: str) -> str:
     if not isinstance(queue, str) or not queue or len(queue) > 100 or "\x00" in queue:
         raise TriggerError(
             "queue",
             f"must be a non-empty string of at most 100 characters without NUL, got {queue!r}",
+        )
+    if database.placed() and database.alias_for_queue(queue) != using:
+        # The run lives with its job: a queue placed elsewhere would never be claimed there.
+        raise TriggerError(
+            "queue",
+            f"{queue!r} lives on database {database.alias_for_queue(queue)!r} "
+            f"(STRAIT['QUEUE_DATABASES']) and the job on {using!r}; allowed: a queue of {using!r}",
         )
     return queue
 

@@ -1,6 +1,8 @@
-"""PostgreSQL servers a test starts itself: a primary and a streaming standby on loopback ports.
+"""PostgreSQL servers a test starts itself: a primary and a streaming standby on loopback ports,
+or independent servers.
 
-For tests/e2e/test_failover_standby.py. The servers are PostgreSQL's own binaries
+For tests/e2e/test_failover_standby.py (:class:`Pair`) and
+tests/e2e/test_several_databases.py (:class:`Servers`). The servers are PostgreSQL's own binaries
 (``pg_config --bindir``) run as the ``postgres`` user (``runuser`` when the tests
 run as root), each in a temporary directory, on a free port of 127.0.0.1. A
 test stops every server it started by the pid in its ``postmaster.pid``, also
@@ -153,15 +155,59 @@ class Server:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
 
 
+def _initdb(server: Server, sockets: Path, **settings: str | int) -> None:
+    server.tool(
+        "initdb", "-D", str(server.data), "-U", "postgres", "--auth=trust",
+        "-E", "UTF8", "--no-sync", "--no-instructions",
+    )  # fmt: skip
+    server.configure(
+        listen_addresses="127.0.0.1",
+        port=server.port,
+        unix_socket_directories=str(sockets),
+        max_connections=100,
+        fsync="on",
+        **settings,
+    )
+
+
+def _own_root(prefix: str) -> Path:
+    # Not under pytest's tmp_path: the servers, running as another user, must own it.
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    if os.geteuid() == 0:
+        shutil.chown(root, SERVER_USER)
+    root.chmod(0o755)
+    return root
+
+
+class Servers:
+    """Independent PostgreSQL servers, each on its own port, in one temporary directory."""
+
+    def __init__(self, count: int) -> None:
+        self.root = _own_root("strait-servers-")
+        self.servers = [
+            Server(f"server{n}", self.root / f"server{n}", free_port()) for n in range(count)
+        ]
+
+    def start(self) -> None:
+        """initdb and start each server."""
+        for server in self.servers:
+            _initdb(server, self.root)
+            server.start()
+
+    def stop(self) -> None:
+        """Stop every server by its pid and remove their files (idempotent)."""
+        try:
+            for server in self.servers:
+                server.stop()
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
 class Pair:
     """A primary and a standby streaming from it, synchronously, in one temporary directory."""
 
     def __init__(self) -> None:
-        # Not under pytest's tmp_path: the servers, running as another user, must own it.
-        self.root = Path(tempfile.mkdtemp(prefix="strait-failover-"))
-        if os.geteuid() == 0:
-            shutil.chown(self.root, SERVER_USER)
-        self.root.chmod(0o755)
+        self.root = _own_root("strait-failover-")
         self.primary = Server("primary", self.root / "primary", free_port())
         self.standby = Server("standby", self.root / "standby", free_port())
 
@@ -173,18 +219,11 @@ class Pair:
         """initdb and start the primary, clone the standby from it and start it, then make
         the primary's commits wait for the standby (synchronous replication)."""
         primary, standby = self.primary, self.standby
-        primary.tool(
-            "initdb", "-D", str(primary.data), "-U", "postgres", "--auth=trust",
-            "-E", "UTF8", "--no-sync", "--no-instructions",
-        )  # fmt: skip
-        primary.configure(
-            listen_addresses="127.0.0.1",
-            port=primary.port,
-            unix_socket_directories=str(self.root),
+        _initdb(
+            primary,
+            self.root,
             wal_level="replica",
             max_wal_senders=5,
-            max_connections=100,
-            fsync="on",
             synchronous_commit="on",
             # When each transaction committed: the test times completions by it.
             track_commit_timestamp="on",

@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from django_strait import syncing
 from django_strait.conf import strait_settings
-from django_strait.database import alias
+from django_strait.database import alias, control_alias, placed
 from django_strait.dispatch.http import HttpDispatcher
 from django_strait.duties import default_duties
 from django_strait.models import Execution, Job
@@ -79,12 +79,14 @@ class Worker:
         self.storage = backend(self.alias)
         self.stats = Stats()
         self.catalog = Catalog(using=self.alias)
-        self.circuits = CircuitBreaker(self.storage)
+        # Circuits and endpoint health: one home for the fleet on several databases.
+        shared = placed() and control_alias() != self.alias
+        self.circuits = CircuitBreaker(backend(control_alias()) if shared else self.storage)
         self.gate = Gate(self.storage, self.catalog, self.circuits)
         self.claimer = Claimer(self.storage, self.gate, self.catalog,
                                worker_id=config.worker_id, queues=config.queues)  # fmt: skip
         self.recorder = Recorder(self.storage, self.catalog, self.circuits, self.stats,
-                                 worker_id=config.worker_id)  # fmt: skip
+                                 worker_id=config.worker_id, control=shared)  # fmt: skip
         self._rng = random.Random()
         self._stop_asked = False
         #: What a burst worker left queued, and why (set when it drained).
@@ -146,10 +148,11 @@ class Worker:
             on_stop=self.producer.stop, in_flight=lambda: list(self.executors.in_flight),
         )  # fmt: skip
 
-    async def _main(self) -> None:
+    async def _main(self, *, signals: bool = True) -> None:
         cfg = self.config
         self._build()
-        self.lifecycle.install_signal_handlers(self._loop)
+        if signals:  # else the fleet serving several aliases handles them (worker.fleet)
+            self.lifecycle.install_signal_handlers(self._loop)
         if self._stop_asked:
             self.lifecycle.stop()
         stamp = asyncio.create_task(self.lifecycle.keep_loop_stamp())
@@ -202,7 +205,7 @@ class Worker:
         self._listener = listen(cfg, lambda: self._loop.call_soon_threadsafe(work.set))
         await self.db.duty(self.lifecycle.register)
         # Before the duties start: the scheduler fires what the rows say.
-        await self.db.duty(syncing.sync_schedules)
+        await self.db.duty(syncing.sync_schedules, self.alias)
         self.lifecycle.started()
         if await self.db.duty(_has_process_jobs, self.alias, cfg.queues):
             self.processes.start_warming()

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 from django_strait.resilience.breaker import CircuitBreaker
 from django_strait.states import RunStatus
-from django_strait.storage import Record, Recorded, Storage
+from django_strait.storage import Record, RecordBatch, Recorded, Storage
 from django_strait.transitions import record
-from django_strait.worker.accounting import accounted, batch_of
+from django_strait.worker.accounting import accounted, batch_of, write_shared
 from django_strait.worker.catalog import Catalog
 from django_strait.worker.config import Stats
 
@@ -45,18 +45,26 @@ class Recorder:
         stats: Stats,
         *,
         worker_id: str,
+        control: bool = False,
     ) -> None:
         self.storage = storage
         self.catalog = catalog
         self.circuits = circuits
         self.stats = stats
         self.worker_id = worker_id
+        #: Health and circuits live on the control database (several aliases), which
+        #: is the breaker's: they are written there, after the runs' record.
+        self.control = control
 
     def write(self, chunk: Sequence[Record]) -> Recorded:
         """Record a batch, its circuits included (the transition sends its signals)."""
-        done = record(batch_of(self.worker_id, chunk, self.catalog, self.circuits),
-                      storage=self.storage)  # fmt: skip
-        accounted(self.circuits, done)
+        if self.control:
+            done = record(RecordBatch(self.worker_id, chunk), storage=self.storage)
+            write_shared(self.circuits.storage, self.circuits, chunk, self.catalog)
+        else:
+            done = record(batch_of(self.worker_id, chunk, self.catalog, self.circuits),
+                          storage=self.storage)  # fmt: skip
+            accounted(self.circuits, done)
         logger.debug("recorded %s results in one batch: %s moved, %s lost",
                      len(chunk), len(done.moved), len(done.lost))  # fmt: skip
         return done

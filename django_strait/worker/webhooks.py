@@ -274,7 +274,7 @@ class Deliverer:
             for s in sent
         ]
         samples = endpoint_health.summarize(answers, alpha=strait_settings.HEALTH_EWMA_ALPHA)
-        self.storage.fold_health(samples)
+        self.circuits.storage.fold_health(samples)  # where circuits live: the control database
 
 
 def announce(sent: Sequence[Sent]) -> None:

@@ -12,6 +12,7 @@ from django.utils.timezone import now
 
 from django_strait import dag
 from django_strait.conf import strait_settings
+from django_strait.database import alias
 from django_strait.models import Job, Workflow, WorkflowStep
 from django_strait.retry import STEP_FIELDS, PolicyError, resolve, step_partial
 from django_strait.storage import backend
@@ -111,7 +112,8 @@ def _check_shape(index: int, spec: Any) -> dict[str, Any]:
 
 def _job(spec: Mapping[str, Any]) -> Job:
     try:
-        return resolve_job(spec.get("job"))
+        # A workflow lives on the first alias; so do its steps' jobs (docs/operations.md).
+        return resolve_job(spec.get("job"), alias())
     except TriggerError as exc:
         raise WorkflowError(spec["name"], "job", exc.message) from None
 

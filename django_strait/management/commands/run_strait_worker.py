@@ -11,7 +11,9 @@ import uuid
 from django.core.management.base import BaseCommand, CommandError
 
 from django_strait.conf import strait_settings
+from django_strait.database import aliases
 from django_strait.worker.engine import Worker, WorkerConfig
+from django_strait.worker.fleet import Fleet, configs_for
 
 
 def positive_int(limit: int):
@@ -126,6 +128,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker-id", default=None, help="Name this worker (default host-pid-random)."
         )
+        parser.add_argument(
+            "--database",
+            dest="databases",
+            action="append",
+            default=[],
+            metavar="ALIAS",
+            help="Serve only this alias of STRAIT['DATABASES']; repeat for several. "
+            "Default: every one (one engine per alias in this process).",
+        )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs) -> argparse.ArgumentParser:
         """Django's parser, with what -v means for a worker."""
@@ -139,10 +150,27 @@ class Command(BaseCommand):
         refuse_bad_settings()
         if options["verbosity"] >= 1:
             show_worker_logs(verbose=options["verbosity"] >= 2)
-        worker = Worker(build_config(options))
+        served = served_aliases(options.get("databases") or [])
+        configs = configs_for(
+            build_config(options), served,
+            first=aliases()[0], listen_database=strait_settings.LISTEN_DATABASE,
+        )  # fmt: skip
+        worker: Worker | Fleet = Worker(configs[0]) if len(configs) == 1 else Fleet(configs)
         worker.run()
         if worker.left_waiting and options["verbosity"] >= 1:
             self.stdout.write(f"burst done: {worker.left_waiting}")
+
+
+def served_aliases(asked: list[str]) -> list[str]:
+    """The aliases ``--database`` names (each of STRAIT["DATABASES"]), else all of them."""
+    known = list(aliases())
+    for where in asked:
+        if where not in known:
+            raise CommandError(
+                f"--database {where!r}: not an alias of STRAIT['DATABASES']; "
+                f"allowed: {', '.join(known)}"
+            )
+    return list(dict.fromkeys(asked)) or known
 
 
 def refuse_bad_settings() -> None:
@@ -187,12 +215,12 @@ def build_config(options: dict) -> WorkerConfig:
         shutdown_timeout=s.SHUTDOWN_TIMEOUT,
         heartbeat_interval=max(1.0, s.STALE_AFTER / 5),
         stats_interval=s.STATS_INTERVAL,
-        listen_alias=(s.LISTEN_DATABASE or s.DATABASE) if s.LISTEN else None,
+        listen_alias=(s.LISTEN_DATABASE or aliases()[0]) if s.LISTEN else None,
         metrics_port=options.get("metrics_port"),
         metrics_bind=s.METRICS_BIND,
         result_max_bytes=s.RESULT_MAX_BYTES,
         user_agent=s.HTTP_USER_AGENT,
-        using=s.DATABASE,
+        using=aliases()[0],
         webhooks=options.get("webhooks", True),
         webhook_timeout=s.WEBHOOK_TIMEOUT,
         webhook_concurrency=s.WEBHOOK_CONCURRENCY,

@@ -1,0 +1,1 @@
+"""An app of the several-databases test's jobs (tests/several_settings.py installs it)."""

@@ -1,0 +1,174 @@
+"""Placement over several databases: the settings' checks, where each queue lives, the router.
+
+The rows themselves landing on the right alias, and one worker serving both,
+are tried on two PostgreSQL servers in tests/e2e/test_several_databases.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import pytest
+from django.conf import settings
+from django.core import checks
+from django.test import override_settings
+
+from django_strait import database
+from django_strait.conf import SettingError, strait_settings
+from django_strait.database import StraitRouter
+from django_strait.management.commands.run_strait_worker import served_aliases
+from django_strait.models import ApiKey, Job, JobRun
+from django_strait.worker.config import WorkerConfig
+from django_strait.worker.fleet import configs_for
+
+pytestmark = pytest.mark.usefixtures("clean_strait_env")
+
+ROUTER = ["django_strait.database.StraitRouter"]
+
+
+@contextlib.contextmanager
+def databases(strait, *names, **more):
+    """Extra DATABASES aliases (never connected to) and ``STRAIT`` as given."""
+    extra = {n: {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"} for n in names}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Overriding setting DATABASES")
+        with override_settings(DATABASES={**settings.DATABASES, **extra}, STRAIT=strait, **more):
+            yield
+
+
+def test_one_alias__places_everything_there_and_asks_nothing():
+    with databases({}):
+        assert database.aliases() == ("default",)
+        assert database.alias() == "default"
+        assert database.alias_for_queue("reports") == "default"
+        assert database.control_alias() == "default"
+        assert database.placed() is False
+
+
+def test_strait_database_alone__is_the_one_alias():
+    with databases({"DATABASE": "jobs"}, "jobs"):
+        assert database.aliases() == ("jobs",)
+        assert database.alias_for_queue("anything") == "jobs"
+        assert database.control_alias() == "jobs"
+
+
+def test_several__queues_are_placed_and_the_rest_live_on_the_first():
+    strait = {
+        "DATABASES": ["jobs1", "jobs2"],
+        "QUEUE_DATABASES": {"reports": "jobs2"},
+        "CONTROL_DATABASE": "jobs2",
+    }
+    with databases(strait, "jobs1", "jobs2"):
+        assert database.aliases() == ("jobs1", "jobs2")
+        assert database.alias() == "jobs1"
+        assert database.alias_for_queue("reports") == "jobs2"
+        assert database.alias_for_queue("default") == "jobs1"
+        assert database.control_alias() == "jobs2"
+        assert database.placed() is True
+        assert strait_settings.errors() == []
+
+
+@pytest.mark.parametrize(
+    ("strait", "field", "says"),
+    [
+        ({"DATABASES": "jobs1"}, "STRAIT.DATABASES", "a non-empty list of aliases"),
+        ({"DATABASES": []}, "STRAIT.DATABASES", "a non-empty list of aliases"),
+        ({"DATABASES": ["jobs1", "nowhere"]}, "STRAIT.DATABASES[1]", "an entry in DATABASES"),
+        ({"DATABASES": ["jobs1", "jobs1"]}, "STRAIT.DATABASES[1]", "listed twice"),
+        (
+            {"DATABASE": "jobs2", "DATABASES": ["jobs1", "jobs2"]},
+            "STRAIT.DATABASES",
+            "first alias is STRAIT['DATABASE']",
+        ),
+        ({"QUEUE_DATABASES": ["jobs1"]}, "STRAIT.QUEUE_DATABASES", "a dict of queue name"),
+        (
+            {"DATABASES": ["jobs1"], "QUEUE_DATABASES": {"reports": "nowhere"}},
+            "STRAIT.QUEUE_DATABASES['reports']",
+            "an entry in DATABASES",
+        ),
+        (
+            {"DATABASES": ["jobs1"], "QUEUE_DATABASES": {"reports": "jobs2"}},
+            "STRAIT.QUEUE_DATABASES['reports']",
+            "holds no django-strait tables",
+        ),
+        ({"QUEUE_DATABASES": {"": "jobs1"}}, "STRAIT.QUEUE_DATABASES", "queue names of 1 to 100"),
+        (
+            {"DATABASES": ["jobs1"], "CONTROL_DATABASE": "jobs2"},
+            "STRAIT.CONTROL_DATABASE",
+            "holds no django-strait tables",
+        ),
+        ({"CONTROL_DATABASE": "nowhere"}, "STRAIT.CONTROL_DATABASE", "an entry in DATABASES"),
+    ],
+)
+def test_bad_placement__is_refused_naming_the_setting_and_what_is_allowed(strait, field, says):
+    with databases(strait, "jobs1", "jobs2"):
+        errors = strait_settings.errors()
+        assert errors, "the value was accepted"
+        assert any(e.field == field and says in str(e) for e in errors), [str(e) for e in errors]
+
+
+def test_bad_placement__is_a_system_check_error():
+    strait = {"DATABASES": ["jobs1"], "QUEUE_DATABASES": {"reports": "jobs2"}}
+    with databases(strait, "jobs1", "jobs2", DATABASE_ROUTERS=ROUTER):
+        found = checks.run_checks(tags=None)
+    ours = [m for m in found if m.id and m.id.startswith("django_strait.")]
+    assert [m.id for m in ours] == ["django_strait.E003"]
+    assert "STRAIT.QUEUE_DATABASES['reports']" in ours[0].msg
+
+
+def test_queue_databases__from_the_environment(monkeypatch):
+    monkeypatch.setenv("STRAIT_DATABASES", "jobs1,jobs2")
+    monkeypatch.setenv("STRAIT_QUEUE_DATABASES", "reports=jobs2, mail=jobs1")
+    with databases({}, "jobs1", "jobs2"):
+        assert database.aliases() == ("jobs1", "jobs2")
+        assert strait_settings.QUEUE_DATABASES == {"reports": "jobs2", "mail": "jobs1"}
+    monkeypatch.setenv("STRAIT_QUEUE_DATABASES", "reports")
+    with databases({}, "jobs1", "jobs2"), pytest.raises(SettingError, match="queue=alias"):
+        strait_settings.QUEUE_DATABASES  # noqa: B018
+
+
+def test_several_without_the_router__is_e005():
+    with databases({"DATABASES": ["default", "jobs2"]}, "jobs2"):
+        found = [m for m in checks.run_checks() if m.id == "django_strait.E005"]
+    assert len(found) == 1 and "DATABASES" in found[0].msg
+
+
+def test_router__migrates_the_tables_on_every_alias_and_api_keys_with_the_users():
+    router = StraitRouter()
+    with databases({"DATABASES": ["jobs1", "jobs2"]}, "jobs1", "jobs2"):
+        for where in ("jobs1", "jobs2"):
+            assert router.allow_migrate(where, "django_strait", model_name="jobrun") is True
+            assert router.allow_migrate(where, "django_strait") is True  # the NOTIFY SQL
+            assert router.allow_migrate(where, "django_strait", model_name="apikey") is False
+        assert router.allow_migrate("default", "django_strait", model_name="jobrun") is False
+        assert router.allow_migrate("default", "django_strait", model_name="apikey") is True
+        assert router.db_for_read(ApiKey) is None
+
+
+def test_router__a_row_goes_back_to_its_own_alias_and_others_to_the_first():
+    router = StraitRouter()
+    with databases({"DATABASES": ["jobs1", "jobs2"]}, "jobs1", "jobs2"):
+        job = Job(name="j")
+        job._state.db = "jobs2"
+        assert router.db_for_write(Job, instance=job) == "jobs2"
+        assert router.db_for_read(JobRun) == "jobs1"
+        assert router.db_for_write(JobRun) == "jobs1"
+
+
+def test_worker__serves_every_alias_unless_narrowed():
+    with databases({"DATABASES": ["jobs1", "jobs2"]}, "jobs1", "jobs2"):
+        assert served_aliases([]) == ["jobs1", "jobs2"]
+        assert served_aliases(["jobs2", "jobs2"]) == ["jobs2"]
+        with pytest.raises(Exception, match="--database 'nowhere'.*allowed: jobs1, jobs2"):
+            served_aliases(["nowhere"])
+
+
+def test_worker__each_engine_listens_on_its_alias_and_only_the_first_serves_metrics():
+    base = WorkerConfig(worker_id="w", listen_alias="jobs1", metrics_port=9100)
+    one, two = configs_for(base, ["jobs1", "jobs2"], first="jobs1", listen_database="direct")
+    assert (one.using, one.listen_alias, one.metrics_port) == ("jobs1", "direct", 9100)
+    assert (two.using, two.listen_alias, two.metrics_port) == ("jobs2", "jobs2", None)
+    polling = WorkerConfig(worker_id="w", listen_alias=None)
+    assert [c.listen_alias for c in configs_for(polling, ["a", "b"], first="a",
+                                                listen_database=None)] == [None, None]  # fmt: skip
