@@ -20,7 +20,7 @@ from django_strait.api.auth import Rule
 from django_strait.models import Execution, JobRun, WorkerProcess
 from django_strait.ojs import errors, queues, work
 from django_strait.ojs.present import stamp
-from django_strait.ojs.states import OJS_STATES
+from django_strait.ojs.states import OJS_STATES, in_state
 from django_strait.ojs.views import OjsView, _page, answer
 from django_strait.states import RunStatus
 
@@ -111,7 +111,7 @@ def _filtered(runs: Any, given: Any) -> Any:
     if state:
         if state not in OJS_STATES:
             raise errors.invalid_request("state", f"must be one of {', '.join(OJS_STATES)}")
-        runs = runs.filter(queues.in_state(timezone.now())[state])
+        runs = runs.filter(in_state(timezone.now())[state])
     if given.get("queue"):
         runs = runs.filter(queue=given["queue"])
     if given.get("type"):
@@ -214,8 +214,8 @@ class AdminStats(OjsView):
             JobRun.objects.filter(finished_at__gte=now - dt.timedelta(minutes=1))
         )
         done = minute.aggregate(
-            processed=Count("id", filter=queues.in_state(now)["completed"]),
-            failed=Count("id", filter=queues.in_state(now)["discarded"]),
+            processed=Count("id", filter=in_state(now)["completed"]),
+            failed=Count("id", filter=in_state(now)["discarded"]),
         )
         return answer(request, {"queues": len(counted), "workers": len(_workers(now)), "jobs": jobs,
                                 "throughput": {"processed_per_minute": done["processed"],

@@ -15,6 +15,7 @@ from django_strait.json_text import JSONRefused, loads
 from django_strait.ojs import errors
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.ids import is_uuid7, uuid7
+from django_strait.ojs.unique import Policy, policy
 from django_strait.retry import PolicyError, parse_duration
 
 #: OJS's patterns for a job type (dot-separated lowercase names) and a queue name.
@@ -52,6 +53,8 @@ class Enqueue:
     run_at: dt.datetime | None
     retry: dict[str, Any] | None
     envelope: dict[str, Any] = field(default_factory=dict)
+    #: ``options.unique``, checked, with the job's key (``ojs.unique``).
+    unique: Policy | None = None
 
 
 def job_request(body: Any, prefix: str = "") -> Enqueue:
@@ -97,17 +100,37 @@ def _with_options(
         given = options["expires_at"]
         moment = when(given, f"{opt}expires_at")  # returned as the client wrote an absolute time
         envelope["expires_at"] = given if not given.startswith("+") else _stamp(moment)
+    queue = queue_name(options.get("queue", "default"), f"{opt}queue")
+    meta = {**meta, **extra_meta}
+    # retry and unique: in options (the HTTP binding) or at the top (the SDKs' and the spec's
+    # job examples); options wins.
+    retry_at, given_retry = _either(body, options, "retry", prefix)
+    unique_at, given_unique = _either(body, options, "unique", prefix)
+    unique = None
+    if given_unique is not None:
+        unique = policy(given_unique, unique_at, kind, queue, list(body["args"]), meta)
+        envelope["unique_key"] = unique.key
     return Enqueue(
         type=kind,
         args=list(body["args"]),
-        meta={**meta, **extra_meta},
+        meta=meta,
         id=_id(body.get("id"), f"{prefix}id"),
-        queue=queue_name(options.get("queue", "default"), f"{opt}queue"),
+        queue=queue,
         priority=_priority(options.get("priority"), f"{opt}priority"),
         run_at=_run_at(options, opt),
-        retry=_retry(options.get("retry"), f"{opt}retry"),
+        retry=_retry(given_retry, retry_at),
         envelope=envelope,
+        unique=unique,
     )
+
+
+def _either(
+    body: Mapping[str, Any], options: Mapping[str, Any], key: str, prefix: str
+) -> tuple[str, Any]:
+    """``options.<key>`` if given, else the envelope's own ``<key>``; with where it was."""
+    if options.get(key) is not None:
+        return f"{prefix}options.{key}", options[key]
+    return f"{prefix}{key}", body.get(key)
 
 
 def _id(value: Any, name: str) -> Any:

@@ -8,10 +8,9 @@ and enqueueing into a paused queue still works (the conformance suite's
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
-from django.db.models import Count, F, Q
+from django.db.models import Count
 from django.http import HttpResponse
 from django.utils import timezone
 from rest_framework.request import Request
@@ -20,11 +19,10 @@ from django_strait.api.auth import QueueScope, Rule
 from django_strait.models import JobRun, QueueState
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.present import stamp
+from django_strait.ojs.states import in_state
 from django_strait.ojs.views import OjsView, answer
-from django_strait.states import RunStatus
 from django_strait.storage import queues as queue_states
 
-S = RunStatus
 _READ = Rule("runs:read", "django_strait.view_jobrun")
 _WRITE = Rule("jobs:write", "django_strait.change_job")
 
@@ -38,23 +36,6 @@ def counts(scope: QueueScope, names: list[str] | None = None) -> dict[str, dict[
     by_state = {name: Count("id", filter=where) for name, where in in_state(now).items()}
     rows = runs.values("queue").annotate(**by_state)
     return {row.pop("queue"): row for row in rows}
-
-
-def in_state(now: dt.datetime) -> dict[str, Q]:
-    """Each OJS state as a filter of runs (``ojs.states``: the wire's eight states)."""
-    queued = Q(status=S.QUEUED)
-    later = queued & Q(available_at__gt=now)
-    retried = Q(attempt__gt=F("attempts_before_replay"))
-    return {
-        "available": queued & Q(available_at__lte=now),
-        "scheduled": later & ~retried,
-        "retryable": (later & retried) | Q(status=S.SYSTEM_FAILED),
-        "pending": Q(status=S.WAITING),
-        "active": Q(status__in=[S.DEQUEUED, S.EXECUTING]),
-        "completed": Q(status=S.COMPLETED),
-        "cancelled": Q(status=S.CANCELED),
-        "discarded": Q(status__in=[S.DISCARDED, S.FAILED, S.DEAD_LETTER]),
-    }
 
 
 EMPTY = dict.fromkeys(

@@ -239,13 +239,8 @@ class Jobs(OjsView):
     def post(self, request: Request) -> HttpResponse:
         wanted = inputs.job_request(self.body())
         self.within_scope(wanted.queue, "options.queue")
-        run = work.enqueue(wanted)
-        return answer(
-            request,
-            {"job": work.describe(run, with_errors=False)},
-            201,
-            {"Location": f"/ojs/v1/jobs/{run.ojs_id}"},
-        )
+        status, body, headers = work.enqueued(work.enqueue(wanted, self.scope))
+        return answer(request, body, status, headers)
 
 
 class JobsBatch(OjsView):
@@ -262,7 +257,10 @@ class JobsBatch(OjsView):
         wanted = [inputs.job_request(j, f"jobs[{i}].") for i, j in enumerate(jobs)]
         for i, one in enumerate(wanted):
             self.within_scope(one.queue, f"jobs[{i}].options.queue")
-        runs = batch.enqueue_batch(wanted)
+        if any(one.unique is not None for one in wanted):
+            runs = work.enqueue_batch(wanted, self.scope)
+        else:
+            runs = batch.enqueue_batch(wanted)
         bodies = [work.describe(r, with_errors=False) for r in runs]
         return answer(request, {"jobs": bodies, "count": len(bodies)}, 201)
 
