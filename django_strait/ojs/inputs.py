@@ -55,6 +55,8 @@ class Enqueue:
     envelope: dict[str, Any] = field(default_factory=dict)
     #: ``options.unique``, checked, with the job's key (``ojs.unique``).
     unique: Policy | None = None
+    #: ``options.rate_limit`` as (most starts, per seconds): the queue's limit from now on.
+    rate_limit: tuple[int, float] | None = None
 
 
 def job_request(body: Any, prefix: str = "") -> Enqueue:
@@ -121,7 +123,42 @@ def _with_options(
         retry=_retry(given_retry, retry_at),
         envelope=envelope,
         unique=unique,
+        rate_limit=_rate_limit(options.get("rate_limit"), f"{opt}rate_limit"),
     )
+
+
+#: The windows of ``options.rate_limit``'s fields, in seconds.
+RATE_FIELDS = {"max_per_second": 1.0, "max_per_minute": 60.0, "max_per_hour": 3600.0}
+
+
+def _rate_limit(value: Any, name: str) -> tuple[int, float] | None:
+    """``{max_per_second | max_per_minute | max_per_hour: n}`` or ``{limit: n, period: "PT1M"}``."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise errors.invalid_request(name, 'must be an object such as {"max_per_second": 10}')
+    given = [(value[k], secs, k) for k, secs in RATE_FIELDS.items() if value.get(k) is not None]
+    if value.get("limit") is not None:
+        try:
+            window = parse_duration(value.get("period", "PT1S"), field=f"{name}.period")
+        except PolicyError as exc:
+            raise errors.invalid_request(
+                f"{name}.period", f"{exc.problem}; must be {exc.allowed}"
+            ) from None
+        given.append((value["limit"], window, "limit"))
+    if len(given) != 1:
+        raise errors.invalid_request(
+            name,
+            "must give one of max_per_second, max_per_minute, max_per_hour, or limit (with period)",
+        )
+    most, window, key = given[0]
+    if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= 1_000_000:
+        raise errors.invalid_request(
+            f"{name}.{key}", f"must be an integer from 1 to 1000000, got {most!r}"
+        )
+    if not 0 < window <= bounds.MAX_DURATION_SECS:
+        raise errors.invalid_request(f"{name}.period", "must be a positive duration")
+    return most, float(window)
 
 
 def _either(

@@ -31,6 +31,7 @@ from django_strait.ojs.states import in_state
 from django_strait.rows import read
 from django_strait.states import InvalidTransition, RunStatus, Transition
 from django_strait.storage import Claimed
+from django_strait.storage import queues as queue_states
 from django_strait.storage.values import Record
 from django_strait.triggering import TriggerError, trigger_external
 
@@ -161,6 +162,8 @@ def _enqueue_unique(request: inputs.Enqueue, scope: QueueScope) -> JobRun:
 
 
 def _enqueue(request: inputs.Enqueue) -> JobRun:
+    if request.rate_limit is not None:
+        queue_states.set_rate_limit("default", request.queue, *request.rate_limit)
     job = external_job(request.type)
     try:
         run = trigger_external(

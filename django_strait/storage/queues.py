@@ -85,7 +85,11 @@ def state(alias: str, name: str) -> QueueState:
 
 
 def set_rate_limit(alias: str, name: str, most: int, window_secs: float) -> None:
-    """Limit OJS fetches from ``name`` to ``most`` starts per ``window_secs``."""
+    """Limit OJS fetches from ``name`` to ``most`` starts per ``window_secs`` (no write when
+    the queue has that limit already: every enqueue naming it says it again)."""
+    rows = QueueState.objects.using(alias)
+    if rows.filter(name=name, rate_limit_max=most, rate_limit_window_secs=window_secs).exists():
+        return
     QueueState.objects.using(alias).update_or_create(
         name=name, defaults={"rate_limit_max": most, "rate_limit_window_secs": window_secs}
     )
