@@ -39,8 +39,16 @@ from django_strait.ojs.present import stamp
 from django_strait.rows import read
 
 SPEC_VERSION = "1.0"
-#: The level of the suite this server passes (docs/ojs.md): core, reliable, scheduled.
+#: The highest level of the suite this server passes whole, with every level below it
+#: (levels build on each other): core, reliable, scheduled. Level 4 (advanced) passes too,
+#: but level 3 (workflows) is not built yet; ``capabilities`` name what is.
 CONFORMANCE_LEVEL = 2
+#: http-binding 21.2's feature flags.
+CAPABILITIES = {
+    "batch_enqueue": True, "cron_jobs": True, "dead_letter": True, "delayed_jobs": True,
+    "job_ttl": True, "priority_queues": True, "rate_limiting": True, "schema_validation": False,
+    "unique_jobs": True, "workflows": False, "pause_resume": True,
+}  # fmt: skip
 
 
 class BearerKeyAuthentication(ApiKeyAuthentication):
@@ -212,13 +220,17 @@ class Manifest(OjsView):
 
     def get(self, request: Request) -> HttpResponse:
         return answer(request, {
-            "specversion": SPEC_VERSION,
+            "ojs_version": SPEC_VERSION,
+            "specversion": SPEC_VERSION,  # the name before http-binding 21.2; kept for old clients
             "implementation": {"name": "django-strait", "version": __version__, "language": "python",
                                "homepage": "https://github.com/django-strait/django-strait"},
             "conformance_level": CONFORMANCE_LEVEL,
             "protocols": ["http"],
             "backend": "postgresql-or-sqlite",
-            "extensions": ["dead-letter", "cron", "events"],
+            "capabilities": CAPABILITIES,
+            "extensions": ["dead-letter", "cron", "events", "admin-api"],
+            "endpoints": {"base_url": "/ojs/v1", "manifest": "/ojs/manifest",
+                          "health": "/ojs/v1/health"},
         })  # fmt: skip
 
 
