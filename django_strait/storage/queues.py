@@ -2,8 +2,11 @@
 
 A claim reads which queues are paused from a per-process copy kept ``CACHE_SECS``
 (one small read a second per process, not one per claim: the claim is the hot path),
-dropped at once when this process pauses or resumes a queue. So a pause reaches the
-workers of other processes within ``CACHE_SECS``; a run already claimed goes on.
+dropped at once when this process pauses or resumes a queue. On PostgreSQL a pause or
+resume also NOTIFYs ``wakeup.QUEUE_STATE_CHANNEL`` at its commit: a listening worker
+drops its copy then and wakes (a resumed queue's runs are due). Elsewhere, or for a
+worker that does not listen, a pause reaches other processes within ``CACHE_SECS``. A
+run already claimed goes on.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import threading
 import time
 from collections.abc import Sequence
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import Q
 
 from django_strait.models import JobRun, QueueState
 from django_strait.states import RunStatus
+from django_strait.wakeup import QUEUE_STATE_CHANNEL
 
 #: How long a process keeps the set of paused queues before it reads it again.
 CACHE_SECS = 1.0
@@ -75,6 +79,10 @@ def set_paused(alias: str, name: str, pause: bool, now: dt.datetime) -> QueueSta
         elif not pause:
             state.paused_at = None
         state.save(using=alias)
+        connection = connections[alias]
+        if connection.vendor == "postgresql":  # at the commit: other processes' workers
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [QUEUE_STATE_CHANNEL, name])
     forget()
     return state
 
