@@ -8,6 +8,7 @@ OJS codes (docs/ojs.md).
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -37,6 +38,8 @@ from django_strait.ojs import batch, errors, events, inputs, schedules, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
 from django_strait.rows import read
+
+logger = logging.getLogger(__name__)
 
 SPEC_VERSION = "1.0"
 #: The highest level of the suite this server passes whole, with every level below it
@@ -104,11 +107,9 @@ class OjsView(APIView):
     def handle_exception(self, exc: Exception) -> Any:
         if isinstance(exc, exceptions.AuthenticationFailed):
             exc = AuthFailureThrottle().failed(self.request) or exc
+        error = _as_ojs(exc)
         return answer(
-            self.request,
-            _as_ojs(exc).body(request_id(self.request)),
-            _as_ojs(exc).status,
-            _as_ojs(exc).headers,
+            self.request, error.body(request_id(self.request)), error.status, error.headers
         )
 
     def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
@@ -160,7 +161,9 @@ def _as_ojs(exc: Exception) -> OjsError:
         return OjsError(405, "invalid_request", str(exc.detail))
     if isinstance(exc, exceptions.APIException):
         return OjsError(exc.status_code, "invalid_request", str(exc.detail))
-    raise exc
+    # Unforeseen: logged, and answered in the envelope (as the fast door does), not Django's page.
+    logger.error("OJS request failed", exc_info=exc)
+    return OjsError(500, "internal_error", "the server failed to answer; see its log")
 
 
 def request_id(request: Any) -> str:

@@ -130,3 +130,22 @@ def test_replace_keeps_an_active_job_and_ignore_answers_200(base: str) -> None:
     assert (status, body["job"]["id"], body["deduplicated"]) == (200, first, True)
     assert JobRun.objects.filter(queue="u").count() == 1
     assert timezone.now()
+
+
+def test_an_unforeseen_error_is_a_500_in_the_envelope_and_logged(
+    ojs_settings, monkeypatch, caplog
+) -> None:
+    from django.test import Client
+
+    from django_strait.ojs import work
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(work, "find", broken)
+    response = Client(raise_request_exception=False).get(
+        "/ojs/v1/jobs/01900000-0000-7000-8000-000000000001"
+    )
+    assert (response.status_code, response["Content-Type"]) == (500, TYPE)
+    assert response.json()["error"]["code"] == "internal_error"
+    assert "a bug" in caplog.text
