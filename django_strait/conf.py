@@ -192,7 +192,7 @@ KEYS: dict[str, Key] = {
         Key("OJS_CONTENT_TYPE", OJS_CONTENT_TYPES[0], _ojs_content_type, _text),
         Key("OJS_TEST_DIRECTIVES", False, _boolean, _bool_text),
         # A fetched job's visibility timeout when neither the job nor the fetch names one.
-        Key("OJS_VISIBILITY_TIMEOUT", 30.0, _duration(positive=True), _text),
+        Key("OJS_VISIBILITY_TIMEOUT", 1800.0, _duration(positive=True), _text),
         # How long the fast door's fetch waits for work when there is none (0: not at all).
         Key("OJS_FETCH_WAIT", 0.0, _duration(positive=False), _text),
     )

@@ -31,6 +31,9 @@ from django_strait.sql import through_pooler
 logger = logging.getLogger(__name__)
 
 CHANNEL = "django_strait"
+#: A queue paused or resumed (``storage.queues``): every listener drops its process's copy
+#: of the paused queues, and wakes for a queue it serves (a resumed queue's runs are due).
+QUEUE_STATE_CHANNEL = "django_strait_queue_state"
 
 
 class Listener:
@@ -89,6 +92,7 @@ class Listener:
         params = connections[self.alias].get_connection_params()
         with psycopg.connect(**params, autocommit=True) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
+            conn.execute(f"LISTEN {QUEUE_STATE_CHANNEL}")
             if not holds(conn):
                 self._give_up(conn)
                 return
@@ -98,6 +102,10 @@ class Listener:
             self.wake()
             while not self._stop.is_set():
                 for note in conn.notifies(timeout=1.0):
+                    if note.channel == QUEUE_STATE_CHANNEL:
+                        from django_strait.storage import queues as queue_states
+
+                        queue_states.forget()
                     if not self.queues or note.payload in self.queues:
                         self.wake()
 

@@ -16,6 +16,7 @@ from django_strait.models.job import (
 )
 from django_strait.models.limits import JobRateAdmission
 from django_strait.models.preset import JobPresetRecommendation
+from django_strait.models.queue import QueueState
 from django_strait.models.rollup import QueueSample, RunRollup
 from django_strait.models.run import DeadLetter, JobRun
 from django_strait.models.webhook import DeliveryStatus, WebhookDelivery
@@ -51,6 +52,7 @@ __all__ = [
     "OnExhaustion",
     "Project",
     "QueueSample",
+    "QueueState",
     "Overlap",
     "RunAttempt",
     "RunHold",

@@ -20,6 +20,7 @@ from django_strait import transitions
 from django_strait.models import JobRun
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.work import external_job
+from django_strait.storage import queues as queue_states
 from django_strait.storage.values import Envelope
 from django_strait.triggering import TriggerError, trigger_many
 
@@ -27,6 +28,9 @@ from django_strait.triggering import TriggerError, trigger_many
 def enqueue_batch(requests: Sequence[inputs.Enqueue]) -> list[JobRun]:
     """Queue every job of a batch, or none of them; return the runs in the batch's order."""
     _refuse_repeats(requests)
+    for one in requests:
+        if one.rate_limit is not None:
+            queue_states.set_rate_limit("default", one.queue, *one.rate_limit)
     try:
         with transaction.atomic():
             runs: list[JobRun | None] = [None] * len(requests)

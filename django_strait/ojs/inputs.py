@@ -15,6 +15,7 @@ from django_strait.json_text import JSONRefused, loads
 from django_strait.ojs import errors
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.ids import is_uuid7, uuid7
+from django_strait.ojs.unique import Policy, policy
 from django_strait.retry import PolicyError, parse_duration
 
 #: OJS's patterns for a job type (dot-separated lowercase names) and a queue name.
@@ -52,6 +53,10 @@ class Enqueue:
     run_at: dt.datetime | None
     retry: dict[str, Any] | None
     envelope: dict[str, Any] = field(default_factory=dict)
+    #: ``options.unique``, checked, with the job's key (``ojs.unique``).
+    unique: Policy | None = None
+    #: ``options.rate_limit`` as (most starts, per seconds): the queue's limit from now on.
+    rate_limit: tuple[int, float] | None = None
 
 
 def job_request(body: Any, prefix: str = "") -> Enqueue:
@@ -97,17 +102,72 @@ def _with_options(
         given = options["expires_at"]
         moment = when(given, f"{opt}expires_at")  # returned as the client wrote an absolute time
         envelope["expires_at"] = given if not given.startswith("+") else _stamp(moment)
+    queue = queue_name(options.get("queue", "default"), f"{opt}queue")
+    meta = {**meta, **extra_meta}
+    # retry and unique: in options (the HTTP binding) or at the top (the SDKs' and the spec's
+    # job examples); options wins.
+    retry_at, given_retry = _either(body, options, "retry", prefix)
+    unique_at, given_unique = _either(body, options, "unique", prefix)
+    unique = None
+    if given_unique is not None:
+        unique = policy(given_unique, unique_at, kind, queue, list(body["args"]), meta)
+        envelope["unique_key"] = unique.key
     return Enqueue(
         type=kind,
         args=list(body["args"]),
-        meta={**meta, **extra_meta},
+        meta=meta,
         id=_id(body.get("id"), f"{prefix}id"),
-        queue=queue_name(options.get("queue", "default"), f"{opt}queue"),
+        queue=queue,
         priority=_priority(options.get("priority"), f"{opt}priority"),
         run_at=_run_at(options, opt),
-        retry=_retry(options.get("retry"), f"{opt}retry"),
+        retry=_retry(given_retry, retry_at),
         envelope=envelope,
+        unique=unique,
+        rate_limit=_rate_limit(options.get("rate_limit"), f"{opt}rate_limit"),
     )
+
+
+#: The windows of ``options.rate_limit``'s fields, in seconds.
+RATE_FIELDS = {"max_per_second": 1.0, "max_per_minute": 60.0, "max_per_hour": 3600.0}
+
+
+def _rate_limit(value: Any, name: str) -> tuple[int, float] | None:
+    """``{max_per_second | max_per_minute | max_per_hour: n}`` or ``{limit: n, period: "PT1M"}``."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise errors.invalid_request(name, 'must be an object such as {"max_per_second": 10}')
+    given = [(value[k], secs, k) for k, secs in RATE_FIELDS.items() if value.get(k) is not None]
+    if value.get("limit") is not None:
+        try:
+            window = parse_duration(value.get("period", "PT1S"), field=f"{name}.period")
+        except PolicyError as exc:
+            raise errors.invalid_request(
+                f"{name}.period", f"{exc.problem}; must be {exc.allowed}"
+            ) from None
+        given.append((value["limit"], window, "limit"))
+    if len(given) != 1:
+        raise errors.invalid_request(
+            name,
+            "must give one of max_per_second, max_per_minute, max_per_hour, or limit (with period)",
+        )
+    most, window, key = given[0]
+    if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= 1_000_000:
+        raise errors.invalid_request(
+            f"{name}.{key}", f"must be an integer from 1 to 1000000, got {most!r}"
+        )
+    if not 0 < window <= bounds.MAX_DURATION_SECS:
+        raise errors.invalid_request(f"{name}.period", "must be a positive duration")
+    return most, float(window)
+
+
+def _either(
+    body: Mapping[str, Any], options: Mapping[str, Any], key: str, prefix: str
+) -> tuple[str, Any]:
+    """``options.<key>`` if given, else the envelope's own ``<key>``; with where it was."""
+    if options.get(key) is not None:
+        return f"{prefix}options.{key}", options[key]
+    return f"{prefix}{key}", body.get(key)
 
 
 def _id(value: Any, name: str) -> Any:

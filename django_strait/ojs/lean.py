@@ -286,12 +286,7 @@ def heartbeat(body: dict[str, Any], scope: QueueScope) -> Answer:
 def enqueue(body: dict[str, Any], scope: QueueScope) -> Answer:
     wanted = inputs.job_request(body)
     within(scope, wanted.queue, "options.queue")
-    run = work.enqueue(wanted)
-    return Answer(
-        201,
-        {"job": work.describe(run, with_errors=False)},
-        {"Location": f"/ojs/v1/jobs/{run.ojs_id}"},
-    )
+    return Answer(*work.enqueued(work.enqueue(wanted, scope)))
 
 
 def enqueue_batch(body: dict[str, Any], scope: QueueScope) -> Answer:
@@ -301,7 +296,10 @@ def enqueue_batch(body: dict[str, Any], scope: QueueScope) -> Answer:
     wanted = [inputs.job_request(j, f"jobs[{i}].") for i, j in enumerate(jobs)]
     for i, one in enumerate(wanted):
         within(scope, one.queue, f"jobs[{i}].options.queue")
-    runs = batch.enqueue_batch(wanted)
+    if any(one.unique is not None for one in wanted):
+        runs = work.enqueue_batch(wanted, scope)
+    else:
+        runs = batch.enqueue_batch(wanted)
     bodies = [work.describe(r, with_errors=False) for r in runs]
     return Answer(201, {"jobs": bodies, "count": len(bodies)})
 

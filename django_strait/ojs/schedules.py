@@ -81,6 +81,8 @@ def _save(
     fields = {
         "execution": Execution.EXTERNAL, "ojs": ojs, "schedule": schedule, "timezone": zone,
         "schedule_overlap": overlap, "queue": job.queue, "priority": job.priority or 0,
+        # Registered again after a delete (which pauses the job): it fires again.
+        "enabled": True,
     }  # fmt: skip
     try:
         with transaction.atomic():
@@ -116,7 +118,8 @@ def find(name: str, scope: QueueScope) -> Job:
 def delete(name: str, scope: QueueScope) -> Job:
     """Stop a cron registration: its schedule is cleared and the job paused (its runs stay)."""
     job = find(name, scope)
-    Job.objects.filter(pk=job.pk).update(schedule="", enabled=False)
+    # The last tick goes too: registered again, it fires from then on, with no catching up.
+    Job.objects.filter(pk=job.pk).update(schedule="", enabled=False, schedule_last_tick=None)
     return job
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.db.models import F, Q
+
 from django_strait.states import RunStatus
 
 S = RunStatus
@@ -45,3 +47,20 @@ def ojs_state(status: str, *, due: dt.datetime, attempts: int, now: dt.datetime)
     if due <= now:
         return "available"
     return "retryable" if attempts > 0 else "scheduled"
+
+
+def in_state(now: dt.datetime) -> dict[str, Q]:
+    """Each OJS state as a filter of runs (as :func:`ojs_state` reads a run)."""
+    queued = Q(status=S.QUEUED)
+    later = queued & Q(available_at__gt=now)
+    retried = Q(attempt__gt=F("attempts_before_replay"))
+    return {
+        "available": queued & Q(available_at__lte=now),
+        "scheduled": later & ~retried,
+        "retryable": (later & retried) | Q(status=S.SYSTEM_FAILED),
+        "pending": Q(status=S.WAITING),
+        "active": Q(status__in=[S.DEQUEUED, S.EXECUTING]),
+        "completed": Q(status=S.COMPLETED),
+        "cancelled": Q(status=S.CANCELED),
+        "discarded": Q(status__in=[S.DISCARDED, S.FAILED, S.DEAD_LETTER]),
+    }

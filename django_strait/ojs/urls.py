@@ -5,7 +5,7 @@ No trailing slashes (OJS's paths have none, and a POST must not meet APPEND_SLAS
 
 from django.urls import path, re_path
 
-from django_strait.ojs import views
+from django_strait.ojs import admin_api, queues, views
 
 app_name = "ojs"
 
@@ -46,6 +46,29 @@ urlpatterns = [
     path("ojs/v1/cron", views.Crons.as_view(), name="crons"),
     path("ojs/v1/cron/<str:name>", views.CronDetail.as_view(), name="cron"),
     path("ojs/v1/events", views.Events.as_view(), name="events"),
+    path("ojs/v1/queues", queues.Queues.as_view(), name="queues"),
+    path("ojs/v1/queues/<str:name>/stats", queues.QueueStats.as_view(), name="queue-stats"),
+    path("ojs/v1/queues/<str:name>/pause", queues.QueuePause.as_view(), name="queue-pause"),
+    path("ojs/v1/queues/<str:name>/resume", queues.QueueResume.as_view(), name="queue-resume"),
+    path("ojs/v1/admin/queues", admin_api.AdminQueues.as_view(), name="admin-queues"),
+    path("ojs/v1/admin/queues/<str:name>", admin_api.AdminQueue.as_view(), name="admin-queue"),
+    path(
+        "ojs/v1/admin/queues/<str:name>/pause",
+        admin_api.AdminQueuePause.as_view(),
+        name="admin-queue-pause",
+    ),
+    path(
+        "ojs/v1/admin/queues/<str:name>/resume",
+        admin_api.AdminQueueResume.as_view(),
+        name="admin-queue-resume",
+    ),
+    path("ojs/v1/admin/jobs", admin_api.AdminJobs.as_view(), name="admin-jobs"),
+    path(
+        "ojs/v1/admin/jobs/bulk/retry", admin_api.AdminBulkRetry.as_view(), name="admin-bulk-retry"
+    ),
+    path("ojs/v1/admin/jobs/<str:job_id>", admin_api.AdminJob.as_view(), name="admin-job"),
+    path("ojs/v1/admin/workers", admin_api.AdminWorkers.as_view(), name="admin-workers"),
+    path("ojs/v1/admin/stats", admin_api.AdminStats.as_view(), name="admin-stats"),
     # Last: any other path under /ojs/ is a 404 in the OJS error shape, not Django's HTML page
     # (an id holding "/", a path no endpoint serves).
     re_path(r"^ojs/[\s\S]*$", views.not_found, name="not-found"),

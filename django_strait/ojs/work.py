@@ -6,6 +6,7 @@ and calls the named transitions for every change of a run's status.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import random
@@ -14,6 +15,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from django_strait import decisions, transitions
@@ -25,9 +27,11 @@ from django_strait.models import Execution, Job, JobRun, RunAttempt
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.ids import parse_any, uuid7
 from django_strait.ojs.present import job_body, stamp
+from django_strait.ojs.states import in_state
 from django_strait.rows import read
 from django_strait.states import InvalidTransition, RunStatus, Transition
 from django_strait.storage import Claimed
+from django_strait.storage import queues as queue_states
 from django_strait.storage.values import Record
 from django_strait.triggering import TriggerError, trigger_external
 
@@ -93,8 +97,73 @@ def reload(run: JobRun) -> JobRun:
 # Enqueue.
 
 
-def enqueue(request: inputs.Enqueue) -> JobRun:
-    """Queue one run for an OJS job; a reused id is a duplicate."""
+def enqueue(request: inputs.Enqueue, scope: QueueScope | None = None) -> JobRun:
+    """Queue one run for an OJS job; a reused id is a duplicate.
+
+    With ``options.unique`` (``ojs.unique``), a run of the same key in the policy's
+    states (within ``scope``'s queues) is a conflict: refused (409), kept (the
+    existing run comes back with ``deduplicated`` set) or cancelled and replaced.
+    """
+    if request.unique is not None:
+        return _enqueue_unique(request, scope or QueueScope())
+    return _enqueue(request)
+
+
+def enqueued(run: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """An enqueue's answer: 201 and the new job, or 200 and the job a unique policy kept."""
+    body: dict[str, Any] = {"job": describe(run, with_errors=False)}
+    if getattr(run, "deduplicated", False):
+        return 200, {**body, "deduplicated": True}, {}
+    return 201, body, {"Location": f"/ojs/v1/jobs/{run.ojs_id}"}
+
+
+def _enqueue_unique(request: inputs.Enqueue, scope: QueueScope) -> JobRun:
+    policy = request.unique
+    assert policy is not None
+    with transaction.atomic():
+        job = external_job(request.type)
+        # Enqueues of one type with a policy take turns: each sees the runs the last made.
+        list(Job.objects.select_for_update().filter(pk=job.pk).values_list("pk"))
+        now = timezone.now()
+        by_state = in_state(now)
+        where = Q()
+        for state in policy.states:
+            where |= by_state[state]
+        held = JobRun.objects.select_related("job").filter(
+            where, job=job, ojs__unique_key=policy.key
+        )
+        if policy.period_secs is not None:
+            held = held.filter(created_at__gt=now - dt.timedelta(seconds=policy.period_secs))
+        existing = scope.only(held).order_by("-id").first()
+        if existing is None:
+            return _enqueue(request)
+        state = job_body(existing, job, now)["state"]
+        if policy.on_conflict == "ignore":
+            existing.deduplicated = True
+            return existing
+        if policy.on_conflict == "reject" or state == "active":
+            raise errors.OjsError(
+                409,
+                "duplicate",
+                f"job {existing.ojs_id} ({state}) has the same unique key"
+                + (": an active job is not replaced" if state == "active" else ""),
+                details={"existing_job_id": str(existing.ojs_id), "existing_job_state": state,
+                         "uniqueness_key": policy.key},
+            )  # fmt: skip
+        if policy.on_conflict == "replace_except_schedule" and state == "scheduled":
+            request = dataclasses.replace(request, run_at=existing.available_at)
+        try:
+            transitions.cancel_now(existing.pk)
+        except InvalidTransition:
+            raise errors.conflict(
+                f"job {existing.ojs_id} is {state}: it cannot be replaced"
+            ) from None
+        return _enqueue(request)
+
+
+def _enqueue(request: inputs.Enqueue) -> JobRun:
+    if request.rate_limit is not None:
+        queue_states.set_rate_limit("default", request.queue, *request.rate_limit)
     job = external_job(request.type)
     try:
         run = trigger_external(
@@ -120,10 +189,12 @@ def enqueue(request: inputs.Enqueue) -> JobRun:
     return run
 
 
-def enqueue_batch(requests: Sequence[inputs.Enqueue]) -> list[JobRun]:
-    """Queue every job of a batch, or none of them."""
+def enqueue_batch(
+    requests: Sequence[inputs.Enqueue], scope: QueueScope | None = None
+) -> list[JobRun]:
+    """Queue every job of a batch, or none of them, one at a time (jobs with a unique policy)."""
     with transaction.atomic():
-        return [enqueue(r) for r in requests]
+        return [enqueue(r, scope) for r in requests]
 
 
 # Workers.

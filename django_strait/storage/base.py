@@ -91,6 +91,7 @@ class RunVerbs(Protocol):
         now: dt.datetime,
         floors: ClaimFloors | None = None,
         start: bool = False,
+        exclude: Sequence[str] = (),
     ) -> list[Claimed]:
         """Move up to ``limit`` due queued runs to dequeued for ``worker_id``, in claim order.
 
@@ -98,6 +99,8 @@ class RunVerbs(Protocol):
         claims left off, and learn from this one; a backend may ignore them.
         ``start``: a backend may begin the runs' attempts in the claim itself (runs
         come back ``begun``: executing in the database); one that cannot ignores it.
+        ``exclude``: queues not to claim from (the paused ones, ``storage.queues``), given
+        only with no ``queues``.
         """
 
     # External workers' runs (OJS, docs/ojs.md).

@@ -18,6 +18,7 @@ from django.utils import timezone
 from django_strait import signals
 from django_strait.models import JobRun
 from django_strait.storage import Claimed, RecordBatch, Recorded, Storage, backend, moves
+from django_strait.storage import queues as queue_states
 from django_strait.storage.values import Envelope, Record
 from django_strait.transitions.worker import record
 from django_strait.transitions.workflows import moving_steps
@@ -41,18 +42,22 @@ def fetch(
 ) -> list[Claimed]:
     """Claim and start up to ``limit`` due external runs, the first queue first; set deadlines."""
     storage = storage or backend()
+    queues = queue_states.unpaused(storage.alias, queues)
     started: list[Claimed] = []
     dropped: list[JobRun] = []
+    if not queues:
+        return started
     with storage.claim_transaction():
         now = timezone.now()
+        queues, room = _within_rates(storage, queues, limit, now)
         for _ in range(FETCH_TRIES):
             claimed = storage.claim_external(
-                worker_id, queues=queues, limit=limit - len(started), now=now
+                worker_id, queues=queues, limit=room - len(started), now=now
             )
             gone = expired(claimed, now)
             dropped += _drop(storage, worker_id, gone, now)
             started += storage.start(worker_id, [r for r in claimed if r.id not in gone], now=now)
-            if not gone or len(started) >= limit:
+            if not gone or len(started) >= room:
                 break
         # From the start as recorded (the database's clock on PostgreSQL).
         deadlines = {run.id: deadline(run, run.started_at or now) for run in started}
@@ -60,6 +65,23 @@ def fetch(
     signals.send_started(started, None, using=storage.alias)
     signals.send_changed(dropped)
     return started
+
+
+def _within_rates(
+    storage: Storage, queues: Sequence[str], limit: int, now: dt.datetime
+) -> tuple[list[str], int]:
+    """The queues a fetch may take from, and how many runs, under the queues' rate limits
+    (``storage.queues``; a limited queue with no room left is left out)."""
+    if not queue_states.limited(storage.alias):
+        return list(queues), limit
+    open_queues = []
+    for queue in queues:
+        room = queue_states.rate_room(storage.alias, queue, now)
+        if room is None or room > 0:
+            open_queues.append(queue)
+            if room is not None:
+                limit = min(limit, room)
+    return open_queues, limit if open_queues else 0
 
 
 def fetch_at_once(
@@ -72,6 +94,10 @@ def fetch_at_once(
     own, no OJS id yet) blocked it: then nothing changed, and :func:`fetch` is the way.
     """
     storage = storage or backend()
+    if queue in queue_states.paused(storage.alias):
+        return [], False
+    if queue in queue_states.limited(storage.alias):
+        return [], True  # the ordinary fetch, which counts the queue's starts
     # Again if a queued run was canceled (moved to history) between the read and its lock.
     rows, blocked = moves.rerun_moved(
         lambda: storage.fetch_external(  # type: ignore[attr-defined]

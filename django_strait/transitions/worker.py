@@ -9,12 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from django_strait import signals
 from django_strait.storage import Claimed, Hold, RecordBatch, Recorded, Storage, backend, moves
+from django_strait.storage import queues as queue_states
 from django_strait.storage.floors import ClaimFloors
 from django_strait.transitions.workflows import announce as announce_workflows
 
@@ -58,6 +60,18 @@ def claim_and_start(
     ``floors`` are the worker's claim floors (``storage.floors``).
     """
     storage = storage or backend()
+    # Paused queues (storage.queues, kept a second per process) are left out; while any
+    # is, the claim reads from the front of the index (the floors would pass its runs by).
+    skip = queue_states.paused(storage.alias)
+    extra: dict[str, Any] = {}
+    if skip:
+        if queues:
+            queues = [q for q in queues if q not in skip]
+            if not queues:
+                return []
+        else:
+            extra["exclude"] = sorted(skip)
+        floors = None
 
     def claim_once() -> list[Claimed]:
         try:
@@ -66,7 +80,13 @@ def claim_and_start(
                 # Job by job (a claim failed), starting apart: a row that makes the start
                 # raise (an attempt count at its bound) then fails only its job's savepoint.
                 claimed = storage.claim(
-                    worker_id, queues=queues, limit=limit, now=now, floors=floors, start=not isolate
+                    worker_id,
+                    queues=queues,
+                    limit=limit,
+                    now=now,
+                    floors=floors,
+                    start=not isolate,
+                    **extra,
                 )
                 if not claimed:
                     return []

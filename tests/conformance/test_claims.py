@@ -304,3 +304,30 @@ def test_claim_that_starts__writes_one_row_version_per_run_and_commits_without_a
     assert (len(started), updates, commit_mode) == (5, 5, "off")
     assert set(JobRun.objects.values_list("status", "attempt")) == {("executing", 1)}
     assert [r.attempt for r in started] == [1] * 5
+
+
+def test_claim__leaves_out_the_queues_excluded(storage, rows):
+    job = rows.job()
+    for queue in ("a", "b", "c"):
+        rows.run(job, queue=queue)
+
+    with storage.claim_transaction():
+        claimed = storage.claim("w1", queues=(), limit=10, now=timezone.now(), exclude=["b"])
+
+    assert {rows.value(r.id, "queue") for r in claimed} == {"a", "c"}
+
+
+def test_claim_and_start__skips_a_paused_queue_until_it_is_resumed(storage, rows):
+    from django_strait.storage import queues as queue_states
+    from django_strait.transitions.worker import claim_and_start
+
+    job = rows.job()
+    held, free = rows.run(job, queue="held"), rows.run(job, queue="free")
+    queue_states.set_paused("default", "held", True, timezone.now())
+    try:
+        assert claim_and_start("w1", queues=["held"], limit=5, storage=storage) == []
+        assert [r.id for r in start(storage)] == [free]
+        queue_states.set_paused("default", "held", False, timezone.now())
+        assert [r.id for r in start(storage)] == [held]
+    finally:
+        queue_states.forget()

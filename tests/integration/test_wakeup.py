@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from django_strait import transitions, trigger
 from django_strait.models import JobRun
@@ -128,3 +129,25 @@ def test_listen_false__the_worker_polls_and_never_listens(caplog, settings):
     assert JobRun.objects.get(pk=run.pk).status == "completed"
     assert "polling for new runs every 1.0s" in caplog.text
     assert "listening" not in caplog.text
+
+
+def test_resume_from_another_process__drops_the_paused_copy_and_wakes(idle_worker):
+    """A queue resumed elsewhere: its NOTIFY drops this process's copy of the paused
+    queues (kept an hour here) and wakes the idle worker, which claims the run at once."""
+    from django.db import transaction
+
+    from django_strait.models import QueueState
+    from django_strait.storage import queues as queue_states
+    from django_strait.wakeup import QUEUE_STATE_CHANNEL
+
+    queue_states.set_paused("default", "held", True, timezone.now())
+    run = trigger("test-noop", {}, queue="held")
+    time.sleep(1.5)  # woken by the trigger, the worker left the paused queue alone
+    assert JobRun.objects.get(pk=run.pk).status == "queued"
+    queue_states._cache["default"] = (time.monotonic() + 3600, frozenset({"held"}), frozenset())
+    with transaction.atomic():  # as another process resumes it: no local forget()
+        QueueState.objects.filter(name="held").update(paused_at=None)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [QUEUE_STATE_CHANNEL, "held"])
+
+    assert wait_for(run.pk, "completed", timeout=10).attempt == 1

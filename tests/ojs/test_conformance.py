@@ -1,4 +1,4 @@
-"""The OJS conformance suite's cases (levels 0-2, the dead-letter extension) against a live server.
+"""The OJS conformance suite's cases (levels 0-2 and 4, the dead-letter and admin-API extensions) against a live server.
 
 Each JSON case under tests/ojs/suite runs as one test, on a fresh database,
 through tests/ojs/runner.py: real HTTP to 127.0.0.1, the reaper and the
@@ -16,7 +16,14 @@ from tests.ojs.runner import SUITE, Runner, cases
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-LEVELS = ("level-0-core", "level-1-reliable", "level-2-scheduled", "ext-dead-letter")
+LEVELS = (
+    "level-0-core",
+    "level-1-reliable",
+    "level-2-scheduled",
+    "level-4-advanced",
+    "ext-dead-letter",
+    "ext-admin-api",
+)
 #: Cases that wait for a cron minute to pass (65 s and more): marked slow.
 SLOW = {"cron-fires-on-schedule", "cron-overlap-prevention"}
 #: Cases that no server can pass as written at the suite's commit (tests/ojs/suite/README.md).
@@ -43,8 +50,9 @@ def test_conformance_case(path: Path, ojs_server: str) -> None:
     )
 
 
-#: The levels whose cases the fast door serves most of (enqueue, fetch, ack, nack, heartbeat).
-LEAN_LEVELS = ("level-0-core", "level-1-reliable")
+#: The levels whose cases the fast door serves most of (enqueue, fetch, ack, nack, heartbeat;
+#: level 4: unique enqueues, paused and rate-limited fetches).
+LEAN_LEVELS = ("level-0-core", "level-1-reliable", "level-4-advanced")
 
 
 @pytest.mark.parametrize("path", [_param(p) for p in cases(*LEAN_LEVELS)])

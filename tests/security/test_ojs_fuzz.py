@@ -68,7 +68,10 @@ JOB = {
                   "non_retryable_errors": ["fatal"]},
         "tags": ["a", "b"],
         "metadata": {"tenant": "t"},
-        "unique": {"key": ["to"], "period": "PT1H", "on_conflict": "reject"},
+        # Only a completed run is a duplicate: the fixture enqueues this job four times.
+        "unique": {"keys": ["type", "args"], "states": ["completed"], "period": "PT1H",
+                   "on_conflict": "reject"},
+        "rate_limit": {"max_per_minute": 1000},
     },
 }  # fmt: skip
 ERROR = {"code": "handler_error", "type": "Boom", "message": "it broke", "retryable": True,
@@ -145,6 +148,23 @@ OPERATIONS: dict[str, tuple[str, str, Any, dict[str, str]]] = {
     ),  # fmt: skip
     "cron": ("GET", "/ojs/v1/cron/{name}", None, {}),
     "cron delete": ("DELETE", "/ojs/v1/cron/{name}", None, {}),
+    "queues": ("GET", "/ojs/v1/queues", None, {"limit": "5", "offset": "1"}),
+    "queue stats": ("GET", "/ojs/v1/queues/{name}/stats", None, {}),
+    "queue pause": ("POST", "/ojs/v1/queues/{name}/pause", {}, {}),
+    "queue resume": ("POST", "/ojs/v1/queues/{name}/resume", {}, {}),
+    "admin queues": ("GET", "/ojs/v1/admin/queues", None, {"page": "1", "per_page": "5"}),
+    "admin queue": ("GET", "/ojs/v1/admin/queues/{name}", None, {}),
+    "admin queue pause": ("POST", "/ojs/v1/admin/queues/{name}/pause", {}, {}),
+    "admin jobs": ("GET", "/ojs/v1/admin/jobs", None, {"state": "available", "queue": "fuzz"}),
+    "admin job": ("GET", "/ojs/v1/admin/jobs/{id}", None, {}),
+    "admin bulk retry": (
+        "POST",
+        "/ojs/v1/admin/jobs/bulk/retry",
+        {"filter": {"queue": "fuzz"}, "confirm": True},
+        {},
+    ),  # fmt: skip
+    "admin workers": ("GET", "/ojs/v1/admin/workers", None, {}),
+    "admin stats": ("GET", "/ojs/v1/admin/stats", None, {}),
     "events": (
         "GET",
         "/ojs/v1/events",

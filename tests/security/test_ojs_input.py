@@ -121,7 +121,11 @@ def test_a_body_past_django_upload_limit__is_a_413_in_the_ojs_shape(ojs, setting
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("get", "/ojs/v1/jobs/a%2Fb"), ("post", "/ojs/v1/queues/x/pause"), ("delete", "/ojs/v2/x")],
+    [
+        ("get", "/ojs/v1/jobs/a%2Fb"),
+        ("post", "/ojs/v1/workflows/x/cancel"),
+        ("delete", "/ojs/v2/x"),
+    ],
 )
 def test_a_path_no_endpoint_serves__is_a_404_in_the_ojs_shape(ojs, method, path):
     response = getattr(ojs, method)(path)

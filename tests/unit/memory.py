@@ -173,8 +173,14 @@ class MemoryStorage:
         now: dt.datetime,
         floors: ClaimFloors | None = None,
         start: bool = False,
+        exclude: Sequence[str] = (),
     ) -> list[Claimed]:
-        return self._claim(worker_id, queues, limit, now, external=False)
+        with self._lock:
+            if exclude:  # the paused queues (storage.queues), given only with no queues
+                queues = sorted({r.queue for r in self.runs.values()} - set(exclude))
+                if not queues:
+                    return []
+            return self._claim(worker_id, queues, limit, now, external=False)
 
     def claim_external(
         self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime

@@ -76,7 +76,7 @@ DEFAULTS = {
     "OJS_REQUIRE_AUTH": True,
     "OJS_CONTENT_TYPE": "application/openjobspec+json",
     "OJS_TEST_DIRECTIVES": False,
-    "OJS_VISIBILITY_TIMEOUT": 30.0,
+    "OJS_VISIBILITY_TIMEOUT": 1800.0,
     "OJS_FETCH_WAIT": 0.0,
 }
 

@@ -76,13 +76,16 @@ class OrmStorage(
         now: dt.datetime,
         floors: ClaimFloors | None = None,
         start: bool = False,
+        exclude: Sequence[str] = (),
     ) -> list[Claimed]:
         """Move up to ``limit`` due queued runs to dequeued, in claim order; call in a transaction.
 
         ``floors`` are not used: see docs/operations.md, "Vacuum and the claim". Nor is
         ``start``: the ORM's claim takes two statements already, its start a third.
         """
-        return claims.claim(self.alias, worker_id, queues, limit, now) if limit > 0 else []
+        if limit <= 0:
+            return []
+        return claims.claim(self.alias, worker_id, queues, limit, now, exclude=exclude)
 
     def claim_external(
         self, worker_id: str, *, queues: Sequence[str], limit: int, now: dt.datetime

@@ -71,6 +71,7 @@ def claim(
     now: dt.datetime,
     *,
     external: bool = False,
+    exclude: Sequence[str] = (),
 ) -> list[Claimed]:
     """Move up to ``limit`` due queued runs to dequeued for ``worker_id``, in claim order.
 
@@ -78,7 +79,7 @@ def claim(
     only runs it takes; without it, they are the runs it never takes.
     """
     for _ in range(CLAIM_TRIES):
-        picked, taken = _claim_once(alias, worker_id, queues, limit, now, external)
+        picked, taken = _claim_once(alias, worker_id, queues, limit, now, external, exclude)
         if taken or not picked:
             return taken
     return []
@@ -91,6 +92,7 @@ def _claim_once(
     limit: int,
     now: dt.datetime,
     external: bool,
+    exclude: Sequence[str] = (),
 ) -> tuple[int, list[Claimed]]:
     runs = JobRun.objects.using(alias)
     due = runs.filter(status=RunStatus.QUEUED, available_at__lte=now, job__enabled=True)
@@ -100,6 +102,8 @@ def _claim_once(
         due = due.exclude(job__execution=Execution.EXTERNAL)
     if queues:
         due = due.filter(queue__in=list(queues))
+    if exclude:  # paused queues (storage.queues)
+        due = due.exclude(queue__in=list(exclude))
     due = due.order_by("-priority", "available_at", "id")
     if connections[alias].features.has_select_for_update_skip_locked:
         due = due.select_for_update(skip_locked=True, of=("self",))

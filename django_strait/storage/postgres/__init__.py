@@ -101,6 +101,7 @@ class PostgresStorage(
         now: dt.datetime,
         floors: ClaimFloors | None = None,
         start: bool = False,
+        exclude: Sequence[str] = (),
     ) -> list[Claimed]:
         """One statement (queries.sql, "claim"); with ``start``, the runs come back begun.
 
@@ -114,6 +115,8 @@ class PostgresStorage(
         params: dict[str, Any] = {"limit": limit, "worker": worker_id, "begin": start}
         if not queues:
             variant = "any"
+            if exclude:  # paused queues (storage.queues)
+                variant, params["paused"] = "except", list(exclude)
         elif len(queues) == 1:
             variant, params["queue"] = "one", queues[0]
         else:

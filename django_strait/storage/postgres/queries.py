@@ -25,6 +25,8 @@ QUEUE_FILTERS = {
     "any": "",
     "one": "AND queue = %(queue)s",
     "many": "AND queue = ANY(%(queues)s)",
+    # Any queue but the paused ones (storage.queues): only while a queue is paused.
+    "except": "AND queue <> ALL(%(paused)s)",
 }
 
 
@@ -73,7 +75,7 @@ CLAIMED_BY_ID = {
 
 @functools.cache
 def claim(variant: str, partitioned: bool = False) -> str:
-    """Return the claim with the queue filter of ``variant`` (any, one, many), for a
+    """Return the claim with the queue filter of ``variant`` (any, one, many, except), for a
     runs table ``partitioned`` by status class or not."""
     sql = get("claim").replace("/*queue_filter*/", QUEUE_FILTERS[variant])
     return _live(sql.replace("/*claimed_by_id*/", CLAIMED_BY_ID[partitioned]), partitioned)
