@@ -36,8 +36,8 @@ from django_strait.models import (
     WebhookDelivery,
     WorkflowRun,
 )
-from django_strait.presets import OOM_OUTCOME
-from django_strait.states import RunStatus
+from django_strait.rules.presets import OOM_OUTCOME
+from django_strait.rules.states import RunStatus
 
 if TYPE_CHECKING:
     from django_strait.resilience.budgets import LedgerDay

@@ -24,7 +24,7 @@ from django_strait.admin.unreadable import ReadsRowsAside, problems_of, say_prob
 from django_strait.models import BudgetLedger, Project
 from django_strait.models.budget import COST_FIELD
 from django_strait.resilience.budgets import today
-from django_strait.rows import read, readable_instants
+from django_strait.storage.rows import read, readable_instants
 
 #: How many days of ledger a project's page shows.
 HISTORY_DAYS = 14

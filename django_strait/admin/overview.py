@@ -30,7 +30,7 @@ from django_strait.conf import strait_settings
 from django_strait.duties.registry import alive_since
 from django_strait.metrics.database import QueueGauge, dead_letters_by_job, queue_gauges
 from django_strait.models import EndpointHealth, Job, Project, RunRollup, WorkerProcess
-from django_strait.rows import read, readable_instants
+from django_strait.storage.rows import read, readable_instants
 
 #: At most this many endpoints (the least healthy first) and projects are shown.
 MOST_SHOWN = 20

@@ -35,10 +35,10 @@ from django_strait.models import (
     WorkflowRun,
     WorkflowRunStatus,
 )
-from django_strait.rows import readable_instants
-from django_strait.states import IN_FLIGHT, RunStatus
+from django_strait.rules.states import IN_FLIGHT, RunStatus
 from django_strait.storage import backend
 from django_strait.storage import webhooks as outbox
+from django_strait.storage.rows import readable_instants
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 S = RunStatus
 

@@ -36,7 +36,7 @@ from django_strait.conf import strait_settings
 from django_strait.ojs import batch, errors, events, inputs, schedules, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
-from django_strait.rows import read
+from django_strait.storage.rows import read
 
 SPEC_VERSION = "1.0"
 #: The level of the suite this server passes (docs/ojs.md): core, reliable, scheduled.

@@ -17,8 +17,6 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from django_strait import bounds
-from django_strait.callables import NAME_MAX_LENGTH
 from django_strait.retry import formats, functions
 from django_strait.retry.delays import (
     STRATEGIES,
@@ -29,6 +27,8 @@ from django_strait.retry.delays import (
 )
 from django_strait.retry.durations import DURATION_SYNTAX, parse_duration
 from django_strait.retry.errors import PolicyError
+from django_strait.rules import bounds
+from django_strait.rules.callables import NAME_MAX_LENGTH
 
 __all__ = [
     "BUILTIN",

@@ -10,7 +10,7 @@ record, put back, heartbeat) in :mod:`.worker`; the reaper's rescue in
 call these; nothing else writes ``status``.
 """
 
-from django_strait.states import InvalidTransition
+from django_strait.rules.states import InvalidTransition
 from django_strait.transitions import external
 from django_strait.transitions.people import cancel, cancel_now, discard, replay, replay_many
 from django_strait.transitions.reaper import rescue_batch, rescue_stale

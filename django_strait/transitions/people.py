@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from django_strait import signals
 from django_strait.models import JobRun
+from django_strait.services.triggering import check_payload
 from django_strait.storage import Storage, backend
 from django_strait.transitions.workflows import moving_steps
-from django_strait.triggering import check_payload
 
 logger = logging.getLogger(__name__)
 

@@ -19,12 +19,13 @@ from collections.abc import Collection, Sequence
 
 from django.db import transaction
 
-from django_strait import decisions, signals
+from django_strait import signals
 from django_strait.models import Job
-from django_strait.rows import read
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
 from django_strait.storage import Rescued, Stale, Storage, backend
+from django_strait.storage.rows import read
 from django_strait.storage.values import Advanced, Rescue
+from django_strait.transitions import decisions
 from django_strait.transitions.workflows import announce as announce_workflows
 
 logger = logging.getLogger(__name__)

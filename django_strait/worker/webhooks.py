@@ -34,18 +34,18 @@ from django.utils import timezone
 
 from django_strait import signals
 from django_strait.conf import strait_settings
-from django_strait.decisions import after_delivery, trim
+from django_strait.dispatch import events
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.results import EXCERPT_CHARS
 from django_strait.models import DeliveryStatus
-from django_strait.outcome import Outcome, failure
 from django_strait.resilience import health as endpoint_health
-from django_strait.resilience.breaker import Attempted, Candidate, CircuitBreaker
 from django_strait.retry import PolicyError
-from django_strait.states import Transition
+from django_strait.rules.outcome import Outcome, failure
+from django_strait.rules.states import Transition
+from django_strait.services.breaker import Attempted, Candidate, CircuitBreaker
 from django_strait.storage import Storage
 from django_strait.storage import webhooks as outbox
-from django_strait.webhooks import events
+from django_strait.transitions.decisions import after_delivery, trim
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from django_strait.models import (
     Project,
     WorkerProcess,
 )
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
 from django_strait.storage import Record, Recorded
 from tests.integration.factories import make_job, make_run
 

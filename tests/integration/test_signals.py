@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from django_strait import signals, transitions, trigger, trigger_many
 from django_strait.models import JobRun
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
 from tests.integration.factories import make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)

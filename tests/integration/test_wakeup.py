@@ -12,7 +12,7 @@ from django.db import connection
 
 from django_strait import transitions, trigger
 from django_strait.models import JobRun
-from django_strait.wakeup import CHANNEL
+from django_strait.storage.wakeup import CHANNEL
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 

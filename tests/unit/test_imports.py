@@ -162,7 +162,7 @@ def test_layers__models_import_no_service():
 
 # -- where the decision lives (docs/architecture.md) --------------------------------------
 
-DECISIONS = f"{ROOT}.decisions"
+DECISIONS = f"{ROOT}.transitions.decisions"
 #: What resolves or decides: only the decision home (and the retry package's own
 #: ``resolve``, which it wraps) may call these on a run's behalf.
 DECIDING_NAMES = {"decide", "run_policy", "resolve"}

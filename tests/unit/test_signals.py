@@ -9,7 +9,7 @@ import pytest
 
 from django_strait import signals
 from django_strait.models import Job, JobRun
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
 from django_strait.storage import Claimed, Record, Recorded
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)

@@ -32,14 +32,14 @@ from django_strait.resilience.policy import (
     Change,
     Circuit,
 )
-from django_strait.rows import LATEST, SetAside, check_finite, read
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 from django_strait.storage.circuit_rows import (
     as_circuit,
     readable_or_fresh,
     save_circuit,
 )
 from django_strait.storage.parts import settle_ledgers, settle_runs
+from django_strait.storage.rows import LATEST, SetAside, check_finite, read
 
 _ACTIVE = (RunStatus.DEQUEUED, RunStatus.EXECUTING)
 

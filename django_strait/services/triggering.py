@@ -11,7 +11,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_strait import bounds, registry, signals, syncing
+from django_strait import signals
 from django_strait.conf import strait_settings
 from django_strait.models import Job, JobRun
 from django_strait.retry import (
@@ -21,6 +21,8 @@ from django_strait.retry import (
     resolve,
     validate_partial,
 )
+from django_strait.rules import bounds
+from django_strait.services import registry, syncing
 from django_strait.storage import backend
 
 logger = logging.getLogger(__name__)
