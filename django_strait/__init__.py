@@ -48,7 +48,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "job": "django_strait.services.decorators",
     "handler": "django_strait.rules.handlers",
-    "retry_function": "django_strait.retry.functions",
+    "retry_function": "django_strait.rules.retry.functions",
     "trigger": "django_strait.services.triggering",
     "trigger_many": "django_strait.services.triggering",
     "replay": "django_strait.transitions",
@@ -59,7 +59,7 @@ _LAZY = {
     "cancel_workflow_run": "django_strait.workflows",
     # The errors a caller of the functions above can catch.
     "TriggerError": "django_strait.services.triggering",
-    "PolicyError": "django_strait.retry.errors",
+    "PolicyError": "django_strait.rules.retry.errors",
     "InvalidTransition": "django_strait.rules.states",
     "ScheduleError": "django_strait.rules.cron",
     "SettingError": "django_strait.conf",

@@ -26,17 +26,6 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_strait import __version__
-from django_strait.retry import (
-    BUILTIN,
-    FIELDS,
-    PolicyError,
-    RetryPolicy,
-    check_registered,
-    collect_errors,
-    merge,
-    validate_field,
-    validate_partial,
-)
 from django_strait.rules.conf_values import (  # the keys' checks and parsers
     OJS_CONTENT_TYPES,
     PREPARABLE,
@@ -67,6 +56,17 @@ from django_strait.rules.conf_values import (  # the keys' checks and parsers
     _user_agent,
 )
 from django_strait.rules.presets import DEFAULT_PRESETS, Chain, parse_chain
+from django_strait.rules.retry import (
+    BUILTIN,
+    FIELDS,
+    PolicyError,
+    RetryPolicy,
+    check_registered,
+    collect_errors,
+    merge,
+    validate_field,
+    validate_partial,
+)
 
 ENV_PREFIX = "STRAIT_"
 _env = environ.Env()

@@ -40,8 +40,8 @@ from django_strait.rules.presets import OOM_OUTCOME
 from django_strait.rules.states import RunStatus
 
 if TYPE_CHECKING:
-    from django_strait.resilience.budgets import LedgerDay
-    from django_strait.resilience.policy import Change
+    from django_strait.rules.resilience.budgets import LedgerDay
+    from django_strait.rules.resilience.policy import Change
     from django_strait.storage.values import Change as WorkflowChange
     from django_strait.storage.values import Claimed, Record, Recorded, Rescued
     from django_strait.worker.webhooks import Sent

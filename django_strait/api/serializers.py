@@ -25,7 +25,7 @@ from django_strait.models import (
     WorkflowRun,
     WorkflowStepRun,
 )
-from django_strait.retry import MAX_DURATION
+from django_strait.rules.retry import MAX_DURATION
 from django_strait.services import registry
 from django_strait.services.triggering import TriggerError
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_strait.dispatch.results import trim
-from django_strait.retry.durations import parse_duration
 from django_strait.rules.actions import DeadLetter, Discard, Error, Fail, Retry, StraitAction
 from django_strait.rules.outcome import Action, Outcome, action, failure, success
+from django_strait.rules.retry.durations import parse_duration
 
 __all__ = ["RunContext", "accepts_context", "call_sync", "is_async", "run_python", "settle"]
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from django_strait import signals
-from django_strait.resilience import health as endpoint_health
-from django_strait.resilience.policy import (
+from django_strait.rules.resilience import health as endpoint_health
+from django_strait.rules.resilience.policy import (
     PROBE_MARGIN,
     Admission,
     Circuit,

@@ -15,7 +15,6 @@ from typing import Any
 
 from django.utils.text import slugify
 
-from django_strait.retry import JOB_COLUMNS, PolicyError, validate_partial
 from django_strait.rules.callables import dotted_path
 from django_strait.rules.cron import (
     MissedTicks,
@@ -26,6 +25,7 @@ from django_strait.rules.cron import (
 )
 from django_strait.rules.execution import Execution
 from django_strait.rules.presets import NAME_MAX_LENGTH
+from django_strait.rules.retry import JOB_COLUMNS, PolicyError, validate_partial
 
 #: Job name -> what declared it (a ``decorators.Handler``: its ``spec`` and function).
 _registry: dict[str, Any] = {}

@@ -17,7 +17,7 @@ from typing import Any
 
 from django_strait.conf import strait_settings
 from django_strait.models import Job
-from django_strait.retry import check_registered
+from django_strait.rules.retry import check_registered
 from django_strait.services import registry
 from django_strait.services.registry import JobSpec
 

@@ -14,14 +14,14 @@ from django.utils import timezone
 from django_strait import signals
 from django_strait.conf import strait_settings
 from django_strait.models import Job, JobRun
-from django_strait.retry import (
+from django_strait.rules import bounds
+from django_strait.rules.retry import (
     PolicyError,
     check_registered,
     parse_duration,
     resolve,
     validate_partial,
 )
-from django_strait.rules import bounds
 from django_strait.services import registry, syncing
 from django_strait.storage import backend
 

@@ -37,9 +37,9 @@ from django_strait.models import (
     JobRun,
     RunAttempt,
 )
-from django_strait.resilience import budgets, health
-from django_strait.resilience.policy import Change, Circuit, Result
 from django_strait.rules.presets import RECOMMENDATION_TTL_SECS, Chain
+from django_strait.rules.resilience import budgets, health
+from django_strait.rules.resilience.policy import Change, Circuit, Result
 from django_strait.rules.states import TERMINAL
 from django_strait.storage import circuit_rows, webhooks, workflows
 from django_strait.storage.rows import read

@@ -21,8 +21,8 @@ from django.core import checks
 from django.db import connections
 
 from django_strait.models import JobRun
-from django_strait.retry import PolicyError
 from django_strait.rules.handlers import handlers
+from django_strait.rules.retry import PolicyError
 from django_strait.services import registry
 from django_strait.services.registry import JobSpec
 from django_strait.services.triggering import TriggerError, trigger

@@ -27,10 +27,16 @@ from typing import Any
 
 from django_strait.conf import strait_settings
 from django_strait.dispatch.failover import fails_over_at_once
-from django_strait.retry import PolicyError, RetryPolicy, is_non_retryable, resolve, retry_delay_for
 from django_strait.rules.bounds import ERROR_MAX_CHARS, trim
 from django_strait.rules.outcome import LOST_ERROR_TYPE, Action, Kind, Outcome, failure
 from django_strait.rules.presets import Chain
+from django_strait.rules.retry import (
+    PolicyError,
+    RetryPolicy,
+    is_non_retryable,
+    resolve,
+    retry_delay_for,
+)
 from django_strait.rules.states import Transition
 
 __all__ = [

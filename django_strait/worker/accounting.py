@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from django_strait.conf import strait_settings
 from django_strait.models import AttemptOutcome
-from django_strait.resilience import health as endpoint_health
+from django_strait.rules.resilience import health as endpoint_health
 from django_strait.services.breaker import Attempted, CircuitBreaker
 from django_strait.storage import Record, RecordBatch, Recorded
 from django_strait.worker.catalog import Catalog

@@ -23,8 +23,8 @@ from typing import Any
 from django_strait.dispatch.failover import endpoints_of
 from django_strait.models import Job
 from django_strait.models.job import definition_problems
-from django_strait.retry import BUILTIN, RetryPolicy
 from django_strait.rules.handlers import find_handler, handlers
+from django_strait.rules.retry import BUILTIN, RetryPolicy
 from django_strait.storage.rows import read
 from django_strait.transitions.decisions import run_policy
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from django_strait.conf import strait_settings
 from django_strait.dispatch import failover
-from django_strait.resilience import budgets, limits
+from django_strait.rules.resilience import budgets, limits
 from django_strait.services.breaker import Candidate, CircuitBreaker
 from django_strait.storage import Claimed, Hold, Storage
 from django_strait.transitions.decisions import trim

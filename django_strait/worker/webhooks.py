@@ -38,9 +38,9 @@ from django_strait.dispatch import events
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.results import EXCERPT_CHARS
 from django_strait.models import DeliveryStatus
-from django_strait.resilience import health as endpoint_health
-from django_strait.retry import PolicyError
 from django_strait.rules.outcome import Outcome, failure
+from django_strait.rules.resilience import health as endpoint_health
+from django_strait.rules.retry import PolicyError
 from django_strait.rules.states import Transition
 from django_strait.services.breaker import Attempted, Candidate, CircuitBreaker
 from django_strait.storage import Storage

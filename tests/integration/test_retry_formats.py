@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from django_strait.conf import strait_settings
 from django_strait.models import JobRun
-from django_strait.retry import resolve
+from django_strait.rules.retry import resolve
 from django_strait.services import registry
 from django_strait.services.triggering import TriggerError, trigger
 from tests.integration.factories import make_job

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from django_strait.conf import strait_settings
-from django_strait.retry import BUILTIN, JOB_COLUMNS, merge
 from django_strait.rules.outcome import Action, action, failure, success
+from django_strait.rules.retry import BUILTIN, JOB_COLUMNS, merge
 from django_strait.rules.states import Transition
 from django_strait.transitions.decisions import (
     FALLBACK_RETRY_SECONDS,

@@ -23,9 +23,9 @@ from django_strait.models import (
     JobRateAdmission,
     JobRun,
 )
-from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import Health, HealthLevel, concurrency_share
-from django_strait.resilience.policy import (
+from django_strait.rules.resilience import budgets, limits
+from django_strait.rules.resilience.health import Health, HealthLevel, concurrency_share
+from django_strait.rules.resilience.policy import (
     CLOSED,
     HALF_OPEN,
     OPEN,

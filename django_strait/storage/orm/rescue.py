@@ -24,9 +24,9 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast, Coalesce
 
 from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt
-from django_strait.resilience.budgets import Spend
 from django_strait.rules.bounds import trim
 from django_strait.rules.outcome import LOST_ERROR_TYPE
+from django_strait.rules.resilience.budgets import Spend
 from django_strait.rules.states import IN_FLIGHT, RunStatus, Transition
 from django_strait.storage import webhooks
 from django_strait.storage.orm.protection import settle_budgets
