@@ -13,8 +13,9 @@ from typing import Any
 from django.utils import timezone
 
 from django_strait import signals
+from django_strait.conf import strait_settings
 from django_strait.models import JobRun
-from django_strait.services.triggering import check_payload
+from django_strait.rules.payloads import check_payload
 from django_strait.storage import Storage, backend
 from django_strait.transitions.workflows import moving_steps
 
@@ -33,7 +34,7 @@ def replay(
     """
     storage = storage or backend()
     if payload is not ...:
-        payload = check_payload(payload)
+        payload = check_payload(payload, limit=strait_settings.TRIGGER_MAX_PAYLOAD_BYTES)
     with moving_steps(storage) as moved:
         run = storage.replay(run_id, by=by, now=timezone.now(), payload=payload)
         moved.append(run_id)
