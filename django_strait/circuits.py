@@ -9,21 +9,21 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from django_strait import signals
 from django_strait.storage import backend
+from django_strait.transitions import sending
 
 
 def reset_circuit(url: str) -> bool:
     """Close ``url``'s circuit and forget its failures; True if it was not already so."""
     changed, changes = backend().reset_circuits(url, now=timezone.now())
-    signals.announce_circuit_changes(changes)
+    sending.announce_circuit_changes(changes)
     return changed > 0
 
 
 def reset_all() -> int:
     """Close every circuit and forget every failure count; return how many changed."""
     changed, changes = backend().reset_circuits(None, now=timezone.now())
-    signals.announce_circuit_changes(changes)
+    sending.announce_circuit_changes(changes)
     return changed
 
 

@@ -10,7 +10,6 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_strait import signals
 from django_strait.conf import strait_settings
 from django_strait.models import Job, JobRun
 from django_strait.rules import bounds, payloads
@@ -24,6 +23,7 @@ from django_strait.rules.retry import (
 )
 from django_strait.services import registry, syncing
 from django_strait.storage import backend
+from django_strait.transitions import sending
 
 logger = logging.getLogger(__name__)
 
@@ -84,13 +84,13 @@ def trigger(
             queue=None if queue is None else _check_queue(queue),
         )  # fmt: skip
         if run is not None:
-            signals.send_enqueued(name, [run], using=storage.alias)
+            sending.send_enqueued(name, [run], using=storage.alias)
             if AFTER_TRIGGER:
                 after_trigger([run])
             return run
     opts = _options(name, delay, run_at, priority, queue, max_attempts, retry)
     run = storage.insert_one(opts.new_run(check_payload(payload), key))
-    signals.send_enqueued(opts.job.name, [run], using=storage.alias)
+    sending.send_enqueued(opts.job.name, [run], using=storage.alias)
     if AFTER_TRIGGER:
         after_trigger([run])
     return run
@@ -134,7 +134,7 @@ def trigger_external(
     storage = backend()
     run = storage.insert_one(run)
     if not run.idempotency_hit:
-        signals.send_enqueued(opts.job.name, [run], using=storage.alias)
+        sending.send_enqueued(opts.job.name, [run], using=storage.alias)
     return run
 
 
@@ -171,7 +171,7 @@ def trigger_many(
     if keys is None:
         for run in runs:
             run.idempotency_hit = False
-        signals.send_enqueued(opts.job.name, runs, using=storage.alias)
+        sending.send_enqueued(opts.job.name, runs, using=storage.alias)
         if AFTER_TRIGGER:
             after_trigger(runs)
         return runs
@@ -183,7 +183,7 @@ def trigger_many(
     for run in by_key.values():
         run.idempotency_hit = run.pk not in created
     made = [r for r in by_key.values() if r.pk in created]
-    signals.send_enqueued(opts.job.name, made, using=storage.alias)
+    sending.send_enqueued(opts.job.name, made, using=storage.alias)
     ordered = [by_key[k] for k in keys]
     if AFTER_TRIGGER:
         after_trigger(ordered)

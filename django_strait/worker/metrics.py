@@ -18,7 +18,7 @@ from django_strait.signals import workflow_completed, workflow_failed
 
 if TYPE_CHECKING:
     from django_strait.storage.values import Record, Recorded
-    from django_strait.worker.webhooks import Sent
+    from django_strait.transitions.sending import Sent
 
 logger = logging.getLogger(__name__)
 
