@@ -366,9 +366,9 @@ def statements(batches: int, batch: int, prepare: bool) -> dict:
 
     from django_strait import trigger_many
     from django_strait.conf import strait_settings
-    from django_strait.sql import keep_plans
-    from django_strait.states import Transition
+    from django_strait.rules.states import Transition
     from django_strait.storage import Record, RecordBatch, backend
+    from django_strait.storage.sql import keep_plans
     from django_strait.transitions import claim_and_start
 
     clear()

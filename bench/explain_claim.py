@@ -38,8 +38,8 @@ def explaining_backend(alias: str, plans: dict[str, str], name: str):
     """A PostgreSQL backend whose next statement is run under EXPLAIN and kept in ``plans``."""
     from django.db import connections
 
-    from django_strait.sql import server_bound_cursor
     from django_strait.storage import PostgresStorage
+    from django_strait.storage.sql import server_bound_cursor
 
     class Explaining(PostgresStorage):
         def _execute(self, sql, params, **options):
@@ -67,7 +67,7 @@ def work(storage, n: int, floors) -> None:
     """Claim, start and record ``n`` runs ten at a time, as a worker does."""
     from django.utils import timezone
 
-    from django_strait.states import Transition
+    from django_strait.rules.states import Transition
     from django_strait.storage import Record, RecordBatch
     from django_strait.transitions import claim_and_start, record
 
@@ -90,7 +90,7 @@ def explain_all(storage, floors) -> dict[str, str]:
     from django.db import transaction
     from django.utils import timezone
 
-    from django_strait.states import Transition
+    from django_strait.rules.states import Transition
     from django_strait.storage import Record, RecordBatch
 
     plans: dict[str, str] = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_strait.actions import DeadLetter, Discard, Error, Fail, Retry
+from django_strait.rules.actions import DeadLetter, Discard, Error, Fail, Retry
 
 __all__ = [
     "DeadLetter",
@@ -46,11 +46,11 @@ __all__ = [
 __version__ = "0.1.0"
 
 _LAZY = {
-    "job": "django_strait.decorators",
-    "handler": "django_strait.handlers",
-    "retry_function": "django_strait.retry.functions",
-    "trigger": "django_strait.triggering",
-    "trigger_many": "django_strait.triggering",
+    "job": "django_strait.services.decorators",
+    "handler": "django_strait.rules.handlers",
+    "retry_function": "django_strait.rules.retry.functions",
+    "trigger": "django_strait.services.triggering",
+    "trigger_many": "django_strait.services.triggering",
     "replay": "django_strait.transitions",
     "cancel": "django_strait.transitions",
     "discard": "django_strait.transitions",
@@ -58,10 +58,10 @@ _LAZY = {
     "trigger_workflow": "django_strait.workflows",
     "cancel_workflow_run": "django_strait.workflows",
     # The errors a caller of the functions above can catch.
-    "TriggerError": "django_strait.triggering",
-    "PolicyError": "django_strait.retry.errors",
-    "InvalidTransition": "django_strait.states",
-    "ScheduleError": "django_strait.cron",
+    "TriggerError": "django_strait.services.triggering",
+    "PolicyError": "django_strait.rules.retry.errors",
+    "InvalidTransition": "django_strait.rules.states",
+    "ScheduleError": "django_strait.rules.cron",
     "SettingError": "django_strait.conf",
     "UnknownSettingError": "django_strait.conf",
     "WorkflowError": "django_strait.workflows",

@@ -14,7 +14,8 @@ class StraitConfig(AppConfig):
         from django.utils.module_loading import autodiscover_modules
 
         # Imported for what they register: the system checks, the model signal receivers.
-        from django_strait import checks, receivers  # noqa: F401
+        from django_strait import checks  # noqa: F401
+        from django_strait.services import receivers  # noqa: F401
         from django_strait.storage import checks as storage_checks  # noqa: F401
 
         # Like admin.py for the admin: every installed app's jobs.py is imported, so

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from django_strait import signals
 from django_strait.database import control_alias
 from django_strait.storage import backend as _backend
+from django_strait.transitions import sending
 
 
 def backend():
@@ -23,14 +23,14 @@ def backend():
 def reset_circuit(url: str) -> bool:
     """Close ``url``'s circuit and forget its failures; True if it was not already so."""
     changed, changes = backend().reset_circuits(url, now=timezone.now())
-    signals.announce_circuit_changes(changes)
+    sending.announce_circuit_changes(changes)
     return changed > 0
 
 
 def reset_all() -> int:
     """Close every circuit and forget every failure count; return how many changed."""
     changed, changes = backend().reset_circuits(None, now=timezone.now())
-    signals.announce_circuit_changes(changes)
+    sending.announce_circuit_changes(changes)
     return changed
 
 

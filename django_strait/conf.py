@@ -25,8 +25,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_strait import __version__, conf_placement
-from django_strait.conf_values import (  # the keys' checks and parsers
+from django_strait import __version__
+from django_strait.rules import conf_placement
+from django_strait.rules.conf_values import (  # the keys' checks and parsers
     OJS_CONTENT_TYPES,
     PREPARABLE,
     _alias,
@@ -57,8 +58,8 @@ from django_strait.conf_values import (  # the keys' checks and parsers
     _text,
     _user_agent,
 )
-from django_strait.presets import DEFAULT_PRESETS, Chain, parse_chain
-from django_strait.retry import (
+from django_strait.rules.presets import DEFAULT_PRESETS, Chain, parse_chain
+from django_strait.rules.retry import (
     BUILTIN,
     FIELDS,
     PolicyError,

@@ -89,7 +89,7 @@ class LocalServer:
 @pytest.fixture(autouse=True)
 def forget_unreadable_rows() -> None:
     """Each test starts with no memory of rows set aside (ids repeat from test to test)."""
-    from django_strait import rows
+    from django_strait.storage import rows
 
     rows.forget()
 

@@ -15,7 +15,7 @@ from django.db.models import Count, QuerySet
 
 from django_strait import transitions
 from django_strait.models import JobRun
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
 
 #: The name people know each transition by (``DROP`` is the admin's "discard").
 VERBS: Mapping[Transition, tuple[str, str]] = {

@@ -23,8 +23,8 @@ from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.unreadable import ReadsRowsAside, problems_of, say_problems
 from django_strait.models import BudgetLedger, Project
 from django_strait.models.budget import COST_FIELD
-from django_strait.resilience.budgets import today
-from django_strait.rows import read, readable_instants
+from django_strait.rules.resilience.budgets import today
+from django_strait.storage.rows import read, readable_instants
 
 #: How many days of ledger a project's page shows.
 HISTORY_DAYS = 14

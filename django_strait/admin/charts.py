@@ -14,7 +14,7 @@ from decimal import Decimal
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 #: Colours by the status an attempt moved its run to (greens good, reds bad).
 STATUS_COLOURS: Mapping[str, str] = {

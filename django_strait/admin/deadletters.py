@@ -21,7 +21,7 @@ from django_strait.admin.filters import ByNameOfListedFilter, ErrorTypeFilter, Q
 from django_strait.admin.inputs import row_id
 from django_strait.admin.runs import JobRunAdmin
 from django_strait.models import DeadLetter, Job, JobRun
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 #: How many (job, error type) groups the summary above the list shows.
 SUMMARY_GROUPS = 20

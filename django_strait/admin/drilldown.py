@@ -26,7 +26,7 @@ from django_strait.admin import charts, display, endpoints, series
 from django_strait.admin.charts import Series
 from django_strait.admin.overview import percentile_series
 from django_strait.models import EndpointCircuit, EndpointHealth, HealthSample, Job
-from django_strait.rows import read, readable_instants
+from django_strait.storage.rows import read, readable_instants
 
 SUCCESS_COLOUR, RATIO_COLOUR, HEALTH_COLOUR = "#2e7d32", "#6a1b9a", "#447e9b"
 

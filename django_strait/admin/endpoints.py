@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from django_strait.admin import charts, display
 from django_strait.models import CircuitState, EndpointCircuit, EndpointHealth, HealthSample
 from django_strait.models.health import health_subqueries
-from django_strait.rows import readable_instants
+from django_strait.storage.rows import readable_instants
 
 #: How far back a sparkline looks (the sampler writes one score a minute).
 SPARKLINE_WINDOW = dt.timedelta(minutes=60)

@@ -15,7 +15,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
 
 from django_strait.models import Job
-from django_strait.replaying import SelectionError, error_type_condition
+from django_strait.services.replaying import SelectionError, error_type_condition
 
 #: How many of the newest runs the offered choices are read from.
 SAMPLE_SIZE = 2000

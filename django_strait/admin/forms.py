@@ -8,7 +8,7 @@ from django import forms
 
 from django_strait.admin.inputs import BoundedJSONField, read_json
 from django_strait.models import Execution, Job
-from django_strait.triggering import TriggerError
+from django_strait.services.triggering import TriggerError
 
 #: What the admin shows in place of a stored header value; posted back, it keeps the value.
 MASK = "••••••"

@@ -3,7 +3,7 @@
 Every model admin of django-strait has :class:`GuardedInput` first among its
 bases. It gives each ``JSONField`` of a model the :class:`BoundedJSONField`,
 which reads the text as every surface reads outside JSON
-(:func:`django_strait.json_text.loads`: at most 64 levels deep, no lone
+(:func:`django_strait.rules.json_text.loads`: at most 64 levels deep, no lone
 surrogate, no NUL, numbers in a float's range) and shows a refusal on the field;
 an empty box is the model field's default (``[]``, ``{}``), or ``None`` where
 the column allows it. Every page of the admin (its lists, forms and own views)
@@ -32,7 +32,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadReque
 from django.urls import URLPattern
 from django.utils.dateparse import parse_datetime
 
-from django_strait.json_text import JSONRefused, loads
+from django_strait.rules.json_text import JSONRefused, loads
 
 NUL = "\x00"
 

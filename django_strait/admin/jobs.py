@@ -22,7 +22,6 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from django_strait import registry
 from django_strait.admin import display, endpoints
 from django_strait.admin.drilldown import endpoint_stats_view, job_stats_view
 from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
@@ -31,9 +30,10 @@ from django_strait.admin.overview import overview_view
 from django_strait.admin.unreadable import ReadsRowsAside, SetsAside, say_problems
 from django_strait.database import alias
 from django_strait.models import Job, JobPresetRecommendation, JobRun, RunRollup
-from django_strait.rows import read, readable_instants
-from django_strait.states import TERMINAL, RunStatus
-from django_strait.triggering import TriggerError, trigger
+from django_strait.rules.states import TERMINAL, RunStatus
+from django_strait.services import registry
+from django_strait.services.triggering import TriggerError, trigger
+from django_strait.storage.rows import read, readable_instants
 
 #: How far back a job's success rate and last outcome look (rollups, not runs).
 STATS_WINDOW = dt.timedelta(hours=24)

@@ -29,9 +29,10 @@ from django_strait.admin.budgets import budget_day, projects_today
 from django_strait.admin.charts import STATUS_COLOURS, BudgetDay, Column, Series
 from django_strait.conf import strait_settings
 from django_strait.duties.registry import alive_since
-from django_strait.metrics.database import QueueGauge, dead_letters_by_job, queue_gauges
+from django_strait.metrics.database import dead_letters_by_job
 from django_strait.models import EndpointHealth, Job, Project, RunRollup, WorkerProcess
-from django_strait.rows import read, readable_instants
+from django_strait.storage.gauges import QueueGauge, queue_gauges
+from django_strait.storage.rows import read, readable_instants
 
 #: At most this many endpoints (the least healthy first) and projects are shown.
 MOST_SHOWN = 20

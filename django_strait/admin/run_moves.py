@@ -24,8 +24,8 @@ from django_strait import transitions
 from django_strait.admin import actions
 from django_strait.admin.forms import ReplayPayloadForm
 from django_strait.models import JobRun
-from django_strait.states import Transition
-from django_strait.triggering import TriggerError
+from django_strait.rules.states import Transition
+from django_strait.services.triggering import TriggerError
 
 
 @dataclass(frozen=True, slots=True)

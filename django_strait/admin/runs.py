@@ -24,8 +24,8 @@ from django_strait.admin.run_moves import RunMoves, pretty_text
 from django_strait.admin.unreadable import ReadsRowsAside, SetsAside, unshown
 from django_strait.admin.webhooks import WebhookDeliveryInline
 from django_strait.models import Job, JobRun, RunAttempt, RunHold, WorkflowStepRun
-from django_strait.rows import read
 from django_strait.storage import backend
+from django_strait.storage.rows import read
 
 
 class RunAttemptInline(HistoryInline):

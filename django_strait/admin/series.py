@@ -20,8 +20,8 @@ from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from django_strait.models import QueueSample, RunAttempt, RunRollup
-from django_strait.rows import readable_instants
-from django_strait.states import TERMINAL, RunStatus
+from django_strait.rules.states import TERMINAL, RunStatus
+from django_strait.storage.rows import readable_instants
 
 #: The window every series covers, one point a minute.
 WINDOW = dt.timedelta(hours=1)

@@ -1,7 +1,7 @@
 """Rows the admin cannot read whole: lists show them, their pages say which field, and a
 person can fix or delete them.
 
-Every Strait model admin reads its rows through :func:`django_strait.rows.read`: a
+Every Strait model admin reads its rows through :func:`django_strait.storage.rows.read`: a
 list page shows a row that cannot be read (a timestamp of 'infinity', JSON nested
 5,000 deep, a NaN, text that is not a choice) as its id, linked to its page, and
 what cannot be read (``{% strait_result_list %}``); its page shows the row with the
@@ -21,7 +21,7 @@ from django.db.models import NOT_PROVIDED, DateTimeField, Model, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from django_strait.rows import Unreadable, read
+from django_strait.storage.rows import Unreadable, read
 
 
 def problems_of(row: Any) -> list[Unreadable]:
@@ -140,7 +140,7 @@ class ReadsInlineRowsAside:
 
 
 class SetsAsideFormSet:
-    """A model formset over rows read by :func:`django_strait.rows.read`."""
+    """A model formset over rows read by :func:`django_strait.storage.rows.read`."""
 
     def get_queryset(self) -> Any:
         if not hasattr(self, "_strait_rows"):

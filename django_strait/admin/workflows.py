@@ -40,8 +40,8 @@ from django_strait.models import (
     WorkflowStep,
     WorkflowStepRun,
 )
-from django_strait.rows import read
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
+from django_strait.storage.rows import read
 from django_strait.workflows import cancel_workflow_run
 
 RUN_COLOURS: Mapping[str, str] = {

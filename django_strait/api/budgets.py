@@ -19,8 +19,8 @@ from django_strait.api.pagination import Keyset, one, page_serializer, paginate,
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import BudgetHistorySerializer, BudgetSerializer
 from django_strait.models import BudgetLedger, Project
-from django_strait.resilience.budgets import today
-from django_strait.rows import SetAside, Unreadable, problem_of, read
+from django_strait.rules.resilience.budgets import today
+from django_strait.storage.rows import SetAside, Unreadable, problem_of, read
 
 # As circuits: whoever may read the jobs may read what their projects spent.
 READ = Rule("jobs:read", "django_strait.view_project")

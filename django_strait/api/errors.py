@@ -14,8 +14,8 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
+from django_strait.services.triggering import TriggerError
 from django_strait.transitions import InvalidTransition
-from django_strait.triggering import TriggerError
 
 
 class UnknownJob(exceptions.NotFound):

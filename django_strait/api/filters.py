@@ -9,8 +9,8 @@ from django.db.models import Q
 from django_strait.api.errors import InvalidField
 from django_strait.api.inputs import instant
 from django_strait.models import Job
-from django_strait.replaying import SelectionError, error_type_condition
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
+from django_strait.services.replaying import SelectionError, error_type_condition
 
 #: Query parameters a run list understands (besides ``cursor`` and ``limit``).
 RUN_FILTERS = ("status", "job", "queue", "error_type", "created_after", "created_before")

@@ -33,7 +33,7 @@ from django_strait.api.serializers import (
 from django_strait.api.throttles import ClientThrottle, TriggerThrottle
 from django_strait.conf import strait_settings
 from django_strait.models import Job, JobRun
-from django_strait.triggering import TriggerError, trigger, trigger_many
+from django_strait.services.triggering import TriggerError, trigger, trigger_many
 
 logger = logging.getLogger(__name__)
 

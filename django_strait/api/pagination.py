@@ -19,8 +19,8 @@ from rest_framework.utils.urls import replace_query_param
 
 from django_strait.api.errors import InvalidField
 from django_strait.api.inputs import integer
-from django_strait.json_text import loads
-from django_strait.rows import Unreadable, problem_of, read
+from django_strait.rules.json_text import loads
+from django_strait.storage.rows import Unreadable, problem_of, read
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500

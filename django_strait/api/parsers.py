@@ -1,6 +1,6 @@
 """JSON bodies: at most ``STRAIT["API_MAX_PAYLOAD_BYTES"]`` (else 413), and only JSON the API can hold.
 
-Past the size, a body is read by :func:`django_strait.json_text.loads`: refused
+Past the size, a body is read by :func:`django_strait.rules.json_text.loads`: refused
 (400, naming the top-level field at fault) when it nests too deep, holds a lone
 surrogate or the NUL character, or a number past a 64-bit float's range. Cursors
 are read the same way.
@@ -17,7 +17,7 @@ from rest_framework.request import Request
 
 from django_strait.api.errors import InvalidField, PayloadTooLarge
 from django_strait.conf import strait_settings
-from django_strait.json_text import JSONRefused, loads
+from django_strait.rules.json_text import JSONRefused, loads
 
 
 def too_large(size: int) -> PayloadTooLarge:

@@ -19,8 +19,8 @@ from django_strait.api.pagination import Keyset, page_serializer, paginate, show
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import ReplaySerializer, RunSerializer, RunSummarySerializer
 from django_strait.models import JobRun, RunAttempt
-from django_strait.states import RunStatus
-from django_strait.triggering import TriggerError
+from django_strait.rules.states import RunStatus
+from django_strait.services.triggering import TriggerError
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ SETTINGS = {
         "HealthLevelEnum": "django_strait.models.health.HealthLevel",
         "CircuitStateEnum": "django_strait.models.circuit.CircuitState",
         # Runs keep the name they had before workflows brought two more statuses.
-        "StatusEnum": "django_strait.states.RunStatus",
+        "StatusEnum": "django_strait.rules.states.RunStatus",
         "WorkflowRunStatusEnum": "django_strait.models.workflow.WorkflowRunStatus",
         "StepRunStatusEnum": "django_strait.models.workflow.StepRunStatus",
     },

@@ -11,7 +11,6 @@ from django.core.exceptions import ValidationError as ModelValidationError
 from django.utils import timezone
 from rest_framework import serializers
 
-from django_strait import registry
 from django_strait.api.inputs import DATETIME_SYNTAX, instant_or_none, shown
 from django_strait.models import (
     CircuitState,
@@ -26,8 +25,9 @@ from django_strait.models import (
     WorkflowRun,
     WorkflowStepRun,
 )
-from django_strait.retry import MAX_DURATION
-from django_strait.triggering import TriggerError
+from django_strait.rules.retry import MAX_DURATION
+from django_strait.services import registry
+from django_strait.services.triggering import TriggerError
 
 #: Keys a trigger body may hold; each but ``payload`` is a keyword of ``trigger()``.
 TRIGGER_KEYS = (

@@ -14,7 +14,7 @@ from django_strait.api.pagination import shown
 from django_strait.api.schema import documented, errors
 from django_strait.api.serializers import DeliveryListSerializer, DeliverySerializer
 from django_strait.models import WebhookDelivery
-from django_strait.rows import read
+from django_strait.storage.rows import read
 from django_strait.webhooks.redelivery import redeliver
 
 logger = logging.getLogger(__name__)

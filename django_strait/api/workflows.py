@@ -29,7 +29,7 @@ from django_strait.api.serializers import (
 )
 from django_strait.api.throttles import ClientThrottle, TriggerThrottle
 from django_strait.models import Workflow, WorkflowRun, WorkflowRunStatus, WorkflowStepRun
-from django_strait.triggering import TriggerError
+from django_strait.services.triggering import TriggerError
 from django_strait.workflows import cancel_workflow_run, trigger_workflow
 
 logger = logging.getLogger(__name__)

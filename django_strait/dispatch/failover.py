@@ -10,14 +10,14 @@ A failed call moves on *at once* (the run is due again immediately, no
 backoff) when the endpoint answered a non-retryable error or a 503, and it was
 not the last endpoint of the list; at the last one the retry policy decides
 as usual. The claim gate skips endpoints whose circuit is open or which are
-unhealthy (``resilience.breaker``). Every call spends one of the run's attempts.
+unhealthy (``services.breaker``). Every call spends one of the run's attempts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django_strait.outcome import Kind, Outcome
+from django_strait.rules.outcome import Kind, Outcome
 
 #: The status that says "no capacity here": it fails over at once.
 CAPACITY_STATUS = 503

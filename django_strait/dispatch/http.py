@@ -3,7 +3,7 @@
 The dispatcher persists nothing: it builds the request (JSON body, Strait headers,
 signature), sends it over one connection pool (dispatch/wire.py), reads a bounded part of the
 answer and maps status, ``Strait-Action`` and ``Retry-After`` to an
-:class:`~django_strait.outcome.Outcome`. The endpoint author's side of this
+:class:`~django_strait.rules.outcome.Outcome`. The endpoint author's side of this
 contract is described in docs/http-jobs.md.
 """
 
@@ -39,7 +39,7 @@ from django_strait.dispatch.results import (
 from django_strait.dispatch.signing import SIGNATURE_HEADER, sign
 from django_strait.dispatch.ssrf import AddressGuard, AddressRefused, Network, Refusal
 from django_strait.dispatch.wire import Client, RequestTimeout, Response
-from django_strait.outcome import Action, Outcome, action, failure, success
+from django_strait.rules.outcome import Action, Outcome, action, failure, success
 
 __all__ = [
     "ACTION_HEADER",

@@ -4,7 +4,7 @@ A handler is called as ``handler(payload)``, or ``handler(payload, context)`` wh
 it declares a second positional parameter. Coroutine functions run on the worker's
 event loop; plain functions run in the worker's thread pool. What the handler
 returns becomes the result; what it raises becomes a retry, an action or an error
-(see :mod:`django_strait.actions`). Nothing is persisted here.
+(see :mod:`django_strait.rules.actions`). Nothing is persisted here.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_strait.actions import DeadLetter, Discard, Error, Fail, Retry, StraitAction
 from django_strait.dispatch.results import trim
-from django_strait.outcome import Action, Outcome, action, failure, success
-from django_strait.retry.durations import parse_duration
+from django_strait.rules.actions import DeadLetter, Discard, Error, Fail, Retry, StraitAction
+from django_strait.rules.outcome import Action, Outcome, action, failure, success
+from django_strait.rules.retry.durations import parse_duration
 
 __all__ = ["RunContext", "accepts_context", "call_sync", "is_async", "run_python", "settle"]
 

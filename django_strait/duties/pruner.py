@@ -26,9 +26,9 @@ from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
 from django_strait.models import Job, JobRun, WebhookDelivery
 from django_strait.models.webhook import UNDELIVERED
-from django_strait.rows import read
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 from django_strait.storage import backend
+from django_strait.storage.rows import read
 from django_strait.storage.values import HistoryDay
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from django_strait.database import alias
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
 from django_strait.duties.registry import forget_silent
-from django_strait.retry import PolicyError, parse_duration
+from django_strait.rules.retry import PolicyError, parse_duration
 from django_strait.storage import backend
 from django_strait.transitions import rescue_batch
 from django_strait.workflows import fail_stalled

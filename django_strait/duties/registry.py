@@ -18,8 +18,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_strait.models import JobRun, WorkerProcess
-from django_strait.rows import LATEST
-from django_strait.states import IN_FLIGHT
+from django_strait.rules.states import IN_FLIGHT
+from django_strait.storage.rows import LATEST
 
 
 def alive_since(now: dt.datetime, stale_after: float) -> dt.datetime:

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 from django_strait.database import alias
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
-from django_strait.metrics.database import queue_gauges
 from django_strait.models import EndpointHealth, HealthSample, Job, QueueSample
+from django_strait.storage.gauges import queue_gauges
 
 #: Seconds between samples.
 DEFAULT_INTERVAL = 60.0

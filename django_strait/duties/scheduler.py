@@ -1,6 +1,6 @@
 """The scheduler duty: one run per tick of a job's ``schedule``, however many hosts run workers.
 
-The tick math is in :mod:`django_strait.cron`. This duty applies it to jobs
+The tick math is in :mod:`django_strait.rules.cron`. This duty applies it to jobs
 under the leader lock; the idempotency key ``cron:<tick in UTC>`` makes a second
 host firing the same tick harmless (docs/worker.md).
 """
@@ -17,13 +17,13 @@ from django.db import transaction
 from django.db.models import Q
 
 from django_strait.conf import strait_settings
-from django_strait.cron import ACTIVE_STATUSES, MIN_GRACE, latest_tick, plan_ticks, tick_key
 from django_strait.database import alias
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
 from django_strait.models import Job, JobRun
-from django_strait.rows import read
-from django_strait.triggering import trigger
+from django_strait.rules.cron import ACTIVE_STATUSES, MIN_GRACE, latest_tick, plan_ticks, tick_key
+from django_strait.services.triggering import trigger
+from django_strait.storage.rows import read
 
 logger = logging.getLogger(__name__)
 

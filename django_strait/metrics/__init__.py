@@ -10,6 +10,6 @@ from __future__ import annotations
 
 from django_strait.metrics.database import DatabaseCollector
 from django_strait.metrics.view import metrics_view
-from django_strait.metrics.worker import WorkerMetrics
+from django_strait.worker.metrics import WorkerMetrics
 
 __all__ = ["DatabaseCollector", "WorkerMetrics", "metrics_view"]

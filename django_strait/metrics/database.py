@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, Min, Q, Sum
+from django.db.models import Count, Sum
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -36,20 +36,10 @@ from django_strait.models import (
     WorkflowRun,
     WorkflowRunStatus,
 )
-from django_strait.rows import readable_instants
-from django_strait.states import IN_FLIGHT, RunStatus
+from django_strait.rules.states import IN_FLIGHT, RunStatus
 from django_strait.storage import backend
 from django_strait.storage import webhooks as outbox
-
-
-@dataclass(frozen=True, slots=True)
-class QueueGauge:
-    """One queue's queued runs: all of them, those due now, and how late the oldest due is."""
-
-    queue: str
-    depth: int
-    due: int
-    lag_seconds: float
+from django_strait.storage.gauges import QueueGauge, queue_gauges
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,40 +148,6 @@ def _budgets(using: str, now: dt.datetime) -> tuple[BudgetGauge, ...]:
             )
         )
     return tuple(gauges)
-
-
-def queued_by_queue(using: str, now: dt.datetime):
-    """The queued runs' per-queue aggregate: one pass over the claim index."""
-    due = Q(available_at__lte=now)
-    # A due time no reader can hold ('-infinity', written by hand) is counted, not aged.
-    aged = due & readable_instants("available_at")
-    return (
-        JobRun.objects.using(using)
-        .filter(status=RunStatus.QUEUED)
-        .values("queue")
-        .annotate(
-            depth=Count("id"), due=Count("id", filter=due), oldest=Min("available_at", filter=aged)
-        )
-        .order_by()
-    )
-
-
-def queue_gauges(using: str, now: dt.datetime, known: set[str]) -> tuple[QueueGauge, ...]:
-    """Depth, due count and lag per queue; ``known`` queues show as empty, not absent."""
-    # The lag comes from the same pass as the count: with priorities, the oldest
-    # due run is not at the head of the claim order, so a LIMIT 1 would miss it.
-    found = {
-        row["queue"]: QueueGauge(
-            row["queue"],
-            row["depth"],
-            row["due"],
-            max((now - row["oldest"]).total_seconds(), 0.0) if row["oldest"] else 0.0,
-        )
-        for row in queued_by_queue(using, now)
-    }
-    # Queues of known jobs report 0 rather than vanish when they empty.
-    empty = {q: QueueGauge(q, 0, 0, 0.0) for q in known if q not in found}
-    return tuple(sorted({**empty, **found}.values(), key=lambda g: g.queue))
 
 
 def in_flight_by_job(using: str):

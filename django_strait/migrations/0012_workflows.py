@@ -2,7 +2,7 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import django_strait.bounds
+import django_strait.rules.bounds
 from django.db import migrations, models
 
 
@@ -51,9 +51,9 @@ class Migration(migrations.Migration):
                 ('name', models.SlugField(max_length=100)),
                 ('depends_on', models.JSONField(blank=True, default=list)),
                 ('retry_backoff', models.CharField(blank=True, choices=[('exponential', 'Exponential'), ('linear', 'Linear'), ('fixed', 'Fixed'), ('polynomial', 'Polynomial'), ('power', 'Power'), ('custom', 'Custom'), ('function', 'Function')], max_length=20, null=True)),
-                ('retry_initial_delay_secs', models.FloatField(blank=True, null=True, validators=[django_strait.bounds.FiniteValidator(), django_strait.bounds.AtLeast(0, message='must be a number from 0 to 315,360,000 seconds; got %(show_value)s'), django_strait.bounds.AtMost(315360000.0, message='must be a number from 0 to 315,360,000 seconds; got %(show_value)s')])),
-                ('retry_max_delay_secs', models.FloatField(blank=True, null=True, validators=[django_strait.bounds.FiniteValidator(), django_strait.bounds.AtLeast(0.001, message='must be a number from 0.001 to 315,360,000 seconds; got %(show_value)s'), django_strait.bounds.AtMost(315360000.0, message='must be a number from 0.001 to 315,360,000 seconds; got %(show_value)s')])),
-                ('max_attempts', models.PositiveIntegerField(blank=True, null=True, validators=[django_strait.bounds.FiniteValidator(), django_strait.bounds.AtLeast(1, message='must be a number from 1 to 2,147,483,647; got %(show_value)s'), django_strait.bounds.AtMost(2147483647, message='must be a number from 1 to 2,147,483,647; got %(show_value)s')])),
+                ('retry_initial_delay_secs', models.FloatField(blank=True, null=True, validators=[django_strait.rules.bounds.FiniteValidator(), django_strait.rules.bounds.AtLeast(0, message='must be a number from 0 to 315,360,000 seconds; got %(show_value)s'), django_strait.rules.bounds.AtMost(315360000.0, message='must be a number from 0 to 315,360,000 seconds; got %(show_value)s')])),
+                ('retry_max_delay_secs', models.FloatField(blank=True, null=True, validators=[django_strait.rules.bounds.FiniteValidator(), django_strait.rules.bounds.AtLeast(0.001, message='must be a number from 0.001 to 315,360,000 seconds; got %(show_value)s'), django_strait.rules.bounds.AtMost(315360000.0, message='must be a number from 0.001 to 315,360,000 seconds; got %(show_value)s')])),
+                ('max_attempts', models.PositiveIntegerField(blank=True, null=True, validators=[django_strait.rules.bounds.FiniteValidator(), django_strait.rules.bounds.AtLeast(1, message='must be a number from 1 to 2,147,483,647; got %(show_value)s'), django_strait.rules.bounds.AtMost(2147483647, message='must be a number from 1 to 2,147,483,647; got %(show_value)s')])),
                 ('continue_on_failure', models.BooleanField(default=False)),
                 ('job', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='django_strait.job')),
                 ('workflow', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='django_strait.workflow')),

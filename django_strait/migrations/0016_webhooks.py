@@ -2,7 +2,7 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import django_strait.webhooks.events
+import django_strait.dispatch.events
 import uuid
 from django.db import migrations, models
 
@@ -17,7 +17,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='job',
             name='webhook_events',
-            field=models.JSONField(blank=True, default=django_strait.webhooks.events.all_run_events, help_text='The events notified: run.completed, run.failed, run.dead_lettered, run.discarded, run.canceled.'),
+            field=models.JSONField(blank=True, default=django_strait.dispatch.events.all_run_events, help_text='The events notified: run.completed, run.failed, run.dead_lettered, run.discarded, run.canceled.'),
         ),
         migrations.AddField(
             model_name='job',
@@ -37,7 +37,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='workflow',
             name='webhook_events',
-            field=models.JSONField(blank=True, default=django_strait.webhooks.events.all_workflow_events, help_text='The events notified: workflow.completed, workflow.failed.'),
+            field=models.JSONField(blank=True, default=django_strait.dispatch.events.all_workflow_events, help_text='The events notified: workflow.completed, workflow.failed.'),
         ),
         migrations.AddField(
             model_name='workflow',

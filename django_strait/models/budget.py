@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from django.db import models
 
-from django_strait import bounds
+from django_strait.rules import bounds
 
 COST_FIELD = {"max_digits": 18, "decimal_places": 6}
 

@@ -12,7 +12,7 @@ from django.db.models import Case, F, Value, When
 from django.db.models.functions import Greatest
 from django.db.models.lookups import GreaterThan, GreaterThanOrEqual
 
-from django_strait.resilience.health import HEALTHY_ABOVE, UNHEALTHY_BELOW, HealthLevel
+from django_strait.rules.resilience.health import HEALTHY_ABOVE, UNHEALTHY_BELOW, HealthLevel
 
 __all__ = ["EndpointHealth", "HealthLevel", "HealthSample", "health_subqueries"]
 

@@ -9,15 +9,21 @@ from django.core.validators import MaxLengthValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 
-from django_strait import bounds, presets
 from django_strait.conf import strait_settings
-from django_strait.cron import MissedTicks, Overlap, ScheduleError, check_schedule, check_timezone
+from django_strait.dispatch import events as webhook_events
 from django_strait.dispatch.addresses import url_problem
 from django_strait.dispatch.headers import header_problems as dispatch_header_problems
-from django_strait.execution import Execution
-from django_strait.handlers import find_handler, handlers
-from django_strait.retry import PolicyError, check_registered, job_partial, resolve
-from django_strait.webhooks import events as webhook_events
+from django_strait.rules import bounds, presets
+from django_strait.rules.cron import (
+    MissedTicks,
+    Overlap,
+    ScheduleError,
+    check_schedule,
+    check_timezone,
+)
+from django_strait.rules.execution import Execution
+from django_strait.rules.handlers import find_handler, handlers
+from django_strait.rules.retry import PolicyError, check_registered, job_partial, resolve
 
 PRIORITY_VALIDATORS = bounds.within(*bounds.PRIORITY)
 

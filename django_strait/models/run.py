@@ -6,9 +6,9 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from django_strait import bounds
 from django_strait.models.job import PRIORITY_VALIDATORS
-from django_strait.states import RunStatus
+from django_strait.rules import bounds
+from django_strait.rules.states import RunStatus
 
 
 class JobRun(models.Model):

@@ -7,11 +7,11 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from django_strait import bounds
 from django_strait.conf import strait_settings
+from django_strait.dispatch import events as webhook_events
 from django_strait.dispatch.addresses import url_problem
 from django_strait.models.job import RetryStrategy, webhook_problems
-from django_strait.webhooks import events as webhook_events
+from django_strait.rules import bounds
 
 
 class WorkflowRunStatus(models.TextChoices):

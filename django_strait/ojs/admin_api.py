@@ -22,7 +22,7 @@ from django_strait.ojs import errors, queues, work
 from django_strait.ojs.present import stamp
 from django_strait.ojs.states import OJS_STATES, in_state
 from django_strait.ojs.views import OjsView, _page, answer
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 _READ = Rule("runs:read", "django_strait.view_jobrun")
 _RETRY = Rule("dlq:replay", "django_strait.replay_jobrun")

@@ -20,9 +20,9 @@ from django_strait import transitions
 from django_strait.models import JobRun
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.work import external_job
+from django_strait.services.triggering import TriggerError, trigger_many
 from django_strait.storage import queues as queue_states
 from django_strait.storage.values import Envelope
-from django_strait.triggering import TriggerError, trigger_many
 
 
 def enqueue_batch(requests: Sequence[inputs.Enqueue]) -> list[JobRun]:

@@ -13,7 +13,7 @@ from typing import Any
 from django_strait.api.auth import QueueScope
 from django_strait.models import AttemptOutcome, Execution, JobRun, RunAttempt
 from django_strait.ojs.present import ojs_type, stamp
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 EVENT_TYPES = ("job.enqueued", "job.started", "job.completed", "job.failed", "job.cancelled")
 

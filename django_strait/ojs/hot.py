@@ -32,7 +32,7 @@ from django_strait.models import Execution, Job, JobRun
 from django_strait.ojs import errors, inputs, work
 from django_strait.ojs.ids import parse_any, uuid7
 from django_strait.ojs.present import job_body
-from django_strait.states import RunStatus, Transition
+from django_strait.rules.states import RunStatus, Transition
 from django_strait.storage import Claimed, backend
 from django_strait.storage.values import json_column
 

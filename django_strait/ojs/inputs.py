@@ -9,14 +9,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_strait import bounds
 from django_strait.conf import strait_settings
-from django_strait.json_text import JSONRefused, loads
 from django_strait.ojs import errors
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.ids import is_uuid7, uuid7
 from django_strait.ojs.unique import Policy, policy
-from django_strait.retry import PolicyError, parse_duration
+from django_strait.rules import bounds
+from django_strait.rules.json_text import JSONRefused, loads
+from django_strait.rules.retry import PolicyError, parse_duration
 
 #: OJS's patterns for a job type (dot-separated lowercase names) and a queue name.
 TYPE_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_-]*)*\Z")

@@ -58,8 +58,8 @@ from django_strait.conf import strait_settings
 from django_strait.ojs import batch, errors, hot, inputs, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
-from django_strait.sql import keep_plans
 from django_strait.storage import backend
+from django_strait.storage.sql import keep_plans
 
 logger = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from django_strait.decisions import run_policy
 from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt
 from django_strait.ojs.states import ojs_state
+from django_strait.transitions.decisions import run_policy
 
 #: Envelope fields this module writes itself; anything else the client sent is returned.
 MANAGED = frozenset(

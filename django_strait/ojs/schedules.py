@@ -16,12 +16,12 @@ from croniter import croniter
 from django.db import IntegrityError, transaction
 
 from django_strait.api.auth import QueueScope
-from django_strait.cron import ScheduleError, check_schedule, check_timezone
 from django_strait.models import Execution, Job
 from django_strait.models.job import JOB_NAME_VALIDATOR, Overlap
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.present import stamp
-from django_strait.rows import read
+from django_strait.rules.cron import ScheduleError, check_schedule, check_timezone
+from django_strait.storage.rows import read
 
 
 def register(body: Mapping[str, Any], scope: QueueScope) -> Job:

@@ -6,7 +6,7 @@ import datetime as dt
 
 from django.db.models import F, Q
 
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 S = RunStatus
 

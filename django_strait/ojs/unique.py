@@ -19,7 +19,7 @@ from typing import Any
 
 from django_strait.ojs import errors
 from django_strait.ojs.states import OJS_STATES
-from django_strait.retry import PolicyError, parse_duration
+from django_strait.rules.retry import PolicyError, parse_duration
 
 KEYS = ("type", "queue", "args", "meta")
 CONFLICTS = ("reject", "replace", "replace_except_schedule", "ignore")

@@ -37,7 +37,7 @@ from django_strait.conf import strait_settings
 from django_strait.ojs import batch, errors, events, inputs, schedules, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
-from django_strait.rows import read
+from django_strait.storage.rows import read
 
 logger = logging.getLogger(__name__)
 

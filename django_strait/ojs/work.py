@@ -18,22 +18,23 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from django_strait import decisions, transitions
+from django_strait import transitions
 from django_strait.api.auth import QueueScope
 from django_strait.api.pagination import one, said
 from django_strait.conf import strait_settings
-from django_strait.decisions import Decision, trim
 from django_strait.models import Execution, Job, JobRun, RunAttempt
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.ids import parse_any, uuid7
 from django_strait.ojs.present import job_body, stamp
 from django_strait.ojs.states import in_state
-from django_strait.rows import read
-from django_strait.states import InvalidTransition, RunStatus, Transition
+from django_strait.rules.states import InvalidTransition, RunStatus, Transition
+from django_strait.services.triggering import TriggerError, trigger_external
 from django_strait.storage import Claimed
 from django_strait.storage import queues as queue_states
+from django_strait.storage.rows import read
 from django_strait.storage.values import Record
-from django_strait.triggering import TriggerError, trigger_external
+from django_strait.transitions import decisions
+from django_strait.transitions.decisions import Decision, trim
 
 #: Heartbeat answers: keep going, stop fetching, or stop.
 RUNNING, QUIET, TERMINATE = "running", "quiet", "terminate"

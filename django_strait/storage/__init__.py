@@ -23,8 +23,8 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from django_strait.conf import SettingError, strait_settings
-from django_strait.conf_values import STORAGE_ALLOWED
 from django_strait.database import alias as strait_alias
+from django_strait.rules.conf_values import STORAGE_ALLOWED
 from django_strait.storage.base import Storage
 from django_strait.storage.orm import OrmStorage
 from django_strait.storage.postgres import PostgresStorage

@@ -34,9 +34,9 @@ from typing import Any, Protocol
 from django.db.models import QuerySet
 
 from django_strait.models import JobRun, Workflow, WorkflowRun
-from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import Health, Sample
-from django_strait.resilience.policy import Change, Circuit, Result
+from django_strait.rules.resilience import budgets, limits
+from django_strait.rules.resilience.health import Health, Sample
+from django_strait.rules.resilience.policy import Change, Circuit, Result
 from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.values import (
     Advanced,

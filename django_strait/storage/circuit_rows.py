@@ -15,8 +15,8 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from django_strait.models import EndpointCircuit
-from django_strait.resilience.policy import Change, Circuit, Result, after_results
-from django_strait.rows import read
+from django_strait.rules.resilience.policy import Change, Circuit, Result, after_results
+from django_strait.storage.rows import read
 
 #: The largest count of failures a circuit row holds (its column's limit).
 MAX_FAILURES = 2**31 - 1

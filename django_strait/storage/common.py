@@ -23,9 +23,9 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from django_strait.models import EndpointHealth, JobRun, Workflow, WorkflowRun
-from django_strait.resilience import budgets
-from django_strait.resilience.health import Health, Sample
-from django_strait.resilience.policy import Change, Circuit, Result
+from django_strait.rules.resilience import budgets
+from django_strait.rules.resilience.health import Health, Sample
+from django_strait.rules.resilience.policy import Change, Circuit, Result
 from django_strait.storage import circuit_rows, webhooks, workflows
 from django_strait.storage.moves import retry_moved
 from django_strait.storage.orm import (

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from django_strait import bounds
+from django_strait.rules import bounds
 
 #: Seconds a floor stays behind the worker's clock: a run committed this long after
 #: its ``available_at`` was set is still found by the next claim.

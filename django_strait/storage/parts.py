@@ -29,6 +29,7 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from django_strait.conf import strait_settings
+from django_strait.dispatch import events
 from django_strait.models import (
     BudgetLedger,
     EndpointHealth,
@@ -36,14 +37,13 @@ from django_strait.models import (
     JobRun,
     RunAttempt,
 )
-from django_strait.presets import RECOMMENDATION_TTL_SECS, Chain
-from django_strait.resilience import budgets, health
-from django_strait.resilience.policy import Change, Circuit, Result
-from django_strait.rows import read
-from django_strait.states import TERMINAL
+from django_strait.rules.presets import RECOMMENDATION_TTL_SECS, Chain
+from django_strait.rules.resilience import budgets, health
+from django_strait.rules.resilience.policy import Change, Circuit, Result
+from django_strait.rules.states import TERMINAL
 from django_strait.storage import circuit_rows, webhooks, workflows
+from django_strait.storage.rows import read
 from django_strait.storage.values import Record, RecordBatch, Recorded
-from django_strait.webhooks import events
 
 ZERO = Decimal(0)
 

@@ -20,8 +20,8 @@ from django.db import connections, transaction
 from django.db.models import Q
 
 from django_strait.models import JobRun, QueueState
-from django_strait.states import RunStatus
-from django_strait.wakeup import QUEUE_STATE_CHANNEL
+from django_strait.rules.states import RunStatus
+from django_strait.storage.wakeup import QUEUE_STATE_CHANNEL
 
 #: How long a process keeps the set of paused queues before it reads it again.
 CACHE_SECS = 1.0

@@ -17,9 +17,9 @@ from typing import Any
 from django.db.models import QuerySet
 
 from django_strait.models import JobRun, Workflow, WorkflowRun
-from django_strait.resilience import budgets
-from django_strait.resilience.health import Health, Sample
-from django_strait.resilience.policy import Change, Circuit, Result
+from django_strait.rules.resilience import budgets
+from django_strait.rules.resilience.health import Health, Sample
+from django_strait.rules.resilience.policy import Change, Circuit, Result
 from django_strait.storage import common, webhooks
 from django_strait.storage import workflows as workflow_moves
 from django_strait.storage.parts import RECORD_PARTS, RecordPart

@@ -14,12 +14,12 @@ from decimal import Decimal
 from functools import cached_property
 from typing import Any
 
-from django_strait.resilience.budgets import Spend
-from django_strait.resilience.health import Sample
-from django_strait.resilience.policy import Change as CircuitChange
-from django_strait.resilience.policy import Circuit, Result
-from django_strait.states import RunStatus, Transition
-from django_strait.webhooks.events import WORKFLOW_EVENT_FOR_STATUS
+from django_strait.dispatch.events import WORKFLOW_EVENT_FOR_STATUS
+from django_strait.rules.resilience.budgets import Spend
+from django_strait.rules.resilience.health import Sample
+from django_strait.rules.resilience.policy import Change as CircuitChange
+from django_strait.rules.resilience.policy import Circuit, Result
+from django_strait.rules.states import RunStatus, Transition
 
 ZERO = Decimal(0)
 

@@ -25,11 +25,11 @@ from django.db import connections, transaction
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
+from django_strait.dispatch.events import RUN_EVENT_FOR_STATUS, WORKFLOW_EVENT_FOR_STATUS
 from django_strait.models import DeliveryStatus, JobRun, WebhookDelivery, WorkflowRun
-from django_strait.rows import Unreadable, read, readable_instants
-from django_strait.states import TERMINAL
+from django_strait.rules.states import TERMINAL
+from django_strait.storage.rows import Unreadable, read, readable_instants
 from django_strait.storage.values import Change
-from django_strait.webhooks.events import RUN_EVENT_FOR_STATUS, WORKFLOW_EVENT_FOR_STATUS
 
 logger = logging.getLogger(__name__)
 

@@ -20,11 +20,12 @@ from django.apps import apps
 from django.core import checks
 from django.db import connections
 
-from django_strait import registry
-from django_strait.handlers import handlers
 from django_strait.models import JobRun
-from django_strait.registry import JobSpec
-from django_strait.retry import PolicyError
+from django_strait.rules.handlers import handlers
+from django_strait.rules.retry import PolicyError
+from django_strait.services import registry
+from django_strait.services.registry import JobSpec
+from django_strait.services.triggering import TriggerError, trigger
 from django_strait.tasks import results
 from django_strait.tasks.calls import AsyncTaskCall, TaskCall, payload_of
 from django_strait.tasks.framework import (
@@ -35,7 +36,6 @@ from django_strait.tasks.framework import (
     TaskResultDoesNotExist,
     task_enqueued,
 )
-from django_strait.triggering import TriggerError, trigger
 
 __all__ = ["StraitBackend", "job_name"]
 

@@ -17,9 +17,9 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from django_strait.actions import Error, Fail, StraitAction
-from django_strait.decisions import ERROR_MAX_CHARS
+from django_strait.rules.actions import Error, Fail, StraitAction
 from django_strait.tasks.framework import Task, TaskContext, normalize_json
+from django_strait.transitions.decisions import ERROR_MAX_CHARS
 
 __all__ = ["AsyncTaskCall", "TaskCall", "error_message", "payload_of", "split_error"]
 

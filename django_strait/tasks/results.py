@@ -15,7 +15,7 @@ from inspect import iscoroutinefunction
 from typing import Any
 
 from django_strait.models import AttemptOutcome, JobRun, RunAttempt
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 from django_strait.tasks.calls import split_error
 from django_strait.tasks.framework import Task, TaskError, TaskResult, TaskResultStatus
 

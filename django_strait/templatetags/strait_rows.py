@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from django_strait.admin.unreadable import problems_of, say_problems
-from django_strait.rows import problem_of
+from django_strait.storage.rows import problem_of
 
 register = template.Library()
 

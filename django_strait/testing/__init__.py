@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from django_strait import triggering
+from django_strait.services import triggering
 from django_strait.worker.inline import Drained, InlineWorker
 
 __all__ = ["Drained", "StraitTestMixin", "drain", "immediate"]

@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 from django.utils import timezone
 
-from django_strait import signals
 from django_strait.models import JobRun
 from django_strait.storage import Claimed, RecordBatch, Recorded, Storage, backend, moves
 from django_strait.storage import queues as queue_states
 from django_strait.storage.values import Envelope, Record
+from django_strait.transitions import sending
 from django_strait.transitions.worker import record
 from django_strait.transitions.workflows import moving_steps
 
@@ -62,8 +62,8 @@ def fetch(
         # From the start as recorded (the database's clock on PostgreSQL).
         deadlines = {run.id: deadline(run, run.started_at or now) for run in started}
         storage.set_deadlines(worker_id, deadlines, now=now)
-    signals.send_started(started, None, using=storage.alias)
-    signals.send_changed(dropped)
+    sending.send_started(started, None, using=storage.alias)
+    sending.send_changed(dropped)
     return started
 
 
@@ -105,7 +105,7 @@ def fetch_at_once(
         )
     )
     started = [Claimed(row[0], row[1], None, row[5], row[6], row[7], None) for row in rows]
-    signals.send_started(started, None, using=storage.alias)
+    sending.send_started(started, None, using=storage.alias)
     return rows, blocked
 
 

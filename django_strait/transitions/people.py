@@ -12,11 +12,12 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_strait import signals
+from django_strait.conf import strait_settings
 from django_strait.models import JobRun
+from django_strait.rules.payloads import check_payload
 from django_strait.storage import Storage, backend
+from django_strait.transitions import sending
 from django_strait.transitions.workflows import moving_steps
-from django_strait.triggering import check_payload
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def replay(
     """
     storage = storage or backend()
     if payload is not ...:
-        payload = check_payload(payload)
+        payload = check_payload(payload, limit=strait_settings.TRIGGER_MAX_PAYLOAD_BYTES)
     with moving_steps(storage) as moved:
         run = storage.replay(run_id, by=by, now=timezone.now(), payload=payload)
         moved.append(run_id)
@@ -72,7 +73,7 @@ def cancel(run_id: int, *, storage: Storage | None = None) -> JobRun:
         run = storage.cancel(run_id, now=now)
         moved.append(run_id)
     logger.info("run %s: canceled", run_id, extra={"run_id": run_id})
-    signals.send_changed([run])
+    sending.send_changed([run])
     return run
 
 
@@ -86,7 +87,7 @@ def cancel_now(run_id: int, *, storage: Storage | None = None) -> JobRun:
         run = storage.cancel(run_id, now=timezone.now())
         moved.append(run_id)
     logger.info("run %s: canceled", run_id, extra={"run_id": run_id})
-    signals.send_changed([run])
+    sending.send_changed([run])
     return run
 
 
@@ -100,5 +101,5 @@ def discard(
         moved.append(run_id)
     note = f"discarded by {by or 'unknown'}" + (f": {reason}" if reason else "")
     logger.info("run %s: %s", run_id, note, extra={"run_id": run_id})
-    signals.send_changed([run])
+    sending.send_changed([run])
     return run

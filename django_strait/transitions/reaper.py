@@ -19,12 +19,12 @@ from collections.abc import Collection, Sequence
 
 from django.db import transaction
 
-from django_strait import decisions, signals
 from django_strait.models import Job
-from django_strait.rows import read
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
 from django_strait.storage import Rescued, Stale, Storage, backend
+from django_strait.storage.rows import read
 from django_strait.storage.values import Advanced, Rescue
+from django_strait.transitions import decisions, sending
 from django_strait.transitions.workflows import announce as announce_workflows
 
 logger = logging.getLogger(__name__)
@@ -164,4 +164,4 @@ def _announce(rescued: Sequence[Rescued]) -> None:
             r.transition.label,
             extra={"run_id": r.run.id, "job_id": r.run.job_id, "attempt": r.run.lost_attempt},
         )
-    signals.send_rescued(rescued)
+    sending.send_rescued(rescued)

@@ -18,6 +18,7 @@ from django_strait import signals
 from django_strait.storage import Claimed, Hold, RecordBatch, Recorded, Storage, backend, moves
 from django_strait.storage import queues as queue_states
 from django_strait.storage.floors import ClaimFloors
+from django_strait.transitions import sending
 from django_strait.transitions.workflows import announce as announce_workflows
 
 logger = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def claim_and_start(
 
     # Again if a queued run was canceled (moved to history) between the claim's read and its lock.
     started = moves.rerun_moved(claim_once)
-    signals.send_started(started, _names(started, job_names), using=storage.alias)
+    sending.send_started(started, _names(started, job_names), using=storage.alias)
     return started
 
 
@@ -150,7 +151,7 @@ def _gate_and_start_by_job(
 def _names(
     runs: Sequence[Claimed], job_names: Mapping[int, str] | Callable[[int], str] | None
 ) -> dict[int, str] | None:
-    if job_names is None or not signals.listened(signals.run_started):
+    if job_names is None or not sending.listened(signals.run_started):
         return None
     name = job_names if callable(job_names) else job_names.__getitem__
     return {run.id: name(run.job_id) for run in runs}
@@ -167,12 +168,12 @@ def record(batch: RecordBatch, *, storage: Storage | None = None) -> Recorded:
     announce_workflows(done.workflows, using=storage.alias)
     if done.moved:
         names = {r.run_id: r.job for r in batch.records}
-        signals.send_recorded(batch.records, done, names, using=storage.alias)
-    signals.announce_circuit_changes(done.circuit_changes)
+        sending.send_recorded(batch.records, done, names, using=storage.alias)
+    sending.announce_circuit_changes(done.circuit_changes)
     spends = batch.spends
     if spends:
         crossed = storage.crossed_soft_limits(spends, now=timezone.now())
-        signals.announce_budget_soft_limits(crossed)
+        sending.announce_budget_soft_limits(crossed)
     return done
 
 
@@ -180,7 +181,7 @@ def warn_budgets_on_commit(crossed: Sequence, storage: Storage) -> None:
     """Announce the soft limits a claim's reservations crossed, once that claim commits."""
     if crossed:
         transaction.on_commit(
-            lambda: signals.announce_budget_soft_limits(crossed), using=storage.alias
+            lambda: sending.announce_budget_soft_limits(crossed), using=storage.alias
         )
 
 

@@ -20,20 +20,21 @@ from django_strait import signals
 from django_strait.models import JobRun
 from django_strait.storage import Storage
 from django_strait.storage.values import Advanced
+from django_strait.transitions import sending
 
 
 def announce(advanced: Advanced, *, using: str) -> None:
     """Send the signals of what a move of workflow runs changed, once its transaction commits."""
-    if advanced.started and signals.listened(signals.run_enqueued):
+    if advanced.started and sending.listened(signals.run_enqueued):
         created = JobRun.objects.using(using).filter(workflow_step_run__in=advanced.started)
         by_job: dict[str, list[JobRun]] = {}
         for run in created.select_related("job"):
             by_job.setdefault(run.job.name, []).append(run)
         for job, runs in by_job.items():
-            signals.send_enqueued(job, runs, using=using)
+            sending.send_enqueued(job, runs, using=using)
     changes = list(advanced.changes)
     if changes:
-        transaction.on_commit(lambda: signals.send_workflow_changes(changes), using=using)
+        transaction.on_commit(lambda: sending.send_workflow_changes(changes), using=using)
 
 
 @contextmanager

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from django_strait.conf import strait_settings
 from django_strait.models import AttemptOutcome
-from django_strait.resilience import health as endpoint_health
-from django_strait.resilience.breaker import Attempted, CircuitBreaker
+from django_strait.rules.resilience import health as endpoint_health
+from django_strait.services.breaker import Attempted, CircuitBreaker
 from django_strait.storage import Record, RecordBatch, Recorded, Storage
 from django_strait.worker.catalog import Catalog
 

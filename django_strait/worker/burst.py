@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django_strait.resilience.limits import CONCURRENCY_ERROR, RATE_ERROR
+from django_strait.rules.resilience.limits import CONCURRENCY_ERROR, RATE_ERROR
 from django_strait.storage.values import Waiting
 
 #: Limit holds due within this long are waited for; a longer rate window is not "soon".

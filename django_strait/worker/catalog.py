@@ -20,13 +20,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_strait.decisions import run_policy
 from django_strait.dispatch.failover import endpoints_of
-from django_strait.handlers import find_handler, handlers
 from django_strait.models import Job
 from django_strait.models.job import definition_problems
-from django_strait.retry import BUILTIN, RetryPolicy
-from django_strait.rows import read
+from django_strait.rules.handlers import find_handler, handlers
+from django_strait.rules.retry import BUILTIN, RetryPolicy
+from django_strait.storage.rows import read
+from django_strait.transitions.decisions import run_policy
 
 logger = logging.getLogger(__name__)
 

@@ -36,9 +36,9 @@ from dataclasses import replace
 from django.db import InterfaceError, OperationalError
 from django.utils import timezone
 
-from django_strait.decisions import trim
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
 from django_strait.storage.values import Record, Recorded
+from django_strait.transitions.decisions import trim
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 
 @dataclass(frozen=True, slots=True)

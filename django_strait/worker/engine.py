@@ -36,15 +36,15 @@ from django.conf import settings as django_settings
 from django.db import connections
 from django.utils import timezone
 
-from django_strait import syncing
 from django_strait.conf import strait_settings
 from django_strait.database import alias, control_alias, placed
 from django_strait.dispatch.http import HttpDispatcher
 from django_strait.duties import default_duties
 from django_strait.models import Execution, Job
-from django_strait.outcome import Outcome
-from django_strait.resilience.breaker import CircuitBreaker
-from django_strait.states import TERMINAL
+from django_strait.rules.outcome import Outcome
+from django_strait.rules.states import TERMINAL
+from django_strait.services import syncing
+from django_strait.services.breaker import CircuitBreaker
 from django_strait.storage import Claimed, Record, Recorded, backend
 from django_strait.worker import burst
 from django_strait.worker.catalog import Catalog

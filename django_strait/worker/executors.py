@@ -20,8 +20,8 @@ from typing import Any
 from django_strait.conf import strait_settings
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.python import RunContext, is_async, run_python, settle
-from django_strait.handlers import UNKNOWN_HANDLER
-from django_strait.outcome import Outcome, failure
+from django_strait.rules.handlers import UNKNOWN_HANDLER
+from django_strait.rules.outcome import Outcome, failure
 from django_strait.storage.values import Claimed
 from django_strait.worker.catalog import Catalog, JobInfo
 from django_strait.worker.heartbeat import Heartbeats

@@ -26,11 +26,11 @@ from collections import Counter
 from collections.abc import Callable
 
 from django_strait.conf import strait_settings
-from django_strait.decisions import trim
 from django_strait.dispatch import failover
-from django_strait.resilience import budgets, limits
-from django_strait.resilience.breaker import Candidate, CircuitBreaker
+from django_strait.rules.resilience import budgets, limits
+from django_strait.services.breaker import Candidate, CircuitBreaker
 from django_strait.storage import Claimed, Hold, Storage
+from django_strait.transitions.decisions import trim
 from django_strait.transitions.worker import warn_budgets_on_commit
 from django_strait.worker.catalog import Catalog
 

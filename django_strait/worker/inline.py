@@ -31,9 +31,9 @@ from django_strait.conf import strait_settings
 from django_strait.database import alias
 from django_strait.dispatch.http import HttpDispatcher
 from django_strait.dispatch.python import call_sync, is_async, settle
-from django_strait.outcome import Outcome
-from django_strait.resilience.breaker import CircuitBreaker
-from django_strait.states import Transition
+from django_strait.rules.outcome import Outcome
+from django_strait.rules.states import Transition
+from django_strait.services.breaker import CircuitBreaker
 from django_strait.storage import Claimed, OrmStorage, Record
 from django_strait.transitions import claim_and_start, record
 from django_strait.worker.accounting import accounted, batch_of

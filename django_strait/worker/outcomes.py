@@ -1,7 +1,7 @@
 """What an attempt's outcome means for its run: the record the completer writes.
 
 Oban's perform -> normalize -> record: the executor said what happened
-(``Outcome``), :mod:`~django_strait.decisions` says what it means under the run's
+(``Outcome``), :mod:`~django_strait.transitions.decisions` says what it means under the run's
 retry policy, and :func:`to_record` puts both into the ``Record`` of the attempt.
 """
 
@@ -12,13 +12,13 @@ import random
 import time
 from decimal import Decimal
 
-from django_strait import decisions
 from django_strait.conf import strait_settings
-from django_strait.decisions import Decision, after_oom, trim
 from django_strait.models import AttemptOutcome
-from django_strait.outcome import Outcome
-from django_strait.presets import OOM_OUTCOME
+from django_strait.rules.outcome import Outcome
+from django_strait.rules.presets import OOM_OUTCOME
 from django_strait.storage.values import ZERO, Claimed, Record
+from django_strait.transitions import decisions
+from django_strait.transitions.decisions import Decision, after_oom, trim
 from django_strait.worker.catalog import Catalog, JobInfo
 
 

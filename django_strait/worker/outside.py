@@ -6,10 +6,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from django_strait.metrics.worker import WorkerMetrics
 from django_strait.storage import backend
-from django_strait.wakeup import Listener
+from django_strait.storage.wakeup import Listener
 from django_strait.worker.config import WorkerConfig
+from django_strait.worker.metrics import WorkerMetrics
 from django_strait.worker.probes import Answer, Probes
 
 logger = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from django_strait.resilience.breaker import CircuitBreaker
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
+from django_strait.services.breaker import CircuitBreaker
 from django_strait.storage import Record, RecordBatch, Recorded, Storage
 from django_strait.transitions import record
 from django_strait.worker.accounting import accounted, batch_of, write_shared

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django_strait.dispatch.python import RunContext, call_sync
-from django_strait.outcome import failure
+from django_strait.rules.outcome import failure
 
 logger = logging.getLogger(__name__)
 

@@ -27,25 +27,25 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.utils import timezone
 
-from django_strait import signals
 from django_strait.conf import strait_settings
-from django_strait.decisions import after_delivery, trim
+from django_strait.dispatch import events
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.results import EXCERPT_CHARS
 from django_strait.models import DeliveryStatus
-from django_strait.outcome import Outcome, failure
-from django_strait.resilience import health as endpoint_health
-from django_strait.resilience.breaker import Attempted, Candidate, CircuitBreaker
-from django_strait.retry import PolicyError
-from django_strait.states import Transition
+from django_strait.rules.outcome import Outcome, failure
+from django_strait.rules.resilience import health as endpoint_health
+from django_strait.rules.retry import PolicyError
+from django_strait.rules.states import Transition
+from django_strait.services.breaker import Attempted, Candidate, CircuitBreaker
 from django_strait.storage import Storage
 from django_strait.storage import webhooks as outbox
-from django_strait.webhooks import events
+from django_strait.transitions import sending
+from django_strait.transitions.decisions import after_delivery, trim
+from django_strait.transitions.sending import Sent
 
 logger = logging.getLogger(__name__)
 
@@ -56,15 +56,6 @@ Db = Callable[..., Awaitable[Any]]
 LEASE_MARGIN = dt.timedelta(seconds=5)
 #: The most attempts ``WebhookDelivery.attempt`` holds (a PostgreSQL integer).
 ATTEMPT_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """One delivery attempt and what became of the delivery."""
-
-    due: outbox.Due
-    outcome: Outcome
-    settled: outbox.Settled
 
 
 class Deliverer:
@@ -288,7 +279,7 @@ def announce(sent: Sequence[Sent]) -> None:
                 s.outcome.error[:200], settled.status,
                 extra={"run_id": d.run_id, "delivery_id": d.delivery_id},
             )  # fmt: skip
-    signals.send_webhooks(sent)
+    sending.send_webhooks(sent)
 
 
 #: How much of a receiver's 2xx answer the webhook client reads: room for the

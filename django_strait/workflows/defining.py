@@ -10,15 +10,15 @@ from django.db import transaction
 from django.db.models import ProtectedError
 from django.utils.timezone import now
 
-from django_strait import dag
 from django_strait.conf import strait_settings
 from django_strait.database import alias
+from django_strait.dispatch.events import all_workflow_events
 from django_strait.models import Job, Workflow, WorkflowStep
-from django_strait.retry import STEP_FIELDS, PolicyError, resolve, step_partial
+from django_strait.rules import dag
+from django_strait.rules.retry import STEP_FIELDS, PolicyError, resolve, step_partial
+from django_strait.services.triggering import TriggerError, resolve_job
 from django_strait.storage import backend
 from django_strait.transitions.workflows import announce
-from django_strait.triggering import TriggerError, resolve_job
-from django_strait.webhooks.events import all_workflow_events
 
 #: The keys a step may have.
 STEP_KEYS = frozenset({"name", "job", "depends_on", "continue_on_failure", *STEP_FIELDS.values()})

@@ -9,13 +9,13 @@ from typing import Any
 from django.db import IntegrityError
 from django.utils import timezone
 
-from django_strait import triggering
 from django_strait.models import Workflow, WorkflowRun
-from django_strait.states import InvalidTransition
+from django_strait.rules.states import InvalidTransition
+from django_strait.services import triggering
+from django_strait.services.triggering import TriggerError, check_payload
 from django_strait.storage import backend
 from django_strait.transitions import cancel
 from django_strait.transitions.workflows import announce
-from django_strait.triggering import TriggerError, check_payload
 
 logger = logging.getLogger(__name__)
 

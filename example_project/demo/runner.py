@@ -20,7 +20,7 @@ from django.db.models import Min, QuerySet
 from django.utils import timezone
 
 from django_strait.models import JobRun, WorkflowRun, WorkflowStepRun
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 from example_project.demo import seeding, summary, workflow
 from example_project.demo.server import LocalServer
 

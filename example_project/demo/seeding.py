@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django_strait import syncing, trigger_many
+from django_strait import trigger_many
 from django_strait.models import Job
+from django_strait.services import syncing
 
 #: Short delays so that the demo's retries happen within seconds, not minutes.
 DEMO_RETRY = {"initial_delay": "200ms", "max_delay": "1s", "min_delay": "100ms"}

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.db.models import Count, Q, QuerySet
 
 from django_strait.models import JobRun
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 COLUMNS = ("runs", "completed", "retried", "dead-lettered", "failed", "other")
 ERROR_CHARS = 90

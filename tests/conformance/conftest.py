@@ -23,7 +23,7 @@ from django.db import connection
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_strait.resilience import limits
+from django_strait.rules.resilience import limits
 from django_strait.storage import Claimed, Hold, OrmStorage, PostgresStorage, Rescued, Storage
 from django_strait.transitions.reaper import rescue_found
 from django_strait.transitions.worker import claim_and_start

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from django_strait.models import EndpointHealth, JobRun
-from django_strait.resilience import health, limits
-from django_strait.states import Transition
+from django_strait.rules.resilience import health, limits
+from django_strait.rules.states import Transition
 from django_strait.storage import OrmStorage, PostgresStorage, Record, RecordBatch
 from tests.conformance.conftest import ON_POSTGRES, limit_gate, start
 from tests.integration.factories import make_job

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from django_strait.models import JobRun, RunAttempt, RunHold
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
 from django_strait.storage import Hold, Record, RecordBatch
 from tests.conformance.conftest import claim, rescue, start
 from tests.integration.factories import make_job, make_run

@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from django_strait.models import BudgetLedger, JobRun, Project
-from django_strait.resilience import budgets
-from django_strait.states import Transition
+from django_strait.rules.resilience import budgets
+from django_strait.rules.states import Transition
 from django_strait.storage import Hold, Record, RecordBatch
 from tests.conformance.conftest import in_threads, start
 from tests.integration.factories import make_job

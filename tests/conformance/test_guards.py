@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from django_strait.models import JobRun
-from django_strait.states import InvalidTransition, RunStatus, Transition
+from django_strait.rules.states import InvalidTransition, RunStatus, Transition
 from django_strait.storage import Hold, Record, RecordBatch
 from tests.conformance.conftest import claim, rescue, start
 

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from django_strait.models import JobRateAdmission, JobRun
-from django_strait.resilience.health import effective_concurrency
+from django_strait.rules.resilience.health import effective_concurrency
 from tests.conformance.conftest import in_threads, limit_gate, most_in_any_window, start
 from tests.integration.factories import make_job
 

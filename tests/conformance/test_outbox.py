@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from django_strait.models import EndpointHealth, WebhookDelivery
-from django_strait.resilience.health import Sample
+from django_strait.rules.resilience.health import Sample
 from django_strait.storage.webhooks import Settled
 from tests.integration.factories import make_job, make_run
 

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from django_strait.models import JobPresetRecommendation, JobRun, RunAttempt
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
 from django_strait.storage import Record, RecordBatch
 from django_strait.transitions import cancel
 from tests.conformance.conftest import start

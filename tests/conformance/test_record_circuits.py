@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 
 from django_strait.models import EndpointCircuit, JobRun
-from django_strait.resilience.policy import CLOSED, HALF_OPEN, OPEN, Result
-from django_strait.states import Transition
+from django_strait.rules.resilience.policy import CLOSED, HALF_OPEN, OPEN, Result
+from django_strait.rules.states import Transition
 from django_strait.storage import Record, RecordBatch
 from tests.conformance.conftest import needs_postgres, start
 from tests.integration.factories import make_job

@@ -23,12 +23,11 @@ import pytest
 from django.db import OperationalError, connection
 from django.utils import timezone
 
-from django_strait import sql
 from django_strait.models import BudgetLedger, EndpointHealth, Job, JobRun, Project, RunRollup
-from django_strait.resilience.budgets import today
-from django_strait.resilience.health import Sample
-from django_strait.states import Transition
-from django_strait.storage import Record, RecordBatch, Storage
+from django_strait.rules.resilience.budgets import today
+from django_strait.rules.resilience.health import Sample
+from django_strait.rules.states import Transition
+from django_strait.storage import Record, RecordBatch, Storage, sql
 from tests.conformance.conftest import in_threads, needs_postgres
 from tests.integration.factories import make_job
 

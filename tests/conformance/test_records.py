@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from django_strait.models import EndpointHealth, JobRun, RunAttempt, RunRollup
-from django_strait.resilience import health
-from django_strait.states import Transition
+from django_strait.rules.resilience import health
+from django_strait.rules.states import Transition
 from django_strait.storage import Record, RecordBatch
 from tests.conformance.conftest import start
 from tests.integration.factories import make_job

@@ -9,7 +9,7 @@ from django.db import DataError, connection
 from django.utils import timezone
 
 from django_strait.models import JobRun, RunAttempt
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
 from django_strait.storage.values import Rescue
 from tests.conformance.conftest import needs_postgres, rescue
 from tests.integration.factories import make_job, make_run

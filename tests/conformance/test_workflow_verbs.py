@@ -9,9 +9,10 @@ import pytest
 from django.db import IntegrityError
 from django.utils import timezone
 
-from django_strait import dag, define_workflow, signals
+from django_strait import define_workflow, signals
 from django_strait.models import JobRun, WebhookDelivery, Workflow, WorkflowRun
-from django_strait.states import Transition
+from django_strait.rules import dag
+from django_strait.rules.states import Transition
 from django_strait.storage import Storage
 from tests.conformance.conftest import start
 from tests.conformance.test_workflows import finish

@@ -10,9 +10,10 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from django_strait import dag, define_workflow, trigger_workflow
+from django_strait import define_workflow, trigger_workflow
 from django_strait.models import JobRun
-from django_strait.states import Transition
+from django_strait.rules import dag
+from django_strait.rules.states import Transition
 from django_strait.storage import Claimed, Record, RecordBatch, Recorded, Storage
 from tests.conformance.conftest import in_threads, needs_postgres, start
 from tests.integration.factories import DIAMOND

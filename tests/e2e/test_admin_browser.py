@@ -34,7 +34,7 @@ from django_strait.models import (
     Project,
     RunRollup,
 )
-from django_strait.resilience.budgets import today
+from django_strait.rules.resilience.budgets import today
 from tests.conftest import Reply, run_worker
 from tests.integration.factories import make_job, make_run
 

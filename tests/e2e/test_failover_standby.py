@@ -51,7 +51,7 @@ START_TIMEOUT = 60
 DRAIN_TIMEOUT = 60
 GHOSTS = 2
 #: A worker's log line once its LISTEN holds (docs/worker.md, "Wake-ups").
-LISTENED = "django_strait.wakeup: listening for new runs on 'default'"
+LISTENED = "django_strait.storage.wakeup: listening for new runs on 'default'"
 #: What the reaper logs when it rescued runs (a round led by this worker).
 RESCUED = "django_strait.worker.duty_runner: reaper: {'rescued': "
 

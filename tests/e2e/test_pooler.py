@@ -197,7 +197,7 @@ def test_through_pooler__tells_a_pooled_session_from_a_direct_one(pgbouncer):
     # How the worker knows not to prepare its statements, and that a LISTEN will not hold.
     import psycopg
 
-    from django_strait.sql import through_pooler
+    from django_strait.storage.sql import through_pooler
 
     name = connection.settings_dict["NAME"]
     with psycopg.connect(pgbouncer.url(name), autocommit=True) as pooled:

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from django_strait import syncing, trigger
+from django_strait import trigger
 from django_strait.models import Job, JobRun, RunAttempt, WorkerProcess
+from django_strait.services import syncing
 from django_strait.transitions import cancel
 from tests.e2e.conftest import start_worker as start
 from tests.process_helpers import strait_children

@@ -13,7 +13,7 @@ from typing import Any
 from django.utils import timezone
 
 from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt, WorkflowRun
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 _names = itertools.count(1)
 

@@ -26,7 +26,7 @@ from django_strait.models import (
     JobRun,
     Project,
 )
-from django_strait.resilience.budgets import BUDGET_ERROR, today
+from django_strait.rules.resilience.budgets import BUDGET_ERROR, today
 from tests.integration.factories import make_job, make_run
 from tests.integration.test_admin import job_form
 

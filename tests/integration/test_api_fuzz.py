@@ -35,7 +35,7 @@ from django_strait import define_workflow, trigger_workflow
 from django_strait.api.auth import issue_key
 from django_strait.api.schema import generate_schema
 from django_strait.models import BudgetLedger, EndpointCircuit, EndpointHealth, Project
-from django_strait.resilience.budgets import today
+from django_strait.rules.resilience.budgets import today
 from tests.hostile import (
     URL_TEXT,
     encode,

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from django_strait.api.auth import issue_key
 from django_strait.models import BudgetLedger, EndpointCircuit, EndpointHealth, Project
-from django_strait.resilience.budgets import today
+from django_strait.rules.resilience.budgets import today
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from django.db import connection
 
 from django_strait import signals, trigger_many
 from django_strait.models import BudgetLedger, Job, JobRun, Project, RunAttempt, RunHold
-from django_strait.resilience.budgets import next_day_starts, today
+from django_strait.rules.resilience.budgets import next_day_starts, today
 from django_strait.worker.engine import Worker, WorkerConfig
 from tests.conftest import Reply, spawn_workers, stop_workers
 
@@ -172,7 +172,7 @@ def test_soft_limit__signal_and_warning_once_a_day(burst, http_server, listen, c
     burst()
     assert sent.calls == []  # 7 of 10: under 80 %
 
-    with caplog.at_level(logging.WARNING, logger="django_strait.resilience.budgets"):
+    with caplog.at_level(logging.WARNING, logger="django_strait.rules.resilience.budgets"):
         trigger_many("paid", [{"i": i} for i in range(3)])
         burst()
 

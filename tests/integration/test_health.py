@@ -78,8 +78,8 @@ def test_health__no_second_statement_per_batch(burst, http_server):
     """Health is written inside the record statement: no EndpointHealth query of its own."""
     from django.test.utils import CaptureQueriesContext
 
-    from django_strait.resilience.health import Answer, summarize
-    from django_strait.states import Transition
+    from django_strait.rules.resilience.health import Answer, summarize
+    from django_strait.rules.states import Transition
     from django_strait.storage import Record, RecordBatch, backend
     from django_strait.storage.postgres import statements as pg_storage
 

@@ -20,7 +20,7 @@ from multidict import CIMultiDict
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest, parse_retry_after
 from django_strait.dispatch.results import TRUNCATION_MARKER
 from django_strait.dispatch.signing import verify
-from django_strait.outcome import Action, Kind, Outcome
+from django_strait.rules.outcome import Action, Kind, Outcome
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -24,7 +24,7 @@ from django_strait import trigger
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.ssrf import AddressGuard, AddressRefused, GuardedResolver
 from django_strait.models import Job
-from django_strait.outcome import Kind, Outcome
+from django_strait.rules.outcome import Kind, Outcome
 
 ONLY_127_0_0_1 = (ipaddress.ip_network("127.0.0.1/32"),)
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))

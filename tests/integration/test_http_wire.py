@@ -22,7 +22,7 @@ import pytest
 
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.wire import MAX_HEAD_BYTES, MAX_HEADERS
-from django_strait.outcome import Kind, Outcome
+from django_strait.rules.outcome import Kind, Outcome
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 

@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 from django_strait import trigger, trigger_many
 from django_strait.api.auth import issue_key
 from django_strait.models import Job, JobRateAdmission, JobRun, RunAttempt
-from django_strait.resilience.limits import RATE_LOG_KEPT
+from django_strait.rules.resilience.limits import RATE_LOG_KEPT
 from django_strait.worker.engine import Worker, WorkerConfig
 from tests.conftest import Reply, spawn_workers, stop_workers
 

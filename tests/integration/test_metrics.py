@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from django_strait import define_workflow, trigger_workflow
 from django_strait.metrics import WorkerMetrics
-from django_strait.metrics.database import dead_letters_by_job, in_flight_by_job, queued_by_queue
+from django_strait.metrics.database import dead_letters_by_job, in_flight_by_job
 from django_strait.models import (
     BudgetLedger,
     EndpointCircuit,
@@ -26,8 +26,9 @@ from django_strait.models import (
     Project,
     WorkerProcess,
 )
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
 from django_strait.storage import Record, Recorded
+from django_strait.storage.gauges import queued_by_queue
 from tests.integration.factories import make_job, make_run
 
 urlpatterns = [path("metrics/", include("django_strait.metrics.urls"))]

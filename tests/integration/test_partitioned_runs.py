@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from django_strait import trigger, trigger_many
 from django_strait.models import JobRun
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 from django_strait.storage import backend
 from django_strait.transitions.people import cancel
 from tests.conftest import psycopg_connection, wait_for_a_lock_wait
@@ -175,7 +175,7 @@ def plan_of(sql: str, params: dict | list) -> str:
 
 
 def claim_params(**more) -> dict:
-    from django_strait import bounds
+    from django_strait.rules import bounds
     from django_strait.storage.floors import BOTTOM
 
     low, high = bounds.PRIORITY

@@ -8,10 +8,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from django_strait import sql, trigger
+from django_strait import trigger
 from django_strait.models import JobRun
-from django_strait.states import Transition
-from django_strait.storage import PostgresStorage, Record, RecordBatch
+from django_strait.rules.states import Transition
+from django_strait.storage import PostgresStorage, Record, RecordBatch, sql
 from django_strait.transitions.worker import claim_and_start
 from tests.integration.factories import make_job
 

@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterator
 import pytest
 from django.utils import timezone
 
-from django_strait import signals, syncing, trigger
-from django_strait.metrics.worker import WorkerMetrics
+from django_strait import signals, trigger
 from django_strait.models import Job, JobPresetRecommendation, JobRun, RunAttempt
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
+from django_strait.services import syncing
 from django_strait.storage import Record, Recorded
+from django_strait.worker.metrics import WorkerMetrics
 from django_strait.worker.process.pool import resident_bytes
 from tests.process_helpers import strait_children
 

@@ -131,7 +131,7 @@ def test_job_decorator__refuses_bad_execution_options_naming_them(options, messa
 
 
 def test_job_decorator__an_unknown_preset_is_refused_when_its_row_is_written():
-    from django_strait import registry, syncing
+    from django_strait.services import registry, syncing
 
     handler = job(name="too-big", execution="process", preset="planet")(lambda payload: None)
     try:

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from django_strait.actions import DeadLetter, Discard, Error, Fail, Retry
 from django_strait.dispatch.python import (
     RunContext,
     accepts_context,
@@ -21,7 +20,8 @@ from django_strait.dispatch.python import (
     settle,
 )
 from django_strait.dispatch.results import TRUNCATION_MARKER
-from django_strait.outcome import Action, Kind, Outcome
+from django_strait.rules.actions import DeadLetter, Discard, Error, Fail, Retry
+from django_strait.rules.outcome import Action, Kind, Outcome
 
 POOL_PREFIX = "strait-test-pool"
 

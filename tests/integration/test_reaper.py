@@ -13,7 +13,7 @@ from django.test import override_settings
 from django_strait.duties.leader import lead
 from django_strait.duties.reaper import Reaper
 from django_strait.models import JobRun, RunAttempt, WorkerProcess
-from django_strait.retry import PolicyError
+from django_strait.rules.retry import PolicyError
 from django_strait.transitions import rescue_stale
 from tests.conftest import unreadable_json
 from tests.integration.factories import make_job, make_run
@@ -82,7 +82,7 @@ def test_rescue__lost_attempt_spends_its_budget_reservation():
     from decimal import Decimal
 
     from django_strait.models import BudgetLedger, Project
-    from django_strait.resilience.budgets import today
+    from django_strait.rules.resilience.budgets import today
 
     project = Project.objects.create(name="acme", daily_budget=Decimal(10))
     run = silent_run("executing", STALE + 30, job=retrying_job(project=project, estimated_cost=2))

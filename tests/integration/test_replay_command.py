@@ -10,8 +10,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_strait import registry, replaying
 from django_strait.models import Job, JobRun
+from django_strait.services import registry, replaying
 from tests.conftest import ROOT
 from tests.integration.factories import make_job, make_run
 

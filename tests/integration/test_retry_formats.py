@@ -8,11 +8,11 @@ from django.core.cache import cache
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from django_strait import registry
 from django_strait.conf import strait_settings
 from django_strait.models import JobRun
-from django_strait.retry import resolve
-from django_strait.triggering import TriggerError, trigger
+from django_strait.rules.retry import resolve
+from django_strait.services import registry
+from django_strait.services.triggering import TriggerError, trigger
 from tests.integration.factories import make_job
 
 pytestmark = pytest.mark.django_db

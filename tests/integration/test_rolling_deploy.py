@@ -17,9 +17,9 @@ import pytest
 from django.utils import timezone
 
 from django_strait import trigger
-from django_strait.handlers import handlers
 from django_strait.models import Job, JobRun, RunAttempt, RunHold
-from django_strait.resilience.breaker import CircuitBreaker
+from django_strait.rules.handlers import handlers
+from django_strait.services.breaker import CircuitBreaker
 from django_strait.storage import backend
 from django_strait.worker.catalog import Catalog
 from django_strait.worker.gate import HANDLER_WAIT, Gate

@@ -1,4 +1,4 @@
-"""``django_strait.rows.read``: each row read, or set aside with an error naming its table,
+"""``django_strait.storage.rows.read``: each row read, or set aside with an error naming its table,
 id and field; the others go on."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from django.db import DataError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_strait import rows
 from django_strait.models import EndpointCircuit, Job, JobRun, Project
+from django_strait.storage import rows
 from tests.conftest import unreadable_json
 from tests.integration.factories import make_job, make_run
 from tests.security.poison import deep_json, write
@@ -41,7 +41,7 @@ def test_read__sets_aside_the_row_that_cannot_be_read_naming_table_id_and_field(
     made = circuits(40)
     write(made[17], "opened_at", "infinity")
 
-    with caplog.at_level(logging.ERROR, logger="django_strait.rows"):
+    with caplog.at_level(logging.ERROR, logger="django_strait.storage.rows"):
         found = rows.read(EndpointCircuit.objects.order_by("pk"))
 
     assert [c.pk for c in found.rows] == [c.pk for c in made if c is not made[17]]

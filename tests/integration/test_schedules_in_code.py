@@ -7,9 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_strait import job, registry, syncing
+from django_strait import job
 from django_strait.duties.scheduler import Scheduler
 from django_strait.models import Job, JobRun
+from django_strait.services import registry, syncing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,8 @@ from django.utils import timezone
 
 from django_strait import signals, transitions, trigger, trigger_many
 from django_strait.models import JobRun
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
+from django_strait.transitions import sending
 from tests.integration.factories import make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,11 +28,11 @@ def test_send_enqueued__waits_for_the_commit_and_sends_nothing_on_rollback(liste
     with transaction.atomic():
         kept = make_run()
         kept.idempotency_hit = False
-        signals.send_enqueued(kept.job.name, [kept])
+        sending.send_enqueued(kept.job.name, [kept])
         assert got.calls == []  # not before the commit: a receiver could not see the row
     with pytest.raises(RuntimeError), transaction.atomic():
         dropped = make_run(kept.job)
-        signals.send_enqueued(kept.job.name, [dropped])
+        sending.send_enqueued(kept.job.name, [dropped])
         raise RuntimeError("roll back")
 
     assert [(c["run_id"], c["job"], c["run"]) for c in got.calls] == [
@@ -44,7 +45,7 @@ def test_send_enqueued__leaves_out_runs_returned_for_a_reused_idempotency_key(li
     first = make_run()
     first.idempotency_hit = True
 
-    signals.send_enqueued(first.job.name, [first])
+    sending.send_enqueued(first.job.name, [first])
 
     assert got.calls == []
 
@@ -57,7 +58,7 @@ def test_send_recorded__looks_up_job_names_it_was_not_given(listen):
     now = timezone.now()
     rec = Record(run.pk, 1, Transition.COMPLETE, now, now, 5, "succeeded")
 
-    signals.send_recorded([rec], Recorded(moved={run.pk: "completed"}))
+    sending.send_recorded([rec], Recorded(moved={run.pk: "completed"}))
 
     assert [(c["run_id"], c["job"]) for c in got.calls] == [(run.pk, run.job.name)]
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from django_strait import trigger, trigger_many
 from django_strait.models import Job, JobRun
-from django_strait.triggering import TriggerError
+from django_strait.services.triggering import TriggerError
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from django_strait import transitions, trigger
 from django_strait.models import JobRun
-from django_strait.wakeup import CHANNEL
+from django_strait.storage.wakeup import CHANNEL
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -138,7 +138,7 @@ def test_resume_from_another_process__drops_the_paused_copy_and_wakes(idle_worke
 
     from django_strait.models import QueueState
     from django_strait.storage import queues as queue_states
-    from django_strait.wakeup import QUEUE_STATE_CHANNEL
+    from django_strait.storage.wakeup import QUEUE_STATE_CHANNEL
 
     queue_states.set_paused("default", "held", True, timezone.now())
     run = trigger("test-noop", {}, queue="held")

@@ -207,7 +207,7 @@ def test_worker__a_handler_not_registered_in_code_is_dead_lettered_unrun(burst, 
 
 
 def test_trigger__refuses_a_payload_with_a_nul_character():
-    from django_strait.triggering import TriggerError
+    from django_strait.services.triggering import TriggerError
 
     with pytest.raises(TriggerError, match="payload: must not contain the NUL"):
         trigger("test-noop", {"x": "a\u0000b"})

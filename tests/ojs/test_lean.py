@@ -15,7 +15,7 @@ import pytest
 from django_strait.api.auth import issue_key, revoke_key
 from django_strait.models import JobRun
 from django_strait.ojs import lean
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,9 +16,9 @@ import pytest
 from django.utils import timezone
 
 from django_strait.models import JobRun, QueueState
+from django_strait.services.triggering import trigger
 from django_strait.storage import queues as queue_states
 from django_strait.transitions.worker import claim_and_start
-from django_strait.triggering import trigger
 from tests.ojs.runner import Runner  # noqa: F401 (the same live servers as the suite's cases)
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -31,7 +31,7 @@ from django_strait.api.auth import issue_key
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.dispatch.ssrf import AddressGuard, host_address, url_problem
 from django_strait.models import Job
-from django_strait.outcome import Kind
+from django_strait.rules.outcome import Kind
 from tests.conftest import Reply
 
 ONLY_127_0_0_1 = (ipaddress.ip_network("127.0.0.1/32"),)

@@ -16,8 +16,8 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
-from django_strait.json_text import MAX_DEPTH
 from django_strait.models import Job, JobRun
+from django_strait.rules.json_text import MAX_DEPTH
 from tests.integration.factories import make_job, make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_strait.json_text import MAX_DEPTH, JSONRefused, loads
+from django_strait.rules.json_text import MAX_DEPTH, JSONRefused, loads
 
 #: Text heavy in what confuses a scanner: brackets, quotes, backslashes, surrogate escapes.
 TRICKY_TEXT = st.text(alphabet=st.sampled_from('[]{}"\\,:u d8a0x\U0001f600'), max_size=12)

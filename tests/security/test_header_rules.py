@@ -27,7 +27,7 @@ from django_strait import trigger
 from django_strait.api.auth import issue_key
 from django_strait.dispatch.http import HttpDispatcher, HttpRequest
 from django_strait.models import Job, JobRun
-from django_strait.outcome import Kind
+from django_strait.rules.outcome import Kind
 
 STRAIT = {"ALLOWED_PRIVATE_NETWORKS": ["127.0.0.1/32"], "API_THROTTLE_RATE": None}
 URL = "https://hooks.example.invalid/x"  # .invalid never resolves, and is never looked up here

@@ -27,8 +27,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_strait import trigger_many
-from django_strait.cron import tick_key
 from django_strait.models import EndpointCircuit, Job, JobRun, WorkerProcess, WorkflowRun
+from django_strait.rules.cron import tick_key
 from django_strait.workflows import define_workflow, trigger_workflow
 from tests.conftest import ROOT, worker_command
 from tests.integration.factories import DIAMOND, client_with, make_job, make_run

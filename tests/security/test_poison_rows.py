@@ -28,7 +28,7 @@ from django_strait.duties.sampler import HealthSampler, QueueSampler
 from django_strait.duties.scheduler import Scheduler
 from django_strait.duties.vacuum import Vacuumer
 from django_strait.management.commands.run_strait_worker import build_config
-from django_strait.outcome import Outcome, failure, success
+from django_strait.rules.outcome import Outcome, failure, success
 from django_strait.storage import backend
 from django_strait.storage.workflows.graph import GRAPHS
 from django_strait.worker.engine import Worker

@@ -34,10 +34,10 @@ from django.db import DataError, OperationalError
 from django.db.models import QuerySet
 
 from django_strait.models import JobRun, Workflow, WorkflowRun
-from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import Health
-from django_strait.resilience.policy import Change, Circuit, Result
-from django_strait.states import InvalidTransition, RunStatus, Transition
+from django_strait.rules.resilience import budgets, limits
+from django_strait.rules.resilience.health import Health
+from django_strait.rules.resilience.policy import Change, Circuit, Result
+from django_strait.rules.states import InvalidTransition, RunStatus, Transition
 from django_strait.storage import Claimed, Hold, Record, RecordBatch, Recorded, Rescued, common
 from django_strait.storage.floors import ClaimFloors
 from django_strait.storage.values import Advanced, Envelope, HistoryDay, Rescue, StaleRuns, Waiting

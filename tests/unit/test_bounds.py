@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ValidationError
 
-from django_strait import bounds
 from django_strait.models import Job, JobRun, Project
+from django_strait.rules import bounds
 
 SECURITY_DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from django_strait.resilience.policy import (
+from django_strait.rules.resilience.policy import (
     PROBE_MARGIN,
     PROBE_WAIT,
     Circuit,

@@ -17,8 +17,8 @@ from django.test import override_settings
 
 from django_strait import __version__
 from django_strait.conf import KEYS, SettingError, known_env_vars, strait_settings
-from django_strait.presets import DEFAULT_PRESETS, parse_chain
-from django_strait.retry import BUILTIN, PolicyError, RetryPolicy, merge
+from django_strait.rules.presets import DEFAULT_PRESETS, parse_chain
+from django_strait.rules.retry import BUILTIN, PolicyError, RetryPolicy, merge
 
 ROOT = Path(__file__).resolve().parents[2]
 

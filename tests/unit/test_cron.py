@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from django_strait.cron import (
+from django_strait.rules.cron import (
     ScheduleError,
     check_schedule,
     check_timezone,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from django_strait import dag
-from django_strait.retry import BUILTIN, RetryPolicy, resolve, step_partial
+from django_strait.rules import dag
+from django_strait.rules.retry import BUILTIN, RetryPolicy, resolve, step_partial
 
 DIAMOND = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c"]}
 

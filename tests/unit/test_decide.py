@@ -8,7 +8,10 @@ import random
 import pytest
 
 from django_strait.conf import strait_settings
-from django_strait.decisions import (
+from django_strait.rules.outcome import Action, action, failure, success
+from django_strait.rules.retry import BUILTIN, JOB_COLUMNS, merge
+from django_strait.rules.states import Transition
+from django_strait.transitions.decisions import (
     FALLBACK_RETRY_SECONDS,
     Decision,
     after_delivery,
@@ -19,9 +22,6 @@ from django_strait.decisions import (
     safely,
     trim,
 )
-from django_strait.outcome import Action, action, failure, success
-from django_strait.retry import BUILTIN, JOB_COLUMNS, merge
-from django_strait.states import Transition
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 POLICY = merge(BUILTIN, {"jitter": 0, "initial_delay": 10, "max_attempts": 3})

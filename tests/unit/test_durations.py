@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_strait.retry import MAX_DURATION, PolicyError, parse_duration
+from django_strait.rules.retry import MAX_DURATION, PolicyError, parse_duration
 
 hypothesis_settings = settings(database=None, deadline=None)
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import django_strait
-from django_strait.triggering import TriggerError
+from django_strait.services.triggering import TriggerError
 from tests.conftest import ROOT
 
 ERRORS = (
@@ -51,7 +51,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: the docs call by its bare name must be importable from the package itself.
 USER_MODULES = (
     "django_strait.transitions.people",
-    "django_strait.triggering",
+    "django_strait.services.triggering",
     "django_strait.workflows",
 )
 

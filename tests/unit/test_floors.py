@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from django_strait import bounds
+from django_strait.rules import bounds
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 
 NOW = dt.datetime(2026, 11, 24, 12, 0, tzinfo=dt.UTC)

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from django_strait.resilience.health import (
+from django_strait.rules.resilience.health import (
     Answer,
     Health,
     admit,
@@ -14,7 +14,7 @@ from django_strait.resilience.health import (
     effective_concurrency,
     summarize,
 )
-from django_strait.resilience.policy import Verdict
+from django_strait.rules.resilience.policy import Verdict
 
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
 COOLDOWN = dt.timedelta(seconds=30)
@@ -114,7 +114,7 @@ def test_admit__unhealthy_probes_once_per_cooldown():
 
 
 def test_fold__a_rate_decaying_through_many_batches_reaches_zero_never_a_subnormal():
-    from django_strait.resilience.health import NEGLIGIBLE, fold
+    from django_strait.rules.resilience.health import NEGLIGIBLE, fold
 
     rate, keep = 0.5, 0.9**100
     for _ in range(200):

@@ -1,11 +1,15 @@
 """The package imports in layers: no module imports, directly or through others, one that imports it.
 
-Pure rules at the bottom (states, retry, resilience, cron, decisions), models
-above them, the storage backends above models, transitions above storage, the
-worker and the surfaces on top (docs/architecture.md). A cycle, or an import
-hidden inside a function to step around one, is a sign the layering is wrong:
-these tests read every module's imports (also those inside functions; not those
-under ``if TYPE_CHECKING:``, which never run) and fail on either.
+Two graphs are read from every module's imports. Between modules, the imports
+that run (also those inside functions; not those under ``if TYPE_CHECKING:``)
+form no cycle, and none hides inside a function to step around one. Between
+packages (each module counted as its top-level package under django_strait:
+``storage.orm.claims`` is ``storage``; a loose module such as ``conf`` is its
+own), every import counts, ``TYPE_CHECKING`` and function-level ones too: they
+form no cycle, and each goes to its own layer or a lower one, in the order of
+:data:`LAYERS` (docs/architecture.md, "Layers"). A cycle, or an import that
+climbs a layer, is a sign that code sits in the wrong place: move it to where
+it belongs (a rule both sides need to a lower layer), never hide the import.
 """
 
 from __future__ import annotations
@@ -144,16 +148,7 @@ def test_cycles__are_found_when_there_is_one():
 
 
 def test_layers__models_import_no_service():
-    services = (
-        "storage",
-        "transitions",
-        "worker",
-        "triggering",
-        "duties",
-        "signals",
-        "admin",
-        "api",
-    )
+    services = ("storage", "transitions", "services", "worker", "duties", "admin", "api")
     for module, found in GRAPH.items():
         if module.startswith(f"{ROOT}.models"):
             bad = [t for t in found.targets if t.split(".")[1] in services]
@@ -162,7 +157,7 @@ def test_layers__models_import_no_service():
 
 # -- where the decision lives (docs/architecture.md) --------------------------------------
 
-DECISIONS = f"{ROOT}.decisions"
+DECISIONS = f"{ROOT}.transitions.decisions"
 #: What resolves or decides: only the decision home (and the retry package's own
 #: ``resolve``, which it wraps) may call these on a run's behalf.
 DECIDING_NAMES = {"decide", "run_policy", "resolve"}
@@ -223,3 +218,117 @@ def test_decision_checks__can_fail():
     # The checks read real modules: the home itself calls decide, and the worker imports it.
     assert _calls(DECISIONS, "decide")
     assert any(source == DECISIONS for source, _ in _names_imported(f"{ROOT}.worker.outcomes"))
+
+
+# -- packages and layers (docs/architecture.md, "Layers") ---------------------------------
+
+#: The layers, lowest first: a package may import its own layer and those below it.
+LAYERS: list[tuple[str, set[str]]] = [
+    # Pure rules: no database, no network, no settings (retry/ and resilience/ inside).
+    ("rules", {"rules"}),
+    # Settings, their system checks, the database router, the signals' definitions,
+    # the package root (the public API, which loads the rest lazily) and the
+    # documented re-export of rules.retry.
+    ("settings", {"__init__", "conf", "checks", "database", "signals", "retry"}),
+    # Speaking to endpoints (HTTP, signing, the Python executor, webhook events).
+    ("wire", {"dispatch"}),
+    ("models", {"models"}),
+    # The one door to run-side rows, its backends, and reads shared by surfaces.
+    ("storage", {"storage"}),
+    # Decisions (transitions.decisions) and the named changes that apply them
+    # through storage and send the signals (transitions.sending).
+    ("transitions", {"transitions"}),
+    ("services", {"services", "workflows", "webhooks", "circuits"}),
+    # What runs in a worker process: the worker and its duties.
+    ("runtime", {"worker", "duties"}),
+    (
+        "surfaces",
+        {
+            "admin",
+            "api",
+            "ojs",
+            "tasks",
+            "management",
+            "metrics",
+            "templatetags",
+            "testing",
+            "apps",
+        },
+    ),
+]
+RANK = {package: i for i, (_, packages) in enumerate(LAYERS) for package in packages}
+
+
+def package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def every_import(module: str) -> set[str]:
+    """The package modules ``module`` imports anywhere: at the top, in functions, for types."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.update(t for t in _target(module, node) if t in MODULES and t != module)
+    return found
+
+
+def package_graph(modules: dict[str, set[str]]) -> dict[str, dict[str, set[str]]]:
+    """package -> imported package -> the ``module -> module`` imports behind the edge."""
+    graph: dict[str, dict[str, set[str]]] = {package(m): {} for m in modules}
+    for module, targets in modules.items():
+        for target in targets:
+            a, b = package(module), package(target)
+            if a != b:
+                graph[a].setdefault(b, set()).add(f"{module} -> {target}")
+    return graph
+
+
+PACKAGES = package_graph({module: every_import(module) for module in MODULES})
+
+
+def climbing(graph: dict[str, dict[str, set[str]]], rank: dict[str, int]) -> dict[str, list[str]]:
+    """The imports that go to a higher layer, by ``package -> package``."""
+    return {
+        f"{a} -> {b}": sorted(why)
+        for a, edges in graph.items()
+        for b, why in edges.items()
+        if rank[b] > rank[a]
+    }
+
+
+def test_packages__form_no_cycle_counting_type_checking_and_function_imports():
+    assert cycles({a: set(edges) for a, edges in PACKAGES.items()}) == []
+
+
+def test_packages__each_has_a_layer():
+    assert sorted(set(PACKAGES) - set(RANK)) == []
+
+
+def test_packages__import_only_their_layer_or_lower():
+    assert climbing(PACKAGES, RANK) == {}
+
+
+def test_rules__import_nothing_outside_the_pure_layer():
+    # Pure rules read no storage, no model, no setting and no surface.
+    outside = {
+        a_b: why for a_b, why in climbing(PACKAGES, RANK).items() if a_b.startswith("rules ")
+    }
+    assert outside == {}
+    assert set(PACKAGES["rules"]) == set()
+
+
+def test_layer_checks__can_fail():
+    graph = package_graph(
+        {
+            "django_strait.rules.x": {"django_strait.storage.y"},
+            "django_strait.storage.y": {"django_strait.rules.x"},
+        }
+    )
+    assert cycles({a: set(edges) for a, edges in graph.items()}) == [["rules", "storage"]]
+    assert climbing(graph, RANK) == {
+        "rules -> storage": ["django_strait.rules.x -> django_strait.storage.y"]
+    }
+    # And the graph is read from real modules, TYPE_CHECKING imports included.
+    assert "rules" in PACKAGES["storage"]
+    assert "worker" in PACKAGES["metrics"]  # metrics/__init__ re-exports the worker's metrics

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_strait.wakeup import Listener
+from django_strait.storage.wakeup import Listener
 
 
 class Stop:

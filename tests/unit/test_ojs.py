@@ -9,7 +9,7 @@ import pytest
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.ids import is_uuid7, uuid7
 from django_strait.ojs.states import OJS_STATES, STATES, ojs_state
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 LATER = NOW + dt.timedelta(seconds=5)

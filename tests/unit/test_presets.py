@@ -8,9 +8,9 @@ import pytest
 from django.core import checks
 from django.test import override_settings
 
-from django_strait.presets import DEFAULT_PRESETS, parse_chain, parse_size
-from django_strait.retry import PolicyError
-from django_strait.states import Transition
+from django_strait.rules.presets import DEFAULT_PRESETS, parse_chain, parse_size
+from django_strait.rules.retry import PolicyError
+from django_strait.rules.states import Transition
 from django_strait.worker.outcomes import after_oom
 
 pytestmark = pytest.mark.usefixtures("clean_strait_env")

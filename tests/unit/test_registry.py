@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from django_strait import handler, job
-from django_strait.handlers import find_handler, handlers
+from django_strait.rules.handlers import find_handler, handlers
 
 
 @handler
@@ -74,7 +74,7 @@ def test_unknown__lists_what_is_registered_and_how_to_register():
 
 
 def _declare(**options):
-    from django_strait.registry import ScheduleSpec, spec_of
+    from django_strait.services.registry import ScheduleSpec, spec_of
 
     return spec_of(
         _declare, name="x", queue=None, priority=None, max_attempts=None, retry=None,

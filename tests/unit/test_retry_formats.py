@@ -21,7 +21,7 @@ import random
 
 import pytest
 
-from django_strait.retry import BUILTIN, PolicyError, compute_delay, merge, validate_partial
+from django_strait.rules.retry import BUILTIN, PolicyError, compute_delay, merge, validate_partial
 
 NO_JITTER = random.Random(0)
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from django_strait.conf import strait_settings
 from django_strait.models import Job
 from django_strait.models.job import RetryStrategy
-from django_strait.retry import (
+from django_strait.rules.retry import (
     BUILTIN,
     FIELDS,
     STRATEGIES,
@@ -34,7 +34,7 @@ from django_strait.retry import (
     retry_delay_for,
     validate_partial,
 )
-from django_strait.retry.functions import retry_function
+from django_strait.rules.retry.functions import retry_function
 
 hypothesis_settings = settings(database=None, deadline=None, max_examples=300)
 FUNC = "tests.unit.test_retry_policy"
@@ -278,7 +278,7 @@ def test_function_strategy__clamps_numbers_it_returns(name, expected):
 @pytest.mark.parametrize("name", ["none_delay", "nan_delay", "bool_delay", "failing_delay"])
 def test_function_strategy__falls_back_to_exponential_on_a_bad_result(name, caplog):
     p = policy(strategy="function", function=f"{FUNC}.{name}", jitter=0, initial_delay=3)
-    with caplog.at_level(logging.WARNING, logger="django_strait.retry.delays"):
+    with caplog.at_level(logging.WARNING, logger="django_strait.rules.retry.delays"):
         assert compute_delay(p, 3, rng=random.Random(0)) == 12  # 3 * 2^(3-1)
     assert f"{FUNC}.{name}" in caplog.text
     assert "exponential" in caplog.text
@@ -725,7 +725,7 @@ def test_function_strategy__never_imports_a_stored_name(caplog):
     import sys
 
     p = policy(strategy="function", function="tests.unit.never_imported_module.f", jitter=0)
-    with caplog.at_level(logging.WARNING, logger="django_strait.retry.delays"):
+    with caplog.at_level(logging.WARNING, logger="django_strait.rules.retry.delays"):
         assert compute_delay(p, 2, rng=random.Random(0)) == 2.0  # 1 * 2^(2-1)
     assert "tests.unit.never_imported_module" not in sys.modules
     assert "not a registered retry function" in caplog.text

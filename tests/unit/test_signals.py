@@ -9,8 +9,9 @@ import pytest
 
 from django_strait import signals
 from django_strait.models import Job, JobRun
-from django_strait.states import Transition
+from django_strait.rules.states import Transition
 from django_strait.storage import Claimed, Record, Recorded
+from django_strait.transitions import sending
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
 LATER = T0 + dt.timedelta(seconds=30)
@@ -47,7 +48,7 @@ def test_send_recorded__sends_the_signal_of_the_status_the_run_moved_to(
     others = [listen(s) for s in signals.SIGNAL_FOR_STATUS.values() if s is not signal]
     rec = record(transition=transition, error="boom", error_type="python.ValueError")
 
-    signals.send_recorded([rec], Recorded(moved={7: status}), {7: "mail"})
+    sending.send_recorded([rec], Recorded(moved={7: status}), {7: "mail"})
 
     assert got.calls == [
         {
@@ -72,7 +73,7 @@ def test_send_recorded__a_retry_says_when_it_is_due(listen):
     got = listen(signals.run_failed)
     rec = record(transition=Transition.RETRY, available_at=LATER, error_type="http.503")
 
-    signals.send_recorded([rec], Recorded(moved={7: "queued"}), {7: "hook"})
+    sending.send_recorded([rec], Recorded(moved={7: "queued"}), {7: "hook"})
 
     assert got.calls[0]["available_at"] == LATER
     assert got.calls[0]["error_type"] == "http.503"
@@ -82,7 +83,7 @@ def test_send_recorded__a_run_canceled_meanwhile_sends_run_canceled_not_its_reco
     canceled, failed = listen(signals.run_canceled), listen(signals.run_failed)
     rec = record(transition=Transition.RETRY, available_at=LATER)
 
-    signals.send_recorded([rec], Recorded(moved={7: "canceled"}), {7: "hook"})
+    sending.send_recorded([rec], Recorded(moved={7: "canceled"}), {7: "hook"})
 
     assert [c["status"] for c in canceled.calls] == ["canceled"]
     assert canceled.calls[0]["available_at"] is None
@@ -92,7 +93,7 @@ def test_send_recorded__a_run_canceled_meanwhile_sends_run_canceled_not_its_reco
 def test_send_recorded__lost_runs_send_nothing(listen):
     got = listen(signals.run_succeeded)
 
-    signals.send_recorded(
+    sending.send_recorded(
         [record(1), record(2)], Recorded(moved={2: "completed"}, lost=[1]), {1: "a", 2: "b"}
     )
 
@@ -102,8 +103,8 @@ def test_send_recorded__lost_runs_send_nothing(listen):
 def test_send_recorded__looks_nothing_up_when_nobody_listens():
     # No job names given: a lookup would need the database, which this test
     # may not touch (pytest-django raises), so passing proves none was made.
-    signals.send_recorded([record()], Recorded(moved={7: "completed"}))
-    signals.send_started([Claimed(7, 1, {}, 1, 0, None, None)])
+    sending.send_recorded([record()], Recorded(moved={7: "completed"}))
+    sending.send_started([Claimed(7, 1, {}, 1, 0, None, None)])
 
 
 def test_send_recorded__a_raising_receiver_neither_raises_nor_stops_the_others(listen, caplog):
@@ -114,7 +115,7 @@ def test_send_recorded__a_raising_receiver_neither_raises_nor_stops_the_others(l
     try:
         after = listen(signals.run_succeeded)
         with caplog.at_level(logging.ERROR, logger="django.dispatch"):
-            signals.send_recorded([record()], Recorded(moved={7: "completed"}), {7: "x"})
+            sending.send_recorded([record()], Recorded(moved={7: "completed"}), {7: "x"})
     finally:
         signals.run_succeeded.disconnect(broken)
 
@@ -126,7 +127,7 @@ def test_send_started__sends_each_started_run_as_executing(listen):
     got = listen(signals.run_started)
     runs = [Claimed(3, 1, {}, 1, 0, None, None), Claimed(4, 1, {}, 2, 1, None, None)]
 
-    signals.send_started(runs, {3: "a", 4: "b"})
+    sending.send_started(runs, {3: "a", 4: "b"})
 
     assert [(c["run_id"], c["job"], c["attempt"], c["status"]) for c in got.calls] == [
         (3, "a", 1, "executing"),
@@ -148,7 +149,7 @@ def test_send_changed__sends_canceled_and_discarded_but_not_a_replay(listen):
         JobRun(pk=3, job=job, status="queued", attempt=3),
     ]
 
-    signals.send_changed(runs)
+    sending.send_changed(runs)
 
     assert [(c["run_id"], c["job"]) for c in canceled.calls] == [(1, "report")]
     assert [(c["run_id"], c["error_type"]) for c in discarded.calls] == [(2, "http.503")]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from django_strait.states import REPLAYABLE, TERMINAL, RunStatus, Transition, allowed, diagram
+from django_strait.rules.states import REPLAYABLE, TERMINAL, RunStatus, Transition, allowed, diagram
 
 CONCEPTS = Path(__file__).resolve().parents[2] / "docs" / "concepts.md"
 
 
 def test_concepts__shows_the_diagram_of_the_transition_table():
-    # On failure, paste the output of django_strait.states.diagram() into docs/concepts.md.
+    # On failure, paste the output of django_strait.rules.states.diagram() into docs/concepts.md.
     block = re.search(r"```mermaid\n(stateDiagram-v2\n.*?)\n```", CONCEPTS.read_text(), re.DOTALL)
     assert block is not None and block.group(1) == diagram()
 

@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 
 from django_strait.apps import _uses_strait_tasks
-from django_strait.decisions import ERROR_MAX_CHARS
+from django_strait.transitions.decisions import ERROR_MAX_CHARS
 
 if not settings.HAS_TASK_FRAMEWORK:
     pytest.skip(

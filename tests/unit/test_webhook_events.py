@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from django_strait.dispatch import events
 from django_strait.dispatch.signing import verify
-from django_strait.retry import PolicyError
-from django_strait.webhooks import events
+from django_strait.rules.retry import PolicyError
 
 
 def notice(**fields) -> events.Notice:

@@ -18,7 +18,7 @@ from django_strait.api.auth import (
     revoke_key,
 )
 from django_strait.models import SCOPES, ApiKey
-from django_strait.retry import PolicyError, parse_duration
+from django_strait.rules.retry import PolicyError, parse_duration
 
 
 def scope(value: str) -> str:

@@ -16,7 +16,7 @@ from django.db import connections, transaction
 
 from django_strait.conf import strait_settings
 from django_strait.management.commands.run_strait_worker import int_between, positive_int
-from django_strait.retry import PolicyError, parse_duration
+from django_strait.rules.retry import PolicyError, parse_duration
 from django_strait.storage.postgres import LOCK_NAMESPACE, layout, lock_key, move
 
 #: --lock-timeout's bounds, in milliseconds.

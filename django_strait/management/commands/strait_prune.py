@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from django_strait.duties.pruner import Pruner, preview, whole_days
 from django_strait.management.selection import require_jobs
-from django_strait.retry import PolicyError, parse_duration
+from django_strait.rules.retry import PolicyError, parse_duration
 
 
 def older_than(value: str) -> float:

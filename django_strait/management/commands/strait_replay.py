@@ -8,9 +8,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_strait import replaying
 from django_strait.management.selection import require_jobs, require_runs
-from django_strait.states import REPLAYABLE, RunStatus
+from django_strait.rules.states import REPLAYABLE, RunStatus
+from django_strait.services import replaying
 
 
 def run_id(value: str) -> int:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from django_strait import syncing
+from django_strait.services import syncing
 
 
 class Command(BaseCommand):

@@ -17,7 +17,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from django_strait.models import JobRun
-from django_strait.resilience import budgets, limits
+from django_strait.rules.resilience import budgets, limits
 from django_strait.storage import common
 from django_strait.storage import workflows as workflow_moves
 from django_strait.storage.floors import ClaimFloors

@@ -17,7 +17,7 @@ from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery, TextFiel
 from django.db.models.functions import Cast
 
 from django_strait.models import Execution, JobPresetRecommendation, JobRun, RunHold
-from django_strait.states import IN_FLIGHT, RunStatus, Transition
+from django_strait.rules.states import IN_FLIGHT, RunStatus, Transition
 from django_strait.storage.values import Claimed, Hold, Waiting, json_column
 
 #: Picks before a claim gives up when every row it picked was taken by another worker.

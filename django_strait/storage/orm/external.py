@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from django_strait.models import JobRun
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 from django_strait.storage.orm import claims
 from django_strait.storage.values import Claimed, Envelope
 

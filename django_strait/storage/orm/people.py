@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import F
 
 from django_strait.models import JobRun
-from django_strait.states import InvalidTransition, RunStatus, Transition
+from django_strait.rules.states import InvalidTransition, RunStatus, Transition
 from django_strait.storage import webhooks
 
 #: ``replay``'s payload when the run keeps its own.

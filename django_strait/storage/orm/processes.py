@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from django_strait.models import JobRun
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 
 def let_go(alias: str, worker_id: str, run_ids: Sequence[int]) -> list[int]:

@@ -23,23 +23,23 @@ from django_strait.models import (
     JobRateAdmission,
     JobRun,
 )
-from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import Health, HealthLevel, concurrency_share
-from django_strait.resilience.policy import (
+from django_strait.rules.resilience import budgets, limits
+from django_strait.rules.resilience.health import Health, HealthLevel, concurrency_share
+from django_strait.rules.resilience.policy import (
     CLOSED,
     HALF_OPEN,
     OPEN,
     Change,
     Circuit,
 )
-from django_strait.rows import LATEST, SetAside, check_finite, read
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 from django_strait.storage.circuit_rows import (
     as_circuit,
     readable_or_fresh,
     save_circuit,
 )
 from django_strait.storage.parts import settle_ledgers, settle_runs
+from django_strait.storage.rows import LATEST, SetAside, check_finite, read
 
 _ACTIVE = (RunStatus.DEQUEUED, RunStatus.EXECUTING)
 

@@ -11,7 +11,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from django_strait.models import JobRun, RunAttempt
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 from django_strait.storage.parts import RecordPart, note
 from django_strait.storage.values import ZERO, Record, RecordBatch, Recorded
 

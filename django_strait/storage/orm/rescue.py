@@ -23,14 +23,14 @@ from django.db import connections, transaction
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast, Coalesce
 
-from django_strait.bounds import trim
 from django_strait.models import AttemptOutcome, Job, JobRun, RunAttempt
-from django_strait.outcome import LOST_ERROR_TYPE
-from django_strait.resilience.budgets import Spend
-from django_strait.rows import LATEST, read
-from django_strait.states import IN_FLIGHT, RunStatus, Transition
+from django_strait.rules.bounds import trim
+from django_strait.rules.outcome import LOST_ERROR_TYPE
+from django_strait.rules.resilience.budgets import Spend
+from django_strait.rules.states import IN_FLIGHT, RunStatus, Transition
 from django_strait.storage import webhooks
 from django_strait.storage.orm.protection import settle_budgets
+from django_strait.storage.rows import LATEST, read
 from django_strait.storage.values import Rescue, Rescued, Stale, StaleRuns
 
 logger = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from typing import Any
 
 from django.db import OperationalError, connections
 
-from django_strait import bounds
 from django_strait.models import JobRun
+from django_strait.rules import bounds
 from django_strait.storage import common
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.moves import is_moved_row, retry_moved

@@ -15,8 +15,8 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from django_strait.models import Job, JobRun
-from django_strait.sql import server_bound_cursor
 from django_strait.storage import columns
+from django_strait.storage.sql import server_bound_cursor
 
 #: Columns trigger() sets itself (or reads from the job row) in insert_by_name.
 _BY_NAME = ("payload", "idempotency_key", "job", "queue", "priority", "available_at")

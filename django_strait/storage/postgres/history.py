@@ -33,7 +33,6 @@ from django.db import OperationalError, ProgrammingError, connections, models, t
 
 from django_strait.models import JobRun, RunAttempt, WebhookDelivery
 from django_strait.models.webhook import UNDELIVERED
-from django_strait.sql import listed
 from django_strait.storage.postgres.layout import (
     ATTEMPTS,
     DDL_LOCK_TIMEOUT,
@@ -44,6 +43,7 @@ from django_strait.storage.postgres.layout import (
     day_table,
     ranges_of,
 )
+from django_strait.storage.sql import listed
 from django_strait.storage.values import HistoryDay, utc_day
 
 #: SQLSTATE of lock_timeout.

@@ -39,9 +39,9 @@ from typing import Any
 
 from django.db import connections
 
-from django_strait.sql import listed
-from django_strait.states import LIVE
-from django_strait.states import RunStatus as S
+from django_strait.rules.states import LIVE
+from django_strait.rules.states import RunStatus as S
+from django_strait.storage.sql import listed
 from django_strait.storage.values import utc_day
 
 RUNS = "django_strait_jobrun"

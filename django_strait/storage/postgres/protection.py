@@ -11,11 +11,11 @@ import datetime as dt
 from collections.abc import Sequence
 
 from django_strait.models import BudgetLedger, Project
-from django_strait.resilience import budgets, limits
-from django_strait.resilience.health import concurrency_share
-from django_strait.rows import check_finite, explain
+from django_strait.rules.resilience import budgets, limits
+from django_strait.rules.resilience.health import concurrency_share
 from django_strait.storage.postgres import queries
 from django_strait.storage.postgres.statements import Statements
+from django_strait.storage.rows import check_finite, explain
 
 
 class ProtectionStatements(Statements):

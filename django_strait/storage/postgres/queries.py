@@ -15,8 +15,8 @@ import functools
 import re
 from importlib import resources
 
-from django_strait.sql import listed
 from django_strait.storage.postgres.layout import LEAVES
+from django_strait.storage.sql import listed
 
 _NAME = re.compile(r"^-- name: (?P<name>[\w.]+)\s*$", re.MULTILINE)
 

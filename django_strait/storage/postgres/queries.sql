@@ -292,7 +292,7 @@ ledger AS (
 -- name: record.webhooks
 -- Completion webhooks (the outbox): one delivery per run the batch ended whose job names a
 -- webhook_url and wants the event (storage.webhooks.notify_runs does the same elsewhere).
--- The events by terminal status come in as arrays (webhooks.events, one table for both).
+-- The events by terminal status come in as arrays (dispatch.events, one table for both).
 webhooks AS (
     INSERT INTO django_strait_webhookdelivery (delivery_id, run_id, event, url, status, attempt,
         next_attempt_at, last_error, last_response, created_at)

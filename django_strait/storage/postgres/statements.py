@@ -11,8 +11,8 @@ from typing import Any
 from django.db import connections
 
 from django_strait.conf import strait_settings
-from django_strait.sql import keep_plans, prepares, server_bound_cursor
 from django_strait.storage.postgres.layout import runs_partitioned
+from django_strait.storage.sql import keep_plans, prepares, server_bound_cursor
 
 
 class Statements:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django_strait import dag
 from django_strait.models import StepRunStatus, WorkflowRun, WorkflowRunStatus, WorkflowStepRun
+from django_strait.rules import dag
 from django_strait.storage.workflows.changes import Move
 from django_strait.storage.workflows.graph import Step, graph
 from django_strait.storage.workflows.settling import advance_one, set_status

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django_strait import rows
 from django_strait.models import JobRun, Workflow, WorkflowStep
-from django_strait.retry import STEP_FIELDS, PolicyError, step_partial
+from django_strait.rules.retry import STEP_FIELDS, PolicyError, step_partial
+from django_strait.storage import rows
 from django_strait.storage.values import json_column
 from django_strait.storage.workflows.sql import Db, Ids, as_datetime
 

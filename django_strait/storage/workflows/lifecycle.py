@@ -7,7 +7,6 @@ from typing import Any
 
 from django.db import transaction
 
-from django_strait import dag
 from django_strait.models import (
     StepRunStatus,
     Workflow,
@@ -15,6 +14,7 @@ from django_strait.models import (
     WorkflowRunStatus,
     WorkflowStepRun,
 )
+from django_strait.rules import dag
 from django_strait.storage import webhooks
 from django_strait.storage.workflows.changes import Advanced, Change, Move
 from django_strait.storage.workflows.moving import advance_workflow_runs

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 from django.db import connections
 
-from django_strait import dag, rows
 from django_strait.models import Workflow, WorkflowRun, WorkflowRunStatus
+from django_strait.rules import dag
+from django_strait.storage import rows
 from django_strait.storage.workflows.changes import Change, Move
 from django_strait.storage.workflows.sql import Ids, as_datetime
 

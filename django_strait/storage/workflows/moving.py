@@ -16,9 +16,8 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
-from django_strait import rows
 from django_strait.models import WorkflowRun, WorkflowRunStatus
-from django_strait.storage import webhooks
+from django_strait.storage import rows, webhooks
 from django_strait.storage.workflows.changes import Advanced, Move
 from django_strait.storage.workflows.forward import Moved, step_forward
 from django_strait.storage.workflows.locking import fail_unreadable, lock

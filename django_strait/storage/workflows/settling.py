@@ -10,8 +10,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from django_strait import dag, rows
 from django_strait.models import StepRunStatus, WorkflowRun, WorkflowRunStatus, WorkflowStepRun
+from django_strait.rules import dag
+from django_strait.storage import rows
 from django_strait.storage.workflows.changes import Change, Move
 from django_strait.storage.workflows.graph import graph
 from django_strait.storage.workflows.starting import start

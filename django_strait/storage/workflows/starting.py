@@ -5,10 +5,10 @@ from __future__ import annotations
 from django.db import connections
 
 from django_strait.models import JobRun, StepRunStatus, WorkflowRun
-from django_strait.retry import step_partial
-from django_strait.sql import listed
-from django_strait.states import LIVE
+from django_strait.rules.retry import step_partial
+from django_strait.rules.states import LIVE
 from django_strait.storage import columns
+from django_strait.storage.sql import listed
 from django_strait.storage.workflows.changes import Move
 from django_strait.storage.workflows.graph import Step
 from django_strait.storage.workflows.sql import Db, Ids

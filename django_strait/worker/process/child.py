@@ -33,8 +33,8 @@ from django.db import connections
 
 # None of these reads settings or models at import: the child imports them before setup.
 from django_strait.dispatch.python import RunContext, call_sync, settle
-from django_strait.handlers import UNKNOWN_HANDLER, find_handler, handlers
-from django_strait.outcome import failure
+from django_strait.rules.handlers import UNKNOWN_HANDLER, find_handler, handlers
+from django_strait.rules.outcome import failure
 from django_strait.worker.process import tree, wire
 
 logger = logging.getLogger(__name__)

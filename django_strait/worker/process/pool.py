@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from django_strait.outcome import Outcome, failure
-from django_strait.presets import show_bytes
+from django_strait.rules.outcome import Outcome, failure
+from django_strait.rules.presets import show_bytes
 from django_strait.worker.process import tree, wire
 
 logger = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ import json
 import signal
 from typing import Any
 
-from django_strait.outcome import Action, Kind, Outcome, failure
-from django_strait.presets import OOM_ERROR, OOM_OUTCOME
+from django_strait.rules.outcome import Action, Kind, Outcome, failure
+from django_strait.rules.presets import OOM_ERROR, OOM_OUTCOME
 
 #: A shell's exit status for a process killed by SIGKILL (128 + 9): what the
 #: kernel's OOM killer leaves behind under a container runtime.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -11,30 +10,25 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_strait import bounds, database, registry, signals, syncing
+from django_strait import database
 from django_strait.conf import strait_settings
 from django_strait.models import Job, JobRun
-from django_strait.retry import (
+from django_strait.rules import bounds, payloads
+from django_strait.rules.payloads import TriggerError
+from django_strait.rules.retry import (
     PolicyError,
     check_registered,
     parse_duration,
     resolve,
     validate_partial,
 )
+from django_strait.services import registry, syncing
 from django_strait.storage import backend
+from django_strait.transitions import sending
 
 logger = logging.getLogger(__name__)
 
 _NO_KEY = object()
-
-
-class TriggerError(ValueError):
-    """Bad trigger input; ``field`` names what was wrong."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +85,13 @@ def trigger(
             queue=None if queue is None else _check_queue(queue, storage.alias),
         )  # fmt: skip
         if run is not None:
-            signals.send_enqueued(name, [run], using=storage.alias)
+            sending.send_enqueued(name, [run], using=storage.alias)
             if AFTER_TRIGGER:
                 after_trigger([run])
             return run
     opts = _options(name, delay, run_at, priority, queue, max_attempts, retry, storage.alias)
     run = storage.insert_one(opts.new_run(check_payload(payload), key))
-    signals.send_enqueued(opts.job.name, [run], using=storage.alias)
+    sending.send_enqueued(opts.job.name, [run], using=storage.alias)
     if AFTER_TRIGGER:
         after_trigger([run])
     return run
@@ -141,7 +135,7 @@ def trigger_external(
     run.ojs = dict(envelope)
     run = storage.insert_one(run)
     if not run.idempotency_hit:
-        signals.send_enqueued(opts.job.name, [run], using=storage.alias)
+        sending.send_enqueued(opts.job.name, [run], using=storage.alias)
     return run
 
 
@@ -178,7 +172,7 @@ def trigger_many(
     if keys is None:
         for run in runs:
             run.idempotency_hit = False
-        signals.send_enqueued(opts.job.name, runs, using=storage.alias)
+        sending.send_enqueued(opts.job.name, runs, using=storage.alias)
         if AFTER_TRIGGER:
             after_trigger(runs)
         return runs
@@ -190,7 +184,7 @@ def trigger_many(
     for run in by_key.values():
         run.idempotency_hit = run.pk not in created
     made = [r for r in by_key.values() if r.pk in created]
-    signals.send_enqueued(opts.job.name, made, using=storage.alias)
+    sending.send_enqueued(opts.job.name, made, using=storage.alias)
     ordered = [by_key[k] for k in keys]
     if AFTER_TRIGGER:
         after_trigger(ordered)
@@ -226,40 +220,14 @@ def resolve_job(name: Any, using: str | None = None) -> Job:
 
 
 def check_payload(payload: Any, *, field: str = "payload") -> Any:
-    """Return ``payload`` if it is JSON-serialisable, else raise naming ``field``."""
-    _payload_text(payload, field)
-    return {} if payload is None else payload
+    """Return ``payload`` if it is JSON-serialisable within the setting's size, else raise naming ``field``."""
+    return payloads.check_payload(
+        payload, field=field, limit=strait_settings.TRIGGER_MAX_PAYLOAD_BYTES
+    )
 
 
 def _payload_text(payload: Any, field: str) -> str:
-    """Return ``payload`` as JSON text, or raise a TriggerError naming ``field``."""
-    if payload is None:
-        return "{}"
-    try:
-        text = json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TriggerError(field, f"must be JSON-serialisable ({exc})") from None
-    limit = strait_settings.TRIGGER_MAX_PAYLOAD_BYTES
-    if len(text) > limit:  # json.dumps escapes non-ASCII: characters are bytes here
-        raise TriggerError(
-            field,
-            f"is {len(text)} bytes as JSON; at most {limit} are allowed "
-            "(STRAIT['TRIGGER_MAX_PAYLOAD_BYTES'])",
-        )
-    if "\\u0000" in text and _has_nul(payload):
-        # PostgreSQL's jsonb cannot store it; refuse it on every database alike.
-        raise TriggerError(field, "must not contain the NUL character (\\u0000)")
-    return text
-
-
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return any(_has_nul(v) for v in value)
-    return False
+    return payloads.payload_text(payload, field, strait_settings.TRIGGER_MAX_PAYLOAD_BYTES)
 
 
 def _when(delay: Any, run_at: dt.datetime | None) -> dt.datetime:

@@ -3,7 +3,7 @@
 Pure: declaring a job checks its options and remembers it, and touches no
 model, so ``@job`` works in any module, also one imported before Django's app
 registry is ready (an app's ``__init__.py``). Writing the ``Job`` rows is
-:mod:`django_strait.syncing`'s: on a job's first trigger in a process, at a
+:mod:`django_strait.services.syncing`'s: on a job's first trigger in a process, at a
 worker's start for scheduled jobs, and with ``manage.py strait_sync``.
 """
 
@@ -15,11 +15,17 @@ from typing import Any
 
 from django.utils.text import slugify
 
-from django_strait.callables import dotted_path
-from django_strait.cron import MissedTicks, Overlap, ScheduleError, check_schedule, check_timezone
-from django_strait.execution import Execution
-from django_strait.presets import NAME_MAX_LENGTH
-from django_strait.retry import JOB_COLUMNS, PolicyError, validate_partial
+from django_strait.rules.callables import dotted_path
+from django_strait.rules.cron import (
+    MissedTicks,
+    Overlap,
+    ScheduleError,
+    check_schedule,
+    check_timezone,
+)
+from django_strait.rules.execution import Execution
+from django_strait.rules.presets import NAME_MAX_LENGTH
+from django_strait.rules.retry import JOB_COLUMNS, PolicyError, validate_partial
 
 #: Job name -> what declared it (a ``decorators.Handler``: its ``spec`` and function).
 _registry: dict[str, Any] = {}

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from django.db import models
 
-from django_strait.resilience.policy import Admission, Result, Verdict, classify
+from django_strait.rules.resilience.policy import Admission, Result, Verdict, classify
 
 #: Above this score an endpoint is healthy: its jobs run at full concurrency.
 HEALTHY_ABOVE = 60.0

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from django_strait.retry.durations import DURATION_SYNTAX, MAX_DURATION, parse_duration
-from django_strait.retry.functions import retry_function
-from django_strait.retry.policy import (
+from django_strait.rules.retry.durations import DURATION_SYNTAX, MAX_DURATION, parse_duration
+from django_strait.rules.retry.functions import retry_function
+from django_strait.rules.retry.policy import (
     BUILTIN,
     FIELDS,
     JOB_COLUMNS,

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django_strait.resilience.health import capped_concurrency
+from django_strait.rules.resilience.health import capped_concurrency
 
 #: How long a run over its job's concurrency limit waits before it is claimable again.
 CONCURRENCY_WAIT = dt.timedelta(seconds=1)

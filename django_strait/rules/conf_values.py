@@ -18,8 +18,8 @@ import environ
 from django.conf import settings as django_settings
 from django.utils.module_loading import import_string
 
-from django_strait.presets import Chain, parse_chain
-from django_strait.retry import PolicyError, parse_duration
+from django_strait.rules.presets import Chain, parse_chain
+from django_strait.rules.retry import PolicyError, parse_duration
 
 _env = environ.Env()
 

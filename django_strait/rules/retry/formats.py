@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django_strait.retry.durations import parse_duration
-from django_strait.retry.errors import PolicyError
+from django_strait.rules.retry.durations import parse_duration
+from django_strait.rules.retry.errors import PolicyError
 
 __all__ = ["FORMAT_KEYS", "PRESETS", "Source", "translate"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_strait.dispatch.signing import SIGNATURE_HEADER, sign
-from django_strait.retry import BUILTIN, PolicyError, RetryPolicy, merge
+from django_strait.rules.retry import BUILTIN, PolicyError, RetryPolicy, merge
 
 #: A run's terminal status -> the event it notifies.
 RUN_EVENT_FOR_STATUS: Mapping[str, str] = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django_strait.callables import CallableTable, dotted_path
+from django_strait.rules.callables import CallableTable, dotted_path
 
 #: Handler name (the function's dotted path, unless named) -> the function to call.
 handlers = CallableTable("handler", "@job or @handler")

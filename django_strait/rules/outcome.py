@@ -1,7 +1,7 @@
 """The value an executor returns: what happened on one attempt, nothing persisted.
 
 Executors (HTTP, Python) turn a run into an :class:`Outcome`; the worker's
-completer maps it to one transition (``django_strait.decisions``).
+completer maps it to one transition (``django_strait.transitions.decisions``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from django.db.models import Q, QuerySet
 
 from django_strait import transitions
 from django_strait.models import Job, JobRun
-from django_strait.states import REPLAYABLE, RunStatus
+from django_strait.rules.states import REPLAYABLE, RunStatus
 
 logger = logging.getLogger(__name__)
 

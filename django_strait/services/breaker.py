@@ -21,9 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from django_strait import signals
-from django_strait.resilience import health as endpoint_health
-from django_strait.resilience.policy import (
+from django_strait.rules.resilience import health as endpoint_health
+from django_strait.rules.resilience.policy import (
     PROBE_MARGIN,
     Admission,
     Circuit,
@@ -33,6 +32,7 @@ from django_strait.resilience.policy import (
     classify,
     probing,
 )
+from django_strait.transitions import sending
 
 if TYPE_CHECKING:
     from django_strait.storage import Storage
@@ -224,7 +224,7 @@ class CircuitBreaker:
             return []
         written, changes = self.storage.apply_circuit_results(worth, now=now, threshold=threshold)
         self.accounted(written)
-        signals.announce_circuit_changes(changes)
+        sending.announce_circuit_changes(changes)
         return written
 
     def worth(self, attempts: Iterable[Attempted]) -> dict[str, list[Result]]:

@@ -13,12 +13,12 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
-from django_strait.presets import OOM_OUTCOME
+from django_strait.rules.presets import OOM_OUTCOME
 from django_strait.signals import workflow_completed, workflow_failed
 
 if TYPE_CHECKING:
     from django_strait.storage.values import Record, Recorded
-    from django_strait.worker.webhooks import Sent
+    from django_strait.transitions.sending import Sent
 
 logger = logging.getLogger(__name__)
 

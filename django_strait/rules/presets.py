@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django_strait.retry.errors import PolicyError
+from django_strait.rules.retry.errors import PolicyError
 
 #: The chain docs/process-execution.md describes, smallest first.
 DEFAULT_PRESETS: dict[str, str] = {

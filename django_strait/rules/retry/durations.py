@@ -14,8 +14,8 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from django_strait import bounds
-from django_strait.retry.errors import PolicyError
+from django_strait.rules import bounds
+from django_strait.rules.retry.errors import PolicyError
 
 #: The longest accepted duration. It keeps ``now + delay`` far from datetime's year-9999 limit.
 MAX_DURATION = bounds.MAX_DURATION_SECS

@@ -3,7 +3,7 @@
 A policy is built by :func:`merge`, field by field, from built-in defaults <
 ``STRAIT["DEFAULT_RETRY"]`` < job columns < workflow step < run override;
 :func:`resolve` does that for a job and a run. The delay formulas live in
-``django_strait.retry.delays`` and are re-exported here.
+``django_strait.rules.retry.delays`` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from django_strait import bounds
-from django_strait.callables import NAME_MAX_LENGTH
-from django_strait.retry import formats, functions
-from django_strait.retry.delays import (
+from django_strait.rules import bounds
+from django_strait.rules.callables import NAME_MAX_LENGTH
+from django_strait.rules.retry import formats, functions
+from django_strait.rules.retry.delays import (
     STRATEGIES,
     clamp,
     compute_delay,
     raw_delay,
     retry_delay_for,
 )
-from django_strait.retry.durations import DURATION_SYNTAX, parse_duration
-from django_strait.retry.errors import PolicyError
+from django_strait.rules.retry.durations import DURATION_SYNTAX, parse_duration
+from django_strait.rules.retry.errors import PolicyError
 
 __all__ = [
     "BUILTIN",

@@ -1,4 +1,4 @@
-"""Write the ``Job`` rows of the jobs declared in code (:mod:`django_strait.registry`).
+"""Write the ``Job`` rows of the jobs declared in code (:mod:`django_strait.services.registry`).
 
 What code declares wins: the options ``@job(...)`` names are written to the row
 each time it is synced, the others stay as the admin or the API left them
@@ -21,11 +21,12 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from django_strait import database, registry
+from django_strait import database
 from django_strait.conf import strait_settings
 from django_strait.models import Job
-from django_strait.registry import JobSpec
-from django_strait.retry import check_registered
+from django_strait.rules.retry import check_registered
+from django_strait.services import registry
+from django_strait.services.registry import JobSpec
 
 logger = logging.getLogger(__name__)
 

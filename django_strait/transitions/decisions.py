@@ -1,7 +1,7 @@
 """What happens to a run next: the one home of the retry and dead-letter decision.
 
 Oban's perform -> normalize -> record: executors say what happened
-(:class:`~django_strait.outcome.Outcome`), this module says what it means for the
+(:class:`~django_strait.rules.outcome.Outcome`), this module says what it means for the
 run under its retry policy, and storage applies it. Every path that ends an
 attempt decides here: the worker (:func:`after_attempt`; :func:`after_oom` for a
 process killed for memory), the reaper for a run whose worker was lost
@@ -25,13 +25,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django_strait.bounds import ERROR_MAX_CHARS, trim
 from django_strait.conf import strait_settings
 from django_strait.dispatch.failover import fails_over_at_once
-from django_strait.outcome import LOST_ERROR_TYPE, Action, Kind, Outcome, failure
-from django_strait.presets import Chain
-from django_strait.retry import PolicyError, RetryPolicy, is_non_retryable, resolve, retry_delay_for
-from django_strait.states import Transition
+from django_strait.rules.bounds import ERROR_MAX_CHARS, trim
+from django_strait.rules.outcome import LOST_ERROR_TYPE, Action, Kind, Outcome, failure
+from django_strait.rules.presets import Chain
+from django_strait.rules.retry import (
+    PolicyError,
+    RetryPolicy,
+    is_non_retryable,
+    resolve,
+    retry_delay_for,
+)
+from django_strait.rules.states import Transition
 
 __all__ = [
     "ERROR_MAX_CHARS",
@@ -180,7 +186,7 @@ def after_delivery(
     outcome: Outcome, *, attempt: int, policy: RetryPolicy, now: dt.datetime, rng: random.Random
 ) -> Decision:
     """A webhook delivery's ``attempt`` got ``outcome``: COMPLETE (delivered), RETRY with its
-    due time, or an end (failed), under the delivery policy (``webhooks.events.policy``)."""
+    due time, or an end (failed), under the delivery policy (``dispatch.events.policy``)."""
     return decide(outcome, budget_used=attempt, policy=policy, now=now, rng=rng)
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_strait.sql import through_pooler
+from django_strait.storage.sql import through_pooler
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from django_strait.retry import PolicyError
+from django_strait.rules.retry import PolicyError
 
 
 def _django_aliases() -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django_strait.callables import CallableTable, dotted_path
+from django_strait.rules.callables import CallableTable, dotted_path
 
 #: Retry function name (its dotted path, unless named) -> ``f(retry_number, policy)``.
 table = CallableTable("retry function", "@retry_function")

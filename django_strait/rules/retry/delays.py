@@ -15,10 +15,10 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from django_strait.retry import functions
+from django_strait.rules.retry import functions
 
 if TYPE_CHECKING:
-    from django_strait.retry.policy import RetryPolicy
+    from django_strait.rules.retry.policy import RetryPolicy
 
 logger = logging.getLogger(__name__)
 

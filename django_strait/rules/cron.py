@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import croniter
 from django.db import models
 
-from django_strait.states import RunStatus
+from django_strait.rules.states import RunStatus
 
 UTC = dt.UTC
 

@@ -2,7 +2,7 @@
 
 Importable anywhere, also before Django's app registry is ready (an app's
 ``__init__.py``): declaring a job only checks its options and registers the
-function; its ``Job`` row is written later (:mod:`django_strait.syncing`).
+function; its ``Job`` row is written later (:mod:`django_strait.services.syncing`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import django_strait
-from django_strait import registry
-from django_strait.handlers import handlers
-from django_strait.registry import JobSpec, ScheduleSpec
+from django_strait.rules.handlers import handlers
+from django_strait.services import registry
+from django_strait.services.registry import JobSpec, ScheduleSpec
 
 if TYPE_CHECKING:
     from django_strait.models import JobRun
