@@ -1,0 +1,13 @@
+"""A Django ``@task`` on queue "two" (jobs2), for tests/several/control_scenario.py."""
+
+from __future__ import annotations
+
+try:
+    from django.tasks import task
+except ImportError:  # Django 5.2 with the django-tasks backport
+    from django_tasks import task
+
+
+@task(queue_name="two")
+def on_two():
+    return "two"
