@@ -53,7 +53,7 @@ def main() -> dict:
         trigger("http-two", {"n": n})
     task_run = None
     if settings.HAS_TASK_FRAMEWORK:  # Django's @task on queue "two": its job lives on jobs2
-        from tests.several.tasks import on_two
+        from tests.several.task_on_two import on_two
 
         task_run = int(on_two.enqueue().id)
     call_command("run_strait_worker", burst=True, worker_id="first", verbosity=0)

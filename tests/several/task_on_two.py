@@ -1,4 +1,5 @@
-"""A Django ``@task`` on queue "two" (jobs2), for tests/several/control_scenario.py."""
+"""A Django ``@task`` on queue "two" (jobs2), for tests/several/control_scenario.py (not named
+tasks.py: autodiscovery would import it under settings whose TASKS has no queue "two")."""
 
 from __future__ import annotations
 
