@@ -423,6 +423,17 @@ class StraitSettings:
                 raise SettingError.of(exc) from None
         return cache[name]
 
+    def derived(self, name: str, compute: Callable[[], Any]) -> Any:
+        """A value computed from keys by ``compute()`` (``database``'s placement), cached
+        with them: one dict lookup per read, dropped when they are reloaded."""
+        cache = self.__dict__.setdefault("_cache", {})
+        key = ("derived", name)
+        try:
+            return cache[key]
+        except KeyError:
+            cache[key] = value = compute()
+            return value
+
     def field(self, name: str) -> str:
         """The name of the setting ``name``'s value came from: its variable, else ``STRAIT.<name>``."""
         key = KEYS[name]

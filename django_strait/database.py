@@ -38,32 +38,54 @@ _WITH_USERS = frozenset({"apikey"})
 _CONTROL = frozenset({"endpointcircuit", "endpointhealth", "healthsample"})
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The placement settings, read once (until the settings are reloaded)."""
+
+    aliases: tuple[str, ...]
+    queues: dict[str, str]
+    control: str
+
+    @property
+    def several(self) -> bool:
+        return len(self.aliases) > 1
+
+
+def _read() -> Placement:
+    where = strait_settings.DATABASES or (strait_settings.DATABASE,)
+    control = strait_settings.CONTROL_DATABASE or where[0]
+    return Placement(where, strait_settings.QUEUE_DATABASES, control)
+
+
+def placement() -> Placement:
+    """The placement settings (a dict lookup: ``alias()`` is on the trigger's path)."""
+    return strait_settings.derived("placement", _read)
+
+
 def alias(using: str | None = None) -> str:
     """Return ``using`` if given, else the alias of django-strait's (first) database."""
-    if using:
-        return using
-    several = strait_settings.DATABASES
-    return several[0] if several else strait_settings.DATABASE
+    return using or placement().aliases[0]
 
 
 def aliases() -> tuple[str, ...]:
     """The aliases holding django-strait's tables, the first first (``STRAIT["DATABASES"]``)."""
-    return strait_settings.DATABASES or (strait_settings.DATABASE,)
+    return placement().aliases
 
 
 def alias_for_queue(queue: str) -> str:
     """The alias where the rows of ``queue``'s jobs live (``STRAIT["QUEUE_DATABASES"]``)."""
-    return strait_settings.QUEUE_DATABASES.get(queue) or alias()
+    where = placement()
+    return where.queues.get(queue) or where.aliases[0]
 
 
 def control_alias() -> str:
     """The alias of the protection state the fleet shares (``STRAIT["CONTROL_DATABASE"]``)."""
-    return strait_settings.CONTROL_DATABASE or alias()
+    return placement().control
 
 
 def placed() -> bool:
     """Whether django-strait is on several aliases (else nothing asks where a row lives)."""
-    return bool(strait_settings.DATABASES) and len(strait_settings.DATABASES) > 1
+    return placement().several
 
 
 def _routed(model: Any, hints: dict[str, Any]) -> str | None:

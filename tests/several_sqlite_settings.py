@@ -11,6 +11,10 @@ import os
 
 from tests.settings import *  # noqa: F403
 
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.several"]  # noqa: F405
+if HAS_TASK_FRAMEWORK:  # noqa: F405
+    TASKS = {**TASKS, "default": {**TASKS["default"], "QUEUES": ["default", "emails", "two"]}}  # noqa: F405
+
 _SQLITE = {"OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"}}
 _DIR = os.environ["SEVERAL_TEST_DIR"]
 DATABASES = {

@@ -20,6 +20,7 @@ from django.apps import apps
 from django.core import checks
 from django.db import connections
 
+from django_strait.database import placed
 from django_strait.models import JobRun
 from django_strait.rules.handlers import handlers
 from django_strait.rules.retry import PolicyError
@@ -51,6 +52,16 @@ class _Entry:
     def __init__(self, spec: JobSpec, task: Task) -> None:
         self.spec = spec
         self.task = task
+
+
+def _declared_queue(task: Task, name: str) -> str | None:
+    """On several databases, the queue whose alias the task's job lives on: the one its
+    ``@task`` declares (the first registration's: ``task.using(queue_name=...)`` makes a
+    variant of the same job). One database: None, as before (the row keeps "default")."""
+    if not placed():
+        return None
+    known = registry.get(name)
+    return known.spec.columns.get("queue") if known is not None else task.queue_name
 
 
 def job_name(task: Task) -> str:
@@ -142,7 +153,7 @@ class StraitBackend(BaseTaskBackend):
         # time (in AppConfig.ready), where raising would stop `manage.py check` before
         # it could report E104. The task registers without it; enqueue() refuses.
         spec = registry.spec_of(
-            task.func, name=name, queue=None, priority=None, max_attempts=None,
+            task.func, name=name, queue=_declared_queue(task, name), priority=None, max_attempts=None,
             retry=None if self._retry_problem else self.retry, timeout=None,
             description=f"@task {task.module_path}",
         )  # fmt: skip

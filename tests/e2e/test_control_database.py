@@ -44,6 +44,8 @@ def test_a_circuit_opened_by_one_database_holds_the_runs_of_another(tmp_path):
 
     found = json.loads(django(env, "tests/several/control_scenario.py").splitlines()[-1])
 
+    if found["task"] is not None:  # the django.tasks backend writes to the task's alias
+        assert found["task"] == {"jobs1": [], "jobs2": [["two", "completed"]]}
     assert found["circuits"] == {"jobs1": ["open"], "jobs2": []}
     assert found["health"] == {"jobs1": 1, "jobs2": 0}
     assert found["routed_circuits"] == 1  # the admin's and the API's queries find it

@@ -22,6 +22,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connections  # noqa: E402
 
@@ -50,16 +51,27 @@ def main() -> dict:
     Job.objects.using("jobs1").create(name="http-one", endpoint_url=url, max_attempts=1)
     for n in range(2):
         trigger("http-two", {"n": n})
+    task_run = None
+    if settings.HAS_TASK_FRAMEWORK:  # Django's @task on queue "two": its job lives on jobs2
+        from tests.several.task_on_two import on_two
+
+        task_run = int(on_two.enqueue().id)
     call_command("run_strait_worker", burst=True, worker_id="first", verbosity=0)
     # The circuit opened on what jobs2's runs did: jobs1's run is held by it.
     trigger("http-one", {"after": True})
     call_command("run_strait_worker", burst=True, worker_id="second", verbosity=0)
     found = {
+        "task": None if task_run is None else {
+            a: list(JobRun.objects.using(a).filter(pk=task_run, job__name__endswith="on_two")
+                    .values_list("queue", "status"))
+            for a in ("jobs1", "jobs2")
+        },
         "circuits": {a: list(EndpointCircuit.objects.using(a).values_list("state", flat=True))
                      for a in ("jobs1", "jobs2")},
         "health": {a: EndpointHealth.objects.using(a).count() for a in ("jobs1", "jobs2")},
         "routed_circuits": EndpointCircuit.objects.count(),
-        "two_runs": sorted(JobRun.objects.using("jobs2").values_list("status", flat=True)),
+        "two_runs": sorted(JobRun.objects.using("jobs2").filter(job__name="http-two")
+                           .values_list("status", flat=True)),
         "one_runs": [
             [r.status, r.error_type]
             for r in JobRun.objects.using("jobs1").all()

@@ -19,8 +19,12 @@ from django_strait.conf import SettingError, strait_settings
 from django_strait.database import StraitRouter
 from django_strait.management.commands.run_strait_worker import served_aliases
 from django_strait.models import ApiKey, Job, JobRun
+from django_strait.services.breaker import CircuitBreaker
+from django_strait.worker.accounting import write_shared
+from django_strait.worker.catalog import Catalog
 from django_strait.worker.config import WorkerConfig
 from django_strait.worker.fleet import configs_for
+from tests.unit.memory import MemoryStorage, record
 
 pytestmark = pytest.mark.usefixtures("clean_strait_env")
 
@@ -172,3 +176,16 @@ def test_worker__each_engine_listens_on_its_alias_and_only_the_first_serves_metr
     polling = WorkerConfig(worker_id="w", listen_alias=None)
     assert [c.listen_alias for c in configs_for(polling, ["a", "b"], first="a",
                                                 listen_database=None)] == [None, None]  # fmt: skip
+
+
+def test_shared_protection__a_control_database_away_costs_the_samples_not_the_record(caplog):
+    # The in-memory storage keeps no endpoint health: its fold_health raises, as a
+    # control database that does not answer does.
+    control = MemoryStorage(alias="control")
+    chunk = [record(1, endpoint="https://api.example/x", status_code=200), record(2)]
+    with caplog.at_level("WARNING", logger="django_strait.worker.accounting"):
+        assert write_shared(control, CircuitBreaker(control), chunk, Catalog()) is False
+    assert "health and circuit results of 1 attempts not written" in caplog.text
+    assert "'control'" in caplog.text
+    # A batch that called no endpoint asks the control database nothing.
+    assert write_shared(control, CircuitBreaker(control), [record(3)], Catalog()) is True
