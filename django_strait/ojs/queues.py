@@ -16,13 +16,16 @@ from django.utils import timezone
 from rest_framework.request import Request
 
 from django_strait.api.auth import QueueScope, Rule
-from django_strait.models import JobRun, QueueState
+from django_strait.models import Job, JobRun, QueueState
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.present import stamp
 from django_strait.ojs.states import in_state
 from django_strait.ojs.views import OjsView, answer
+from django_strait.rules.states import RunStatus
 from django_strait.storage import queues as queue_states
 
+#: The statuses of runs not yet ended: the queues they name are listed.
+LIVE = (RunStatus.QUEUED, RunStatus.DEQUEUED, RunStatus.EXECUTING, RunStatus.WAITING)
 _READ = Rule("runs:read", "django_strait.view_jobrun")
 _WRITE = Rule("jobs:write", "django_strait.change_job")
 
@@ -58,10 +61,13 @@ def describe(state: QueueState, by_state: dict[str, int] | None = None) -> dict[
 
 
 def known(scope: QueueScope) -> list[QueueState]:
-    """Every queue that has runs or a state row, by name, within ``scope``."""
+    """Every queue within ``scope`` that has a state row, a job naming it, or live runs
+    (read from the live runs only: the history is not scanned), by name."""
     by_name = {s.name: s for s in QueueState.objects.all() if scope.allows(s.name)}
-    for name in scope.only(JobRun.objects.all()).values_list("queue", flat=True).distinct():
-        by_name.setdefault(name, QueueState(name=name))
+    live = JobRun.objects.filter(status__in=LIVE)
+    for rows in (scope.only(Job.objects.all()), scope.only(live)):
+        for name in rows.values_list("queue", flat=True).distinct():
+            by_name.setdefault(name, QueueState(name=name))
     return [by_name[name] for name in sorted(by_name)]
 
 

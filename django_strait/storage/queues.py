@@ -3,7 +3,7 @@
 A claim reads which queues are paused from a per-process copy kept ``CACHE_SECS``
 (one small read a second per process, not one per claim: the claim is the hot path),
 dropped at once when this process pauses or resumes a queue. On PostgreSQL a pause or
-resume also NOTIFYs ``wakeup.QUEUE_STATE_CHANNEL`` at its commit: a listening worker
+resume also NOTIFYs ``QUEUE_STATE_CHANNEL`` at its commit: a listening worker
 drops its copy then and wakes (a resumed queue's runs are due). Elsewhere, or for a
 worker that does not listen, a pause reaches other processes within ``CACHE_SECS``. A
 run already claimed goes on.
@@ -21,10 +21,11 @@ from django.db.models import Q
 
 from django_strait.models import JobRun, QueueState
 from django_strait.rules.states import RunStatus
-from django_strait.storage.wakeup import QUEUE_STATE_CHANNEL
 
 #: How long a process keeps the set of paused queues before it reads it again.
 CACHE_SECS = 1.0
+#: The channel a pause or resume NOTIFYs on PostgreSQL (``wakeup.Listener`` listens).
+QUEUE_STATE_CHANNEL = "django_strait_queue_state"
 
 _cache: dict[str, tuple[float, frozenset[str], frozenset[str]]] = {}
 _lock = threading.Lock()

@@ -26,6 +26,7 @@ from typing import Any
 
 from django.db import connections
 
+from django_strait.storage import queues as queue_states
 from django_strait.storage.sql import through_pooler
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
 CHANNEL = "django_strait"
 #: A queue paused or resumed (``storage.queues``): every listener drops its process's copy
 #: of the paused queues, and wakes for a queue it serves (a resumed queue's runs are due).
-QUEUE_STATE_CHANNEL = "django_strait_queue_state"
+QUEUE_STATE_CHANNEL = queue_states.QUEUE_STATE_CHANNEL
 
 
 class Listener:
@@ -103,8 +104,6 @@ class Listener:
             while not self._stop.is_set():
                 for note in conn.notifies(timeout=1.0):
                     if note.channel == QUEUE_STATE_CHANNEL:
-                        from django_strait.storage import queues as queue_states
-
                         queue_states.forget()
                     if not self.queues or note.payload in self.queues:
                         self.wake()
