@@ -24,6 +24,7 @@ from django_strait.decisions import Decision, trim
 from django_strait.models import Execution, Job, JobRun, RunAttempt
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.ids import parse_any, uuid7
+from django_strait.ojs.parents import parent_results
 from django_strait.ojs.present import job_body, stamp
 from django_strait.rows import read
 from django_strait.states import InvalidTransition, RunStatus, Transition
@@ -80,6 +81,10 @@ def describe(run: JobRun, *, with_errors: bool = True) -> dict[str, Any]:
         else None
     )
     body = job_body(run, run.job, timezone.now(), attempts)
+    if run.workflow_step_run_id:  # a workflow's step: its parents' results (level 3)
+        parents = parent_results([run]).get(run.pk)
+        if parents is not None:
+            body["parent_results"] = parents
     if getattr(run, "unreadable", None):  # a stand-in: what cannot be read, by field
         body["unreadable"] = said(run.unreadable)
     return body
@@ -179,6 +184,11 @@ def _deadline(
     if envelope.get("timeout_ms"):
         until = min(until, started + dt.timedelta(milliseconds=envelope["timeout_ms"]))
     return until
+
+
+def deadline_from(run: JobRun, now: dt.datetime, visible_ms: int) -> dt.datetime:
+    """The run's visibility deadline moved on from ``now`` (a heartbeat, a progress report)."""
+    return _deadline(run.ojs or {}, run.started_at or now, now, visible_ms)
 
 
 def heartbeat(
@@ -336,6 +346,7 @@ def attempt_record(
         outcome=outcome,
         job=run.job.name,
         job_id=run.job_id,
+        step_run_id=run.workflow_step_run_id,  # a workflow's step: its DAG moves on
         **fields,
     )
 

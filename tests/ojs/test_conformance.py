@@ -16,7 +16,14 @@ from tests.ojs.runner import SUITE, Runner, cases
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-LEVELS = ("level-0-core", "level-1-reliable", "level-2-scheduled", "ext-dead-letter")
+LEVELS = (
+    "level-0-core",
+    "level-1-reliable",
+    "level-2-scheduled",
+    "level-3-workflows",
+    "ext-dead-letter",
+    "ext-progress",
+)
 #: Cases that wait for a cron minute to pass (65 s and more): marked slow.
 SLOW = {"cron-fires-on-schedule", "cron-overlap-prevention"}
 #: Cases that no server can pass as written at the suite's commit (tests/ojs/suite/README.md).
