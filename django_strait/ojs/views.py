@@ -39,8 +39,8 @@ from django_strait.ojs.present import stamp
 from django_strait.rows import read
 
 SPEC_VERSION = "1.0"
-#: The level of the suite this server passes (docs/ojs.md): core, reliable, scheduled.
-CONFORMANCE_LEVEL = 2
+#: The level of the suite this server passes (docs/ojs.md): core, reliable, scheduled, workflows.
+CONFORMANCE_LEVEL = 3
 
 
 class BearerKeyAuthentication(ApiKeyAuthentication):
@@ -218,7 +218,7 @@ class Manifest(OjsView):
             "conformance_level": CONFORMANCE_LEVEL,
             "protocols": ["http"],
             "backend": "postgresql-or-sqlite",
-            "extensions": ["dead-letter", "cron", "events"],
+            "extensions": ["dead-letter", "cron", "events", "progress", "events-stream"],
         })  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""The OJS conformance suite's cases (levels 0-2, the dead-letter extension) against a live server.
+"""The OJS conformance suite's cases (levels 0-3, dead-letter and progress) against a live server.
 
 Each JSON case under tests/ojs/suite runs as one test, on a fresh database,
 through tests/ojs/runner.py: real HTTP to 127.0.0.1, the reaper and the
