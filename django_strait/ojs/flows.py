@@ -88,7 +88,7 @@ def plan(body: Mapping[str, Any]) -> Plan:
     if not isinstance(defaults, Mapping):
         raise errors.invalid_request("options", "must be a JSON object (options for every job)")
     checked = [_job(j, f"{key}[{i}].", defaults) for i, j in enumerate(jobs)]
-    _refuse_repeated_ids(checked, key)
+    _refuse_repeated_ids(checked)
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise errors.invalid_request("metadata", "must be a JSON object")
@@ -115,15 +115,17 @@ def _job(job: Any, prefix: str, defaults: Mapping[str, Any]) -> inputs.Enqueue:
     return wanted
 
 
-def _refuse_repeated_ids(jobs: list[inputs.Enqueue], key: str) -> None:
+def _refuse_repeated_ids(jobs: list[inputs.Enqueue]) -> None:
+    """A job id given twice, or already held by a job, is a duplicate (409)."""
+    given = [job.id for job in jobs if job.id is not None]
     seen: set[Any] = set()
-    for i, job in enumerate(jobs):
-        if job.id is None:
-            continue
-        if job.id in seen or JobRun.objects.filter(ojs_id=job.id).exists():
-            raise errors.duplicate(str(job.id))
-        seen.add(job.id)
-        del i
+    for ident in given:
+        if ident in seen:
+            raise errors.duplicate(str(ident))
+        seen.add(ident)
+    taken = JobRun.objects.filter(ojs_id__in=given).values_list("ojs_id", flat=True).first()
+    if taken is not None:
+        raise errors.duplicate(str(taken))
 
 
 def _callbacks(kind: str, given: Any, defaults: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -170,3 +170,15 @@ def test_queue_scoped_key__403_naming_the_field_and_404_for_others(settings) -> 
     assert billing.delete(f"/ojs/v1/workflows/{made['id']}").status_code == 404
     assert everyone.get(f"/ojs/v1/workflows/{made['id']}").status_code == 200
     assert Client().get(f"/ojs/v1/workflows/{made['id']}").status_code == 401
+
+
+def test_create__a_job_id_given_twice_or_taken_is_409(client) -> None:
+    ident = "01900000-0000-7000-8000-0000000000aa"
+    jobs = [{"id": ident, "type": "d.a", "args": []}, {"id": ident, "type": "d.b", "args": []}]
+    status, answer = post(client, "/ojs/v1/workflows", {"type": "group", "jobs": jobs})
+    assert status == 409 and answer["error"]["code"] == "duplicate", answer
+    made = post(client, "/ojs/v1/workflows", {"type": "group", "jobs": jobs[:1]})[1]["workflow"]
+    assert made["steps"][0]["job_id"] == ident
+    status, answer = post(client, "/ojs/v1/workflows", {"type": "chain", "steps": jobs[1:]})
+    assert status == 409 and answer["error"]["code"] == "duplicate", answer
+    assert WorkflowRun.objects.count() == 1

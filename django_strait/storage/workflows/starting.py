@@ -24,7 +24,9 @@ def start(
     go in ``move.out.started`` (their runs were enqueued: transitions say so).
     """
     kinds: dict[tuple, list[int]] = {}
-    for pk, step_id in starting:
+    # In step run order: steps with runs of their own are inserted one by one, and their
+    # ids then order them as the workflow lists them (a batch's jobs are fetched so).
+    for pk, step_id in sorted(starting):
         step = steps[step_id]
         if step.template is not None:  # a run of its own: one INSERT for this step run
             _insert_own(move, step, pk)
