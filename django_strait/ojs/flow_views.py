@@ -6,6 +6,7 @@ error envelope as the binding's other endpoints (docs/ojs.md).
 
 from __future__ import annotations
 
+from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse, StreamingHttpResponse
 from rest_framework.request import Request
 
@@ -68,9 +69,9 @@ class EventStream(OjsView):
 
     def get(self, request: Request) -> HttpResponse:
         wanted = stream.Wanted.of(request.query_params)
-        response = StreamingHttpResponse(
-            stream.frames(wanted, self.scope), content_type="text/event-stream"
-        )
+        under_asgi = isinstance(request._request, ASGIRequest)
+        frames = (stream.async_frames if under_asgi else stream.frames)(wanted, self.scope)
+        response = StreamingHttpResponse(frames, content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response

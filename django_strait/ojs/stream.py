@@ -10,12 +10,14 @@ once per ``POLL_SECONDS``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 from django.utils import timezone
 
@@ -88,29 +90,68 @@ def events_after(
     return [e for e in reversed(found) if (e["time"] or "") >= since and e["id"] not in seen]
 
 
-def frames(wanted: Wanted, scope: QueueScope, *, clock=time.monotonic) -> Iterator[bytes]:
-    """Yield SSE frames until ``wanted.seconds`` have passed; the database is read each poll."""
-    end = clock() + wanted.seconds
-    since = wanted.since or (stamp(_now()) or "")
-    seen: set[str] = set()
-    beat = clock()
-    yield f"retry: {int(POLL_SECONDS * 1000)}\n: stream open for {wanted.seconds:g} s\n\n".encode()
+class _Frames:
+    """What one stream sends, poll by poll: each event once, a heartbeat now and then."""
+
+    def __init__(self, wanted: Wanted, scope: QueueScope, clock=time.monotonic) -> None:
+        self.wanted, self.scope, self.clock = wanted, scope, clock
+        self.end = clock() + wanted.seconds
+        self.since = wanted.since or (stamp(_now()) or "")
+        self.seen: set[str] = set()
+        self.beat = clock()
+
+    def opening(self) -> bytes:
+        head = f"retry: {int(POLL_SECONDS * 1000)}\n: stream open for {self.wanted.seconds:g} s\n\n"
+        return head.encode()
+
+    def poll(self) -> list[bytes]:
+        """The frames of one poll (reads the database)."""
+        out = []
+        for event in events_after(self.wanted, self.scope, self.since, self.seen):
+            if len(self.seen) > 10 * BATCH:
+                self.seen.clear()
+            self.seen.add(event["id"])
+            self.since = max(self.since, event["time"] or "")
+            data = json.dumps(event)
+            out.append(f"id: {event['id']}\nevent: {event['type']}\ndata: {data}\n\n".encode())
+        if self.clock() - self.beat >= HEARTBEAT_SECONDS:
+            self.beat = self.clock()
+            out.append(b": heartbeat\n\n")
+        return out
+
+    def open(self) -> bool:
+        return self.clock() < self.end
+
+    def pause(self) -> float:
+        return min(POLL_SECONDS, max(self.end - self.clock(), 0))
+
+
+ENDING = b'event: end\ndata: {"reason": "max_seconds"}\n\n'
+
+
+def frames(wanted: Wanted, scope: QueueScope) -> Iterator[bytes]:
+    """Yield SSE frames until ``wanted.seconds`` have passed (a WSGI server's thread)."""
+    stream = _Frames(wanted, scope)
+    yield stream.opening()
     try:
-        while clock() < end:
-            for event in events_after(wanted, scope, since, seen):
-                if len(seen) > 10 * BATCH:
-                    seen.clear()
-                seen.add(event["id"])
-                since = max(since, event["time"] or "")
-                data = json.dumps(event)
-                yield f"id: {event['id']}\nevent: {event['type']}\ndata: {data}\n\n".encode()
-            if clock() - beat >= HEARTBEAT_SECONDS:
-                beat = clock()
-                yield b": heartbeat\n\n"
-            time.sleep(min(POLL_SECONDS, max(end - clock(), 0)))
-        yield b'event: end\ndata: {"reason": "max_seconds"}\n\n'
+        while stream.open():
+            yield from stream.poll()
+            time.sleep(stream.pause())
+        yield ENDING
     finally:
         close_old_connections()
+
+
+async def async_frames(wanted: Wanted, scope: QueueScope) -> AsyncIterator[bytes]:
+    """The same under ASGI: each poll in Django's sync thread, the waits in the event loop
+    (a sync iterator would be read whole before the first byte went out)."""
+    stream = _Frames(wanted, scope)
+    yield stream.opening()
+    while stream.open():
+        for frame in await sync_to_async(stream.poll)():
+            yield frame
+        await asyncio.sleep(stream.pause())
+    yield ENDING
 
 
 def _now():

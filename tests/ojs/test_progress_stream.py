@@ -116,3 +116,18 @@ def test_events_stream__bounds_are_400_naming_the_field(client, query, field) ->
     response = client.get("/ojs/v1/events/stream", query)
     assert response.status_code == 400
     assert response.json()["error"]["details"]["field"] == field
+
+
+def test_events_stream__streams_through_the_fast_door_before_it_ends(lean_server) -> None:
+    import time
+    import urllib.request
+
+    started = time.monotonic()
+    url = f"{lean_server}/ojs/v1/events/stream?max_seconds=3"
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 (127.0.0.1)
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        first = response.readline()
+        first_at = time.monotonic() - started
+        rest = response.read()
+    assert first.startswith(b"retry: ") and first_at < 2.5, (first, first_at)  # not buffered
+    assert rest.rstrip().endswith(b'data: {"reason": "max_seconds"}'), rest
