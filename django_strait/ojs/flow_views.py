@@ -43,7 +43,9 @@ class WorkflowDetail(OjsView):
         if wr.status in ("completed", "canceled"):
             state = flows.describe(wr)["state"]
             raise errors.conflict(
-                f"workflow {workflow_id} is {state}: it cannot be cancelled", state=state
+                f"workflow {workflow_id} is {state}: its jobs have all ended or it was "
+                "cancelled, so there is nothing to cancel",
+                state=state,
             )
         return answer(request, {"workflow": flows.describe(flows.cancel(wr))})
 
