@@ -259,6 +259,8 @@ def describe(wr: WorkflowRun) -> dict[str, Any]:
     body.update({f"{prefix}_{k}": v for k, v in counts.items()})
     body.update({f"job_{k}" if k == "count" else f"{k}_count": v for k, v in (
         ("count", len(steps)), ("completed", done), ("failed", failed))})  # fmt: skip
+    if wr.last_error:  # which step failed it, and how (the workflow run's own record)
+        body["error"] = {"type": wr.error_type, "code": wr.error_type, "message": wr.last_error}
     if callbacks:
         body["callbacks"] = {
             name: {"job_id": cb["id"], "type": cb["type"], "state": cb["state"]}

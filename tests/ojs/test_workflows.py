@@ -103,6 +103,7 @@ def test_group__failed_only_once_every_job_ended(client) -> None:
     post(client, "/ojs/v1/workers/ack", {"job_id": b["id"], "result": None})
     state = client.get(f"/ojs/v1/workflows/{made['id']}").json()["workflow"]
     assert (state["state"], state["jobs_completed"], state["jobs_failed"]) == ("failed", 1, 1)
+    assert state["error"]["type"] == "workflow.step_failed" and "job-0" in state["error"]["message"]
 
 
 @pytest.mark.parametrize(
