@@ -102,6 +102,11 @@ class WorkflowStep(models.Model):
     )
     #: Its failure neither fails the workflow nor stops its dependents.
     continue_on_failure = models.BooleanField(default=False)
+    #: The step's own run, when it is not its job's and its workflow run's (an OJS
+    #: workflow's step, docs/ojs.md): ``payload``, ``queue``, ``priority``, ``ojs``
+    #: (envelope), ``ojs_id``, ``max_attempts``, ``retry_overrides``. None: the job's
+    #: queue and priority, the workflow run's payload.
+    run_template = models.JSONField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["workflow", "id"]

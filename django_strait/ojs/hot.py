@@ -31,6 +31,7 @@ from django_strait.conf import strait_settings
 from django_strait.models import Execution, Job, JobRun
 from django_strait.ojs import errors, inputs, work
 from django_strait.ojs.ids import parse_any, uuid7
+from django_strait.ojs.parents import parent_results
 from django_strait.ojs.present import job_body
 from django_strait.rules.states import RunStatus, Transition
 from django_strait.storage import Claimed, backend
@@ -44,7 +45,7 @@ JOB_TTL = 2.0
 _COLUMNS = (
     "id", "job_id", "status", "queue", "priority", "attempt", "attempts_before_replay",
     "max_attempts", "available_at", "created_at", "started_at", "finished_at",
-    "claimed_by", "last_error", "error_type", "ojs_id",
+    "claimed_by", "last_error", "error_type", "ojs_id", "workflow_step_run_id",
 )  # fmt: skip
 _JSON_COLUMNS = ("payload", "ojs", "retry_overrides", "result")
 
@@ -191,6 +192,10 @@ def _fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) -
         if run.ojs_id is not None:
             fetched.add(run)
         bodies.append(job_body(run, job, now))
+        if run.workflow_step_run_id:  # a workflow's step: its parents' results (level 3)
+            parents = parent_results([run]).get(run.pk)
+            if parents is not None:
+                bodies[-1]["parent_results"] = parents
     return bodies
 
 

@@ -17,6 +17,7 @@ MANAGED = frozenset(
         "id", "type", "queue", "args", "meta", "priority", "state", "attempt", "max_attempts",
         "created_at", "enqueued_at", "scheduled_at", "started_at", "completed_at",
         "cancelled_at", "discarded_at", "result", "error", "errors", "options",
+        "progress", "progress_message",
     }
 )  # fmt: skip
 
@@ -86,6 +87,11 @@ def job_body(
             body[key] = envelope[key]
     _times(body, run, state)
     _outcome(body, run, state, attempts)
+    kept = envelope.get("progress")
+    if isinstance(kept, dict) and kept.get("attempt") == run.attempt:  # ext-progress
+        body["progress"] = 1.0 if state == "completed" else kept.get("progress")
+        if kept.get("message") is not None:
+            body["progress_message"] = kept["message"]
     return body
 
 

@@ -5,7 +5,7 @@ No trailing slashes (OJS's paths have none, and a POST must not meet APPEND_SLAS
 
 from django.urls import path, re_path
 
-from django_strait.ojs import admin_api, queues, views
+from django_strait.ojs import admin_api, flow_views, queues, views
 
 app_name = "ojs"
 
@@ -16,6 +16,15 @@ urlpatterns = [
     path("ojs/v1/jobs/batch", views.JobsBatch.as_view(), name="jobs-batch"),
     path("ojs/v1/jobs/<str:job_id>", views.JobDetail.as_view(), name="job"),
     path("ojs/v1/jobs/<str:job_id>/activate", views.Activate.as_view(), name="job-activate"),
+    path(
+        "ojs/v1/jobs/<str:job_id>/progress", flow_views.JobProgress.as_view(), name="job-progress"
+    ),
+    path("ojs/v1/workflows", flow_views.Workflows.as_view(), name="workflows"),
+    path(
+        "ojs/v1/workflows/<str:workflow_id>",
+        flow_views.WorkflowDetail.as_view(),
+        name="workflow",
+    ),
     path("ojs/v1/workers/fetch", views.Fetch.as_view(), name="fetch"),
     path("ojs/v1/workers/ack", views.Ack.as_view(), name="ack"),
     path("ojs/v1/workers/nack", views.Nack.as_view(), name="nack"),
@@ -69,6 +78,7 @@ urlpatterns = [
     path("ojs/v1/admin/jobs/<str:job_id>", admin_api.AdminJob.as_view(), name="admin-job"),
     path("ojs/v1/admin/workers", admin_api.AdminWorkers.as_view(), name="admin-workers"),
     path("ojs/v1/admin/stats", admin_api.AdminStats.as_view(), name="admin-stats"),
+    path("ojs/v1/events/stream", flow_views.EventStream.as_view(), name="events-stream"),
     # Last: any other path under /ojs/ is a 404 in the OJS error shape, not Django's HTML page
     # (an id holding "/", a path no endpoint serves).
     re_path(r"^ojs/[\s\S]*$", views.not_found, name="not-found"),

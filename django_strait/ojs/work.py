@@ -25,6 +25,7 @@ from django_strait.conf import strait_settings
 from django_strait.models import Execution, Job, JobRun, RunAttempt
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.ids import parse_any, uuid7
+from django_strait.ojs.parents import parent_results
 from django_strait.ojs.present import job_body, stamp
 from django_strait.ojs.states import in_state
 from django_strait.rules.states import InvalidTransition, RunStatus, Transition
@@ -85,6 +86,10 @@ def describe(run: JobRun, *, with_errors: bool = True) -> dict[str, Any]:
         else None
     )
     body = job_body(run, run.job, timezone.now(), attempts)
+    if run.workflow_step_run_id:  # a workflow's step: its parents' results (level 3)
+        parents = parent_results([run]).get(run.pk)
+        if parents is not None:
+            body["parent_results"] = parents
     if getattr(run, "unreadable", None):  # a stand-in: what cannot be read, by field
         body["unreadable"] = said(run.unreadable)
     return body
@@ -253,6 +258,11 @@ def _deadline(
     return until
 
 
+def deadline_from(run: JobRun, now: dt.datetime, visible_ms: int) -> dt.datetime:
+    """The run's visibility deadline moved on from ``now`` (a heartbeat, a progress report)."""
+    return _deadline(run.ojs or {}, run.started_at or now, now, visible_ms)
+
+
 def heartbeat(
     worker: str, ids: Sequence[Any], visibility_ms: int | None, scope: QueueScope
 ) -> tuple[str, list[str]]:
@@ -408,6 +418,7 @@ def attempt_record(
         outcome=outcome,
         job=run.job.name,
         job_id=run.job_id,
+        step_run_id=run.workflow_step_run_id,  # a workflow's step: its DAG moves on
         **fields,
     )
 

@@ -139,6 +139,20 @@ def trigger_external(
     return run
 
 
+def external_columns(
+    name: str, *, priority: int | None, queue: str | None, retry: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The queue, priority and retry columns a run of job ``name`` gets from these options,
+    checked as ``trigger_external`` checks them (TriggerError): an OJS workflow's step."""
+    opts = _options(name, None, None, priority, queue, None, retry)
+    return {
+        "queue": opts.queue,
+        "priority": opts.priority,
+        "max_attempts": opts.max_attempts,
+        "retry_overrides": opts.retry_overrides,
+    }
+
+
 def _may_insert_by_name(name: Any) -> bool:
     # Once a @job handler's row has been synced in this process (or it is no @job).
     return isinstance(name, str) and syncing.is_synced_or_plain(name)

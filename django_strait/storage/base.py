@@ -311,6 +311,13 @@ class DecidedVerbs(Protocol):
     def set_external_retry_delay(self, run_id: int, delay_ms: int) -> bool:
         """Note in a run's OJS envelope the delay its nack's retry was given."""
 
+    def set_external_progress(
+        self, run_id: int, worker: str, attempt: int, progress: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Keep ``progress`` in the OJS envelope of the attempt ``worker`` holds (``attempt``,
+        the run's own count), its number never lowered within the attempt; return what is
+        kept, or None when the worker does not hold that attempt (nothing changes)."""
+
     def set_external_envelopes(self, envelopes: Sequence[Envelope]) -> None:
         """Give runs just inserted by a batch enqueue their OJS id, envelope and (when one is
         named) due time; call in the insert's transaction."""

@@ -349,6 +349,15 @@ def set_external_retry_delay(alias: str, run_id: int, delay_ms: int) -> bool:
     return retry_moved(alias, lambda: external.set_retry_delay(alias, run_id, delay_ms))
 
 
+def set_external_progress(
+    alias: str, run_id: int, worker: str, attempt: int, progress: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Keep a worker's progress on the attempt it holds (OJS ext-progress)."""
+    return retry_moved(
+        alias, lambda: external.set_progress(alias, run_id, worker, attempt, progress)
+    )
+
+
 # -- making runs ----------------------------------------------------------------------
 
 

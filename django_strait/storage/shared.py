@@ -242,6 +242,12 @@ class SharedDecidedVerbs:
         """Note the delay of a nacked run's retry in its OJS envelope."""
         return common.set_external_retry_delay(self.alias, run_id, delay_ms)
 
+    def set_external_progress(
+        self, run_id: int, worker: str, attempt: int, progress: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Keep a worker's progress on the attempt it holds (OJS ext-progress)."""
+        return common.set_external_progress(self.alias, run_id, worker, attempt, progress)
+
     def set_external_envelopes(self, envelopes: Sequence[Envelope]) -> None:
         """Give a batch's new runs their OJS ids, envelopes and due times."""
         common.set_external_envelopes(self.alias, envelopes)

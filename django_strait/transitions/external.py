@@ -142,6 +142,13 @@ def note_retry_delay(run_id: int, delay: float, *, storage: Storage | None = Non
     return (storage or backend()).set_external_retry_delay(run_id, int(delay * 1000))
 
 
+def report_progress(
+    run_id: int, worker_id: str, attempt: int, progress: dict, *, storage: Storage | None = None
+) -> dict | None:
+    """Keep an external worker's progress on the attempt it holds (OJS ext-progress)."""
+    return (storage or backend()).set_external_progress(run_id, worker_id, attempt, progress)
+
+
 def give_envelopes(envelopes: Sequence[Envelope], *, storage: Storage | None = None) -> None:
     """Give the runs a batch enqueue just inserted their OJS ids, envelopes and due times."""
     if envelopes:

@@ -21,7 +21,9 @@ from django_strait.storage import backend
 from django_strait.transitions.workflows import announce
 
 #: The keys a step may have.
-STEP_KEYS = frozenset({"name", "job", "depends_on", "continue_on_failure", *STEP_FIELDS.values()})
+STEP_KEYS = frozenset(
+    {"name", "job", "depends_on", "continue_on_failure", "run_template", *STEP_FIELDS.values()}
+)
 
 
 class WorkflowError(ValueError):
@@ -47,7 +49,8 @@ def define_workflow(
 
     Each step is ``{"name", "job", "depends_on": [...], "continue_on_failure",
     "retry_backoff", "retry_initial_delay_secs", "retry_max_delay_secs",
-    "max_attempts"}``. ``webhook_url`` is notified when a run completes or fails
+    "max_attempts", "run_template"}`` (``run_template``: the step's own run, see
+    ``WorkflowStep.run_template``; the OJS binding's workflows use it). ``webhook_url`` is notified when a run completes or fails
     (``webhook_events``: both by default), signed with ``signing_secret``. Raises
     WorkflowError naming the step (empty for the workflow's own fields) and the field.
     """
@@ -107,6 +110,9 @@ def _check_shape(index: int, spec: Any) -> dict[str, Any]:
     cof = spec.get("continue_on_failure", False)
     if not isinstance(cof, bool):
         raise WorkflowError(step, "continue_on_failure", f"must be true or false, got {cof!r}")
+    template = spec.get("run_template")
+    if template is not None and not isinstance(template, Mapping):
+        raise WorkflowError(step, "run_template", f"must be a dict or None, got {template!r}")
     return {**spec, "depends_on": list(deps), "continue_on_failure": cof}
 
 
@@ -123,7 +129,7 @@ def _check_policy(spec: Mapping[str, Any], job: Job) -> None:
     step = spec["name"]
     try:
         WorkflowStep(**_fields(spec)).clean_fields(
-            exclude=["workflow", "job", "name", "depends_on"]
+            exclude=["workflow", "job", "name", "depends_on", "run_template"]
         )
     except ValidationError as exc:
         field, messages = next(iter(exc.message_dict.items()))
@@ -140,6 +146,7 @@ def _fields(spec: Mapping[str, Any]) -> dict[str, Any]:
         "name": spec["name"],
         "depends_on": spec["depends_on"],
         "continue_on_failure": spec["continue_on_failure"],
+        "run_template": spec.get("run_template"),
         **{column: spec.get(column) for column in STEP_FIELDS.values()},
     }
 

@@ -107,6 +107,25 @@ def test_set_external_ids__names_only_runs_without_an_id(storage):
     assert ids == {unnamed.pk: given[unnamed.pk], named.pk: kept}
 
 
+def test_set_external_progress__only_the_holder_and_never_backwards_in_an_attempt(storage):
+    job = external_job()
+    run = make_run(job)
+    JobRun.objects.filter(pk=run.pk).update(
+        status="executing", claimed_by="ojs:a", attempt=1, ojs={"timeout_ms": 5}
+    )
+
+    assert storage.set_external_progress(run.pk, "ojs:b", 1, {"progress": 0.5}) is None
+    assert storage.set_external_progress(run.pk, "ojs:a", 2, {"progress": 0.5}) is None
+    kept = storage.set_external_progress(run.pk, "ojs:a", 1, {"progress": 0.5, "message": "m"})
+    assert kept == {"progress": 0.5, "message": "m", "attempt": 1}
+    lower = storage.set_external_progress(run.pk, "ojs:a", 1, {"progress": 0.2})
+    assert lower == {"progress": 0.5, "attempt": 1}
+
+    assert JobRun.objects.get(pk=run.pk).ojs == {"timeout_ms": 5, "progress": lower}
+    JobRun.objects.filter(pk=run.pk).update(status="completed")
+    assert storage.set_external_progress(run.pk, "ojs:a", 1, {"progress": 0.9}) is None
+
+
 def test_set_external_retry_delay__adds_it_to_the_envelope_keeping_the_rest(storage):
     job = external_job()
     enveloped, bare = make_run(job), make_run(job)

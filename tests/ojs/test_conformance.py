@@ -1,4 +1,4 @@
-"""The OJS conformance suite's cases (levels 0-2 and 4, the dead-letter and admin-API extensions) against a live server.
+"""The OJS conformance suite's cases (levels 0-4, the dead-letter, admin-API and progress extensions) against a live server.
 
 Each JSON case under tests/ojs/suite runs as one test, on a fresh database,
 through tests/ojs/runner.py: real HTTP to 127.0.0.1, the reaper and the
@@ -20,9 +20,11 @@ LEVELS = (
     "level-0-core",
     "level-1-reliable",
     "level-2-scheduled",
+    "level-3-workflows",
     "level-4-advanced",
     "ext-dead-letter",
     "ext-admin-api",
+    "ext-progress",
 )
 #: Cases that wait for a cron minute to pass (65 s and more): marked slow.
 SLOW = {"cron-fires-on-schedule", "cron-overlap-prevention"}
@@ -51,8 +53,11 @@ def test_conformance_case(path: Path, ojs_server: str) -> None:
 
 
 #: The levels whose cases the fast door serves most of (enqueue, fetch, ack, nack, heartbeat;
-#: level 4: unique enqueues, paused and rate-limited fetches).
-LEAN_LEVELS = ("level-0-core", "level-1-reliable", "level-4-advanced")
+#: level 4: unique enqueues, paused and rate-limited fetches); a workflow's steps are fetched
+#: and acked through it too (the rest goes to Django).
+LEAN_LEVELS = (
+    "level-0-core", "level-1-reliable", "level-3-workflows", "level-4-advanced", "ext-progress",
+)  # fmt: skip
 
 
 @pytest.mark.parametrize("path", [_param(p) for p in cases(*LEAN_LEVELS)])

@@ -59,8 +59,9 @@ def test_the_manifest_has_ojs_version_and_capabilities(ojs_server: str) -> None:
     assert status == 200
     assert body["ojs_version"] == body["specversion"] == "1.0"
     assert body["capabilities"]["unique_jobs"] is body["capabilities"]["pause_resume"] is True
-    assert body["capabilities"]["workflows"] is False
-    assert "admin-api" in body["extensions"]
+    assert body["capabilities"]["workflows"] is True
+    assert body["conformance_level"] == 4
+    assert {"admin-api", "progress", "events-stream"} <= set(body["extensions"])
 
 
 def test_retry_is_read_at_the_top_level_too(base: str) -> None:

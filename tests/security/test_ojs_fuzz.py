@@ -80,6 +80,16 @@ CRON = {"name": "fuzz-cron", "expression": "*/5 * * * *", "timezone": "Europe/Pa
         "overlap_policy": "skip", "job_template": {"type": "fuzz.tick", "args": [1],
                                                    "options": {"queue": "fuzz"}}}  # fmt: skip
 
+STEP = {"type": "fuzz.step", "args": [1, {"k": "v"}], "meta": {"m": 1},
+        "options": {"queue": "fuzz", "retry": {"max_attempts": 2}, "priority": 3}}  # fmt: skip
+BATCH_WORKFLOW = {
+    "type": "batch", "name": "fuzz batch", "jobs": [STEP, {**STEP, "type": "fuzz.other"}],
+    "options": {"queue": "fuzz"}, "metadata": {"tenant": "t"},
+    "callbacks": {"on_complete": {"type": "fuzz.done", "args": [], "options": {"queue": "fuzz"}},
+                  "on_failure": {"type": "fuzz.failed", "args": [2]}},
+}  # fmt: skip
+CHAIN = {"type": "chain", "name": "fuzz chain", "steps": [STEP, STEP, STEP]}
+
 #: (method, path, body, query) per operation; ``{id}`` and ``{name}`` are path parameters.
 OPERATIONS: dict[str, tuple[str, str, Any, dict[str, str]]] = {
     "manifest": ("GET", "/ojs/manifest", None, {}),
@@ -171,6 +181,36 @@ OPERATIONS: dict[str, tuple[str, str, Any, dict[str, str]]] = {
         None,
         {"types": "job.completed,job.failed", "queues": "fuzz", "limit": "20"},
     ),  # fmt: skip
+    # Level 3 and the extensions.
+    "workflow create": ("POST", "/ojs/v1/workflows", BATCH_WORKFLOW, {}),
+    "chain create": ("POST", "/ojs/v1/workflows", CHAIN, {}),
+    "workflow": ("GET", "/ojs/v1/workflows/{workflow}", None, {}),
+    "workflow cancel": ("DELETE", "/ojs/v1/workflows/{workflow}", None, {}),
+    "progress report": (
+        "PUT",
+        "/ojs/v1/jobs/{id}/progress",
+        {
+            "progress": 0.5,
+            "message": "half",
+            "data": {"rows": 3},
+            "worker_id": "fuzz-w",
+            "attempt": 1,
+            "checkpoint": {"at": 3},
+        },
+        {},
+    ),  # fmt: skip
+    "progress": ("GET", "/ojs/v1/jobs/{id}/progress", None, {}),
+    "events stream": (
+        "GET",
+        "/ojs/v1/events/stream",
+        None,
+        {
+            "types": "job.completed",
+            "queues": "fuzz",
+            "max_seconds": "1",
+            "since": "2026-01-01T00:00:00Z",
+        },
+    ),  # fmt: skip
 }
 
 #: What every path and query parameter meets at least now and then.
@@ -204,7 +244,15 @@ def real(ojs) -> dict[str, list[str]]:
     assert job.execution == Execution.EXTERNAL
     made = ojs.post("/ojs/v1/cron", CRON, content_type=OJS)
     assert made.status_code == 201, made.content
-    return {"id": [*ids, "01900000-0000-7000-8000-000000000001"], "name": ["fuzz-cron"]}
+    flows = [
+        ojs.post("/ojs/v1/workflows", body, content_type=OJS) for body in (BATCH_WORKFLOW, CHAIN)
+    ]
+    assert all(f.status_code == 201 for f in flows), [f.content for f in flows]
+    return {
+        "id": [*ids, "01900000-0000-7000-8000-000000000001"],
+        "name": ["fuzz-cron"],
+        "workflow": [f.json()["workflow"]["id"] for f in flows],
+    }
 
 
 def _enqueue(client: Client, queue: str) -> str:

@@ -515,6 +515,11 @@ class MemoryStorage:
     def set_external_envelopes(self, envelopes: Sequence[Envelope]) -> None:
         raise _no("external workers' envelopes (OJS)")
 
+    def set_external_progress(
+        self, run_id: int, worker: str, attempt: int, progress: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        raise _no("external workers' progress (OJS)")
+
     # -- making runs ----------------------------------------------------------------
 
     def insert_one(self, run: JobRun) -> JobRun:

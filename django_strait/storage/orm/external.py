@@ -95,3 +95,26 @@ def set_retry_delay(alias: str, run_id: int, delay_ms: int) -> bool:
         if not isinstance(envelope, dict) and envelope is not None:
             envelope = None  # a row written around the binding: the delay alone
         return bool(runs.update(ojs={**(envelope or {}), "retry_delay_ms": delay_ms}))
+
+
+def set_progress(
+    alias: str, run_id: int, worker: str, attempt: int, progress: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Keep ``progress`` in the OJS envelope of the attempt ``worker`` holds (``attempt``),
+    never lowering its ``progress`` number; return what is kept, or None if it does not hold it."""
+    with transaction.atomic(using=alias):
+        runs = JobRun.objects.using(alias).filter(
+            pk=run_id, status=RunStatus.EXECUTING, claimed_by=worker, attempt=attempt
+        )
+        envelope = runs.select_for_update().values_list("ojs", flat=True).first()
+        if envelope is None and not runs.exists():
+            return None
+        envelope = envelope if isinstance(envelope, dict) else {}
+        before = envelope.get("progress")
+        if isinstance(before, dict) and before.get("attempt") == attempt:
+            number, old = progress.get("progress"), before.get("progress")
+            if isinstance(old, int | float) and (number is None or number < old):
+                progress = {**progress, "progress": old}  # never backwards in one attempt
+        kept = {**progress, "attempt": attempt}
+        runs.update(ojs={**envelope, "progress": kept})
+        return kept

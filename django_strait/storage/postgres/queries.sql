@@ -560,14 +560,15 @@ RETURNING r.id;
 -- An OJS fetch of plain runs in one statement (docs/ojs.md): up to %(limit)s due queued
 -- runs of one queue whose job is an enabled external-worker job go straight to
 -- executing for %(worker)s (attempt + 1, started now), visible for %(visible_ms)s ms.
--- Only if every run chosen is plain: it has its OJS id and its envelope names no
+-- Only if every run chosen is plain: it has its OJS id, is no workflow's step (its body
+-- carries its parents' results), and its envelope names no
 -- expires_at, visibility_timeout_ms or timeout_ms (those are read in Python, where an
 -- expired run is dropped and a run's own timeouts set its deadline). Otherwise nothing
 -- changes and the one row returned says blocked: the caller then fetches the
 -- ordinary way (claim_external, start, deadlines). The run columns are what a job body
 -- needs (ojs.hot); its commit is the claim's (no flush wait unless there are synchronous standbys).
 WITH due AS (
-    SELECT id, (ojs_id IS NOT NULL AND NOT (COALESCE(ojs, '{}'::jsonb)
+    SELECT id, (ojs_id IS NOT NULL AND workflow_step_run_id IS NULL AND NOT (COALESCE(ojs, '{}'::jsonb)
                 ?| ARRAY['expires_at', 'visibility_timeout_ms', 'timeout_ms'])) AS plain
     FROM django_strait_jobrun
     WHERE status = 'queued' AND available_at <= now() AND queue = %(queue)s
@@ -587,6 +588,7 @@ started AS (
     RETURNING r.id, r.job_id, r.status, r.queue, r.priority, r.attempt,
               r.attempts_before_replay, r.max_attempts, r.available_at, r.created_at,
               r.started_at, r.finished_at, r.claimed_by, r.last_error, r.error_type, r.ojs_id,
+              r.workflow_step_run_id,
               r.payload::text, r.ojs::text, r.retry_overrides::text, r.result::text
 )
 SELECT s.*, b.blocked, (SELECT set_config('synchronous_commit', CASE WHEN current_setting(

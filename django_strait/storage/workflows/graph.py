@@ -25,6 +25,8 @@ class Step:
     job_id: int
     max_attempts: int | None
     retry: dict[str, Any]
+    #: The step's own run (``WorkflowStep.run_template``), or None.
+    template: dict[str, Any] | None = None
 
 
 #: (alias, workflow id) -> (the workflow's updated_at, its steps by id). define_workflow
@@ -55,8 +57,9 @@ def graph(db: Db, workflow: Workflow, step_ids: Iterable[int] = ()) -> dict[int,
             job_id,
             max_attempts,
             dict(zip(STEP_FIELDS.values(), retry, strict=True)),
+            template,
         )
-        for pk, name, _, lenient, job_id, max_attempts, *retry in specs
+        for pk, name, _, lenient, job_id, max_attempts, template, *retry in specs
     }
     if len(GRAPHS) >= GRAPHS_KEPT:
         GRAPHS.clear()
@@ -64,11 +67,14 @@ def graph(db: Db, workflow: Workflow, step_ids: Iterable[int] = ()) -> dict[int,
     return steps
 
 
-_SPEC_FIELDS = ("pk", "name", "depends_on", "continue_on_failure", "job_id", "max_attempts")
+_SPEC_FIELDS = (
+    "pk", "name", "depends_on", "continue_on_failure", "job_id", "max_attempts", "run_template",
+)  # fmt: skip
 
 
 def _step_specs(alias: str, workflow: Workflow) -> list[tuple]:
-    """The workflow's steps as (pk, name, depends_on, lenient, job id, max_attempts, *retry);
+    """The workflow's steps as (pk, name, depends_on, lenient, job id, max_attempts, template,
+    *retry);
     raise ``rows.SetAside`` naming each step row that cannot be read or used."""
     steps = WorkflowStep.objects.using(alias).filter(workflow=workflow).order_by()
     found = rows.read(steps.only(*_SPEC_FIELDS, *STEP_FIELDS.values()))
@@ -80,6 +86,8 @@ def _step_specs(alias: str, workflow: Workflow) -> list[tuple]:
             problems.append(
                 rows.Unreadable(table, step.pk, "depends_on", "is not a list of step names")
             )
+        if step.run_template is not None and not isinstance(step.run_template, dict):
+            problems.append(rows.Unreadable(table, step.pk, "run_template", "is not an object"))
         try:
             step_partial({name: getattr(step, name) for name in STEP_FIELDS.values()})
         except PolicyError as exc:

@@ -24,8 +24,13 @@ def start(
     go in ``move.out.started`` (their runs were enqueued: transitions say so).
     """
     kinds: dict[tuple, list[int]] = {}
-    for pk, step_id in starting:
+    # In step run order: steps with runs of their own are inserted one by one, and their
+    # ids then order them as the workflow lists them (a batch's jobs are fetched so).
+    for pk, step_id in sorted(starting):
         step = steps[step_id]
+        if step.template is not None:  # a run of its own: one INSERT for this step run
+            _insert_own(move, step, pk)
+            continue
         kind = (step.job_id, step.max_attempts, tuple(sorted(step.retry.items())))
         kinds.setdefault(kind, []).append(pk)
     for (job_id, max_attempts, retry), pks in kinds.items():
@@ -62,15 +67,37 @@ WHERE id {{in}}
 """
 
 
-def _insert_runs(db: Db, job_id: int, step_run_ids: list[int], template: JobRun) -> None:
-    """INSERT the runs of ``step_run_ids`` for job ``job_id``: its queue and priority, ``template``'s columns."""
-    constant = columns.prepared(
-        template, db.alias, ("job", "priority", "queue", "workflow_step_run")
+#: The columns of a step's own run (``WorkflowStep.run_template``) taken from it.
+OWN_COLUMNS = ("payload", "queue", "priority", "ojs", "ojs_id", "max_attempts", "retry_overrides")
+
+
+def _insert_own(move: Move, step: Step, step_run_id: int) -> None:
+    """INSERT the run of a step that says what its run is (an OJS workflow's step): its
+    payload, queue, priority, envelope, OJS id (also its idempotency key) and retry."""
+    own = {k: step.template[k] for k in OWN_COLUMNS if step.template.get(k) is not None}
+    key = str(own["ojs_id"]) if own.get("ojs_id") else None
+    template = JobRun(
+        available_at=move.now, created_at=move.now, idempotency_key=key,
+        **{"payload": {}, **own},
+    )  # fmt: skip
+    _insert_runs(move.db, step.job_id, [step_run_id], template, own=True)
+
+
+def _insert_runs(
+    db: Db, job_id: int, step_run_ids: list[int], template: JobRun, *, own: bool = False
+) -> None:
+    """INSERT the runs of ``step_run_ids`` for job ``job_id``: its queue and priority (or,
+    ``own``, the template's), ``template``'s columns."""
+    kept = (
+        ("job", "workflow_step_run") if own else ("job", "priority", "queue", "workflow_step_run")
     )
+    constant = columns.prepared(template, db.alias, kept)
     quoted = ", ".join(map(connections[db.alias].ops.quote_name, constant))
+    from_job = "" if own else "j.priority, j.queue, "
     insert = (
-        f"INSERT INTO {{jobrun}} (job_id, priority, queue, workflow_step_run_id, {quoted}) "
-        f"SELECT j.id, j.priority, j.queue, s.id, {', '.join(['%s'] * len(constant))} "
+        f"INSERT INTO {{jobrun}} (job_id, {'' if own else 'priority, queue, '}"
+        f"workflow_step_run_id, {quoted}) "
+        f"SELECT j.id, {from_job}s.id, {', '.join(['%s'] * len(constant))} "
         "FROM {job} j, {steprun} s WHERE j.id = %s AND s.id {in}"
     )
     for at in range(0, len(step_run_ids), _INSERT_CHUNK):
