@@ -15,6 +15,7 @@ class StraitConfig(AppConfig):
 
         # Imported for what they register: the system checks, the model signal receivers.
         from django_strait import checks  # noqa: F401
+        from django_strait.ojs import receivers as ojs_receivers  # noqa: F401
         from django_strait.services import receivers  # noqa: F401
         from django_strait.storage import checks as storage_checks  # noqa: F401
 

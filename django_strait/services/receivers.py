@@ -8,9 +8,7 @@ from django.db.models.signals import post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
-from django_strait import signals
 from django_strait.models import Project
-from django_strait.ojs.flows import fire_callbacks
 from django_strait.storage import backend
 
 
@@ -21,13 +19,3 @@ def release_budget_waiting(sender: type, instance: Project, using: str, **kwargs
     Runs that still do not fit are held again at their next claim.
     """
     backend(using).release_budget_waiting(instance.pk, now=timezone.now())
-
-
-@receiver(signals.workflow_completed, dispatch_uid="django_strait.ojs_batch_callbacks")
-@receiver(signals.workflow_failed, dispatch_uid="django_strait.ojs_batch_callbacks_failed")
-def ojs_batch_callbacks(
-    sender: type, workflow_run_id: int, workflow: Any = "", **kwargs: Any
-) -> None:
-    """An OJS batch whose jobs have all ended queues its callbacks (docs/ojs.md, Workflows)."""
-    if isinstance(workflow, str) and workflow.startswith("ojs-"):
-        fire_callbacks(workflow_run_id)
