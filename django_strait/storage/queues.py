@@ -4,9 +4,11 @@ A claim reads which queues are paused from a per-process copy kept ``CACHE_SECS`
 (one small read a second per process, not one per claim: the claim is the hot path),
 dropped at once when this process pauses or resumes a queue. On PostgreSQL a pause or
 resume also NOTIFYs ``QUEUE_STATE_CHANNEL`` at its commit: a listening worker
-drops its copy then and wakes (a resumed queue's runs are due). Elsewhere, or for a
-worker that does not listen, a pause reaches other processes within ``CACHE_SECS``. A
-run already claimed goes on.
+drops its copy then and wakes (a resumed queue's runs are due), and keeps its copy
+``LISTENED_CACHE_SECS`` while its LISTEN holds (so an idle worker woken for one run
+does not read the set before claiming it). Elsewhere, or for a worker that does not
+listen, a pause reaches other processes within ``CACHE_SECS``. A run already claimed
+goes on.
 """
 
 from __future__ import annotations
@@ -24,11 +26,17 @@ from django_strait.rules.states import RunStatus
 
 #: How long a process keeps the set of paused queues before it reads it again.
 CACHE_SECS = 1.0
+#: The same while a listener of this process holds its LISTEN on the queues' database:
+#: a pause or resume NOTIFYs it, which drops the copy at once, so this is only a safety
+#: net. An idle worker woken for a run then claims without reading the set first.
+LISTENED_CACHE_SECS = 60.0
 #: The channel a pause or resume NOTIFYs on PostgreSQL (``wakeup.Listener`` listens).
 QUEUE_STATE_CHANNEL = "django_strait_queue_state"
 
 _cache: dict[str, tuple[float, frozenset[str], frozenset[str]]] = {}
 _lock = threading.Lock()
+#: The aliases a listener of this process hears pauses and resumes on now.
+_listened: set[str] = set()
 
 
 def _kept(alias: str) -> tuple[float, frozenset[str], frozenset[str]]:
@@ -40,7 +48,7 @@ def _kept(alias: str) -> tuple[float, frozenset[str], frozenset[str]]:
     rows = rows.filter(Q(paused_at__isnull=False) | Q(rate_limit_max__isnull=False))
     listed = list(rows)
     kept = (
-        now + CACHE_SECS,
+        now + (LISTENED_CACHE_SECS if alias in _listened else CACHE_SECS),
         frozenset(name for name, at, _ in listed if at is not None),
         frozenset(name for name, _, most in listed if most is not None),
     )
@@ -62,6 +70,19 @@ def limited(alias: str = "default") -> frozenset[str]:
 def forget() -> None:
     """Drop the kept set: the next claim reads it again."""
     with _lock:
+        _cache.clear()
+
+
+def listened(alias: str, holds: bool) -> None:
+    """Say whether a listener of this process hears ``alias``'s pauses and resumes now.
+
+    The kept set is dropped either way: what was sent while nobody listened is lost.
+    """
+    with _lock:
+        if holds:
+            _listened.add(alias)
+        else:
+            _listened.discard(alias)
         _cache.clear()
 
 

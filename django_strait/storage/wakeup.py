@@ -99,14 +99,19 @@ class Listener:
                 return
             self.listening = True
             logger.info("listening for new runs on %r", self.alias)
-            # Wake once on (re)connect: NOTIFYs sent while we were away are lost.
-            self.wake()
-            while not self._stop.is_set():
-                for note in conn.notifies(timeout=1.0):
-                    if note.channel == QUEUE_STATE_CHANNEL:
-                        queue_states.forget()
-                    if not self.queues or note.payload in self.queues:
-                        self.wake()
+            # Pauses are heard from now on; those sent while we were away are not.
+            queue_states.listened(self.alias, True)
+            try:
+                # Wake once on (re)connect: NOTIFYs sent while we were away are lost.
+                self.wake()
+                while not self._stop.is_set():
+                    for note in conn.notifies(timeout=1.0):
+                        if note.channel == QUEUE_STATE_CHANNEL:
+                            queue_states.forget()
+                        if not self.queues or note.payload in self.queues:
+                            self.wake()
+            finally:
+                queue_states.listened(self.alias, False)
 
     def _give_up(self, conn: Any) -> None:
         """Say once why wake-ups are off, take the LISTEN back, and stop: the worker polls."""

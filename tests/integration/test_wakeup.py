@@ -151,3 +151,21 @@ def test_resume_from_another_process__drops_the_paused_copy_and_wakes(idle_worke
             cursor.execute("SELECT pg_notify(%s, %s)", [QUEUE_STATE_CHANNEL, "held"])
 
     assert wait_for(run.pk, "completed", timeout=10).attempt == 1
+
+
+def test_while_its_listen_holds__the_paused_copy_is_kept_until_a_notify_drops_it(idle_worker):
+    """An idle worker woken for one run claims it without reading the paused queues
+    first: while its LISTEN holds, a pause or resume NOTIFYs it, so its copy is kept
+    past CACHE_SECS; once the LISTEN is lost, the copy is dropped and read again."""
+    from django_strait.models import QueueState
+    from django_strait.storage import queues as queue_states
+
+    assert "default" in queue_states._listened
+    queue_states.set_paused("default", "held", True, timezone.now())
+    assert queue_states.paused("default") == {"held"}
+    QueueState.objects.filter(name="held").update(paused_at=None)  # no NOTIFY: not heard
+    time.sleep(queue_states.CACHE_SECS + 0.5)
+    assert queue_states.paused("default") == {"held"}  # kept: no read a second
+
+    queue_states.listened("default", False)  # as a lost LISTEN says
+    assert queue_states.paused("default") == frozenset()
