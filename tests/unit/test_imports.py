@@ -20,7 +20,12 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "django_strait"
 ROOT = "django_strait"
 #: Functions that may import the package lazily: Django's own hook for "apps are ready".
-LAZY_ALLOWED = {("django_strait.apps", "ready")}
+LAZY_ALLOWED = {
+    ("django_strait.apps", "ready"),
+    # The OJS workflows (and DRF) load when an OJS workflow ends, not in every worker
+    # at start: a memory choice (docs/ojs.md, Workflows), not a cycle dodged.
+    ("django_strait.ojs.receivers", "ojs_batch_callbacks"),
+}
 
 
 def modules() -> dict[str, Path]:
