@@ -143,8 +143,10 @@ def external_columns(
     name: str, *, priority: int | None, queue: str | None, retry: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     """The queue, priority and retry columns a run of job ``name`` gets from these options,
-    checked as ``trigger_external`` checks them (TriggerError): an OJS workflow's step."""
-    opts = _options(name, None, None, priority, queue, None, retry)
+    checked as ``trigger_external`` checks them (TriggerError): an OJS workflow's step.
+    Workflows live on the first alias (docs/operations.md, "Queues on several
+    databases"), and so must their steps' jobs."""
+    opts = _options(name, None, None, priority, queue, None, retry, database.alias())
     return {
         "queue": opts.queue,
         "priority": opts.priority,
