@@ -91,14 +91,20 @@ def test_trigger__the_same_idempotency_key_returns_the_same_run():
 def test_diamond__children_start_after_their_parents_and_d_sees_b_and_c(burst):
     define_workflow("diamond", steps=DIAMOND)
     seen = []
+
+    def note(sender, **kw):
+        seen.append(kw["status"])
+
+    # Only this test's receiver comes and goes: the app's own (the OJS batch
+    # callbacks') must stay connected for the tests that run after this one.
     for signal in (signals.workflow_started, signals.workflow_completed):
-        signal.connect(lambda sender, **kw: seen.append(kw["status"]), weak=False)
+        signal.connect(note, weak=False)
     try:
         wr = trigger_workflow("diamond", {"order": 7})
         burst()
     finally:
-        signals.workflow_started.receivers.clear()
-        signals.workflow_completed.receivers.clear()
+        signals.workflow_started.disconnect(note)
+        signals.workflow_completed.disconnect(note)
 
     wr.refresh_from_db()
     runs = {name: (run_of(wr, name) and run_of(wr, name).status) for name in "abcd"}
@@ -152,12 +158,16 @@ def test_failure__fails_the_workflow_and_skips_dependents_that_never_run(burst):
         ],
     )
     failed = []
-    signals.workflow_failed.connect(lambda sender, **kw: failed.append(kw), weak=False)
+
+    def note(sender, **kw):
+        failed.append(kw)
+
+    signals.workflow_failed.connect(note, weak=False)
     try:
         wr = trigger_workflow("failing", {})
         burst()
     finally:
-        signals.workflow_failed.receivers.clear()
+        signals.workflow_failed.disconnect(note)
 
     wr.refresh_from_db()
     assert wr.status == "failed" and wr.error_type == "workflow.step_failed"
