@@ -7,7 +7,9 @@ commands. Several: ``STRAIT["DATABASES"]`` lists the aliases holding the tables
 them (:func:`alias_for_queue`; an unlisted queue lives on the first), and a job's
 rows (the job, its runs, attempts, holds, workflows, webhook deliveries) live on
 its queue's alias. ``STRAIT["CONTROL_DATABASE"]`` (:func:`control_alias`) is the
-one home of the protection state the fleet shares.
+one home of the protection state the fleet shares: circuits, endpoint health,
+and budgets (projects, their ledger days, and the reservations of other
+aliases' runs: :func:`control_elsewhere`).
 
 With an alias other than ``"default"``, add :class:`StraitRouter` to
 ``DATABASE_ROUTERS`` (a system check says so): Django then sends the models'
@@ -35,7 +37,12 @@ APP_LABEL = "django_strait"
 #: Models that belong with the project's users, not with the jobs.
 _WITH_USERS = frozenset({"apikey"})
 #: The protection state the fleet shares: on the control database (several aliases).
-_CONTROL = frozenset({"endpointcircuit", "endpointhealth", "healthsample"})
+_CONTROL = frozenset(
+    {
+        "endpointcircuit", "endpointhealth", "healthsample",
+        "project", "budgetledger", "budgetreservation",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +110,18 @@ def _routed(model: Any, hints: dict[str, Any]) -> str | None:
     return alias()
 
 
+def _name(obj: Any) -> str:
+    meta = obj._meta
+    return meta.model_name if meta.app_label == APP_LABEL else ""
+
+
+def control_elsewhere(using: str) -> bool:
+    """Whether ``using``'s runs keep the shared protection state (circuits, health,
+    budgets) on another database, the control one; else in their claim's and their
+    record's own statements, as with one database."""
+    return placed() and control_alias() != using
+
+
 class StraitRouter:
     """A database router: django-strait's tables (but API keys) on its aliases."""
 
@@ -113,6 +132,9 @@ class StraitRouter:
         return _routed(model, hints)
 
     def allow_relation(self, obj1: Any, obj2: Any, **hints: Any) -> bool | None:
+        # A job on any alias names its project, which lives on the control database.
+        if placed() and {_name(obj1), _name(obj2)} == {"job", "project"}:
+            return True
         return None
 
     def allow_migrate(

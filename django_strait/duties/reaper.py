@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from django_strait.conf import strait_settings
-from django_strait.database import alias
+from django_strait.database import alias, control_alias, control_elsewhere
 from django_strait.duties.base import DutyResult
 from django_strait.duties.leader import lead
 from django_strait.duties.registry import forget_silent
 from django_strait.rules.retry import PolicyError, parse_duration
 from django_strait.storage import backend
 from django_strait.transitions import rescue_batch
+from django_strait.transitions.reservations import close_stale_reservations
 from django_strait.workflows import fail_stalled
 
 #: Most runs rescued in one transaction.
@@ -41,6 +42,7 @@ COUNTS = (
     "canceled",
     "workers_forgotten",
     "workflows_stalled",
+    "reservations_closed",
 )
 
 
@@ -97,6 +99,7 @@ class Reaper:
         if led:
             self._forget(now, counts)
             self._stalled(now, counts)
+            self._reservations(now, counts)
         # Each rescued run is logged by the transition; the engine logs the round's counts.
         return DutyResult(self.name, led, {key: counts[key] for key in COUNTS})
 
@@ -132,6 +135,16 @@ class Reaper:
             if leading:
                 counts["workflows_stalled"] = fail_stalled(
                     now, stale_after=self.waiting_stale_after, using=self.using
+                )
+
+    def _reservations(self, now: dt.datetime, counts: Counter[str]) -> None:
+        """Several databases: close this alias's budget reservations no record will."""
+        if not control_elsewhere(self.using):
+            return
+        with lead(self.name, using=self.using) as leading:
+            if leading:
+                counts["reservations_closed"] = close_stale_reservations(
+                    backend(self.using), backend(control_alias()), now=now
                 )
 
 

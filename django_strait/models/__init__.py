@@ -2,7 +2,7 @@
 
 from django_strait.models.apikey import SCOPES, ApiKey
 from django_strait.models.attempt import AttemptOutcome, RunAttempt
-from django_strait.models.budget import BudgetLedger, Project
+from django_strait.models.budget import BudgetLedger, BudgetReservation, Project
 from django_strait.models.circuit import CircuitState, EndpointCircuit
 from django_strait.models.health import EndpointHealth, HealthLevel, HealthSample
 from django_strait.models.hold import RunHold
@@ -35,6 +35,7 @@ __all__ = [
     "ApiKey",
     "AttemptOutcome",
     "BudgetLedger",
+    "BudgetReservation",
     "CircuitState",
     "DeadLetter",
     "DeliveryStatus",

@@ -54,3 +54,36 @@ class BudgetLedger(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project_id} {self.day}: spent {self.spent}, reserved {self.reserved}"
+
+
+class BudgetReservation(models.Model):
+    """A reservation made on the control database for a run of another database's claim.
+
+    With several databases, budgets live on the control database
+    (``STRAIT["CONTROL_DATABASE"]``): a claim on another alias reserves here, in a
+    transaction of its own, before its own commits. This row says which run (on
+    which alias, at which attempt) holds ``amount`` of ``day``'s ledger, so that
+    the record's settlement, or the reaper when that claim rolled back or its
+    worker died, closes it exactly once (docs/operations.md).
+    """
+
+    #: The alias of the run's database (``STRAIT["DATABASES"]``).
+    database = models.CharField(max_length=100)
+    run_id = models.BigIntegerField()
+    attempt = models.IntegerField()
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="reservations")
+    day = models.DateField()
+    amount = models.DecimalField(**COST_FIELD)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["database", "run_id", "attempt"], name="strait_reservation_run_attempt"
+            )
+        ]
+        indexes = [models.Index(fields=["database", "created_at"], name="strait_reservation_age")]
+
+    def __str__(self) -> str:
+        return f"{self.database} run {self.run_id} attempt {self.attempt}: {self.amount}"

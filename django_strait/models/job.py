@@ -185,6 +185,9 @@ class Job(models.Model):
         null=True,
         blank=True,
         related_name="jobs",
+        # No constraint in the database: with several databases the project lives on the
+        # control database, and a job on another alias names it by id there.
+        db_constraint=False,
         help_text="The budget this job's runs spend from; empty = no budget.",
     )
     estimated_cost = models.DecimalField(

@@ -29,6 +29,7 @@ import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from decimal import Decimal
 from typing import Any, Protocol
 
 from django.db.models import QuerySet
@@ -182,6 +183,31 @@ class ProtectionVerbs(Protocol):
 
     def release_budget_waiting(self, project_id: int, *, now: dt.datetime) -> int:
         """Make the runs waiting for a project's budget due now."""
+
+    # Budgets over several databases (storage.orm.reservations): the first three are
+    # asked of the control database's backend, ``source`` naming the runs' alias.
+    def reserve_budgets_for(
+        self, source: str, pending: Sequence[budgets.Pending], *, now: dt.datetime
+    ) -> budgets.Allocation:
+        """Reserve for ``source``'s claimed runs (their attempts named) in claim order, in a
+        transaction of its own, noting each reservation; one left by a claim of the same
+        attempt that rolled back is given back first."""
+
+    def settle_budgets_for(self, source: str, spends: Sequence[budgets.Spend]) -> int:
+        """Close ``source``'s reservations named by ``spends`` (run, attempt): release what
+        each reserved, spend its cost; one closed already changes nothing. How many closed."""
+
+    def stale_reservations(
+        self, source: str, *, before: dt.datetime, limit: int
+    ) -> list[budgets.Reservation]:
+        """Return ``source``'s reservations made before ``before``, oldest first."""
+
+    def mark_reserved(self, reserved: Mapping[int, Decimal]) -> None:
+        """Note on claimed runs (in the claim's transaction) what was reserved for them."""
+
+    def reservation_fates(self, attempts: Sequence[tuple[int, int]]) -> dict[tuple[int, int], str]:
+        """Return what became of each (run, attempt) (``budgets.Fate``), leaving out runs a
+        claim in progress holds."""
 
     def load_active_circuits(self) -> dict[str, Circuit]:
         """Return the circuits that are not closed, or have failures counted."""

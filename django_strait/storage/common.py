@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
@@ -36,6 +37,7 @@ from django_strait.storage.orm import (
     processes,
     protection,
     rescue,
+    reservations,
 )
 from django_strait.storage.parts import Health as HealthPart
 from django_strait.storage.values import (
@@ -157,6 +159,40 @@ def crossed_soft_limits(
 def release_budget_waiting(alias: str, project_id: int, now: dt.datetime) -> int:
     """Make the runs waiting for a project's budget due now."""
     return protection.release_waiting(alias, project_id, now)
+
+
+def reserve_budgets_for(
+    alias: str, source: str, pending: Sequence[budgets.Pending], now: dt.datetime
+) -> budgets.Allocation:
+    """On the control database: reserve for ``source``'s claimed runs, in a transaction of its own."""
+    if not pending:
+        return budgets.Allocation()
+    return reservations.reserve_for(alias, source, pending, now)
+
+
+def settle_budgets_for(alias: str, source: str, spends: Sequence[budgets.Spend]) -> int:
+    """On the control database: close ``source``'s reservations, each exactly once."""
+    return reservations.settle_for(alias, source, spends)
+
+
+def stale_reservations(
+    alias: str, source: str, before: dt.datetime, limit: int
+) -> list[budgets.Reservation]:
+    """On the control database: ``source``'s reservations made before ``before``."""
+    return reservations.stale(alias, source, before, limit)
+
+
+def mark_reserved(alias: str, reserved: Mapping[int, Decimal]) -> None:
+    """Note on claimed runs what the control database reserved for them."""
+    if reserved:
+        reservations.mark_reserved(alias, reserved)
+
+
+def reservation_fates(
+    alias: str, attempts: Sequence[tuple[int, int]]
+) -> dict[tuple[int, int], str]:
+    """What became of the attempts that reservations on the control database name."""
+    return reservations.fates(alias, attempts)
 
 
 def load_active_circuits(alias: str) -> dict[str, Circuit]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import QuerySet
@@ -95,6 +96,33 @@ class SharedProtectionVerbs:
     def release_budget_waiting(self, project_id: int, *, now: dt.datetime) -> int:
         """Make the runs waiting for a project's budget due now."""
         return common.release_budget_waiting(self.alias, project_id, now)
+
+    # Budgets over several databases: the first three on the control database's
+    # backend (``source`` names the runs' alias), the last two on the runs' own.
+
+    def reserve_budgets_for(
+        self, source: str, pending: Sequence[budgets.Pending], *, now: dt.datetime
+    ) -> budgets.Allocation:
+        """Reserve for ``source``'s claimed runs here, in a transaction of its own."""
+        return common.reserve_budgets_for(self.alias, source, pending, now)
+
+    def settle_budgets_for(self, source: str, spends: Sequence[budgets.Spend]) -> int:
+        """Close ``source``'s reservations here, each exactly once; return how many."""
+        return common.settle_budgets_for(self.alias, source, spends)
+
+    def stale_reservations(
+        self, source: str, *, before: dt.datetime, limit: int
+    ) -> list[budgets.Reservation]:
+        """``source``'s reservations here made before ``before``, oldest first."""
+        return common.stale_reservations(self.alias, source, before, limit)
+
+    def mark_reserved(self, reserved: Mapping[int, Decimal]) -> None:
+        """Note on claimed runs what the control database reserved for them."""
+        common.mark_reserved(self.alias, reserved)
+
+    def reservation_fates(self, attempts: Sequence[tuple[int, int]]) -> dict[tuple[int, int], str]:
+        """What became of each (run, attempt): ``budgets.Fate``; a run a claim holds is left out."""
+        return common.reservation_fates(self.alias, attempts)
 
     def load_active_circuits(self) -> dict[str, Circuit]:
         """Return the circuits that are open, half-open, or closed with failures counted."""

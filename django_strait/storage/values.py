@@ -155,7 +155,7 @@ class RecordBatch:
     def spends(self) -> list[Spend]:
         """The settlements of the records that reserved budget."""
         return [
-            Spend(r.run_id, r.project_id, r.started_at, r.reserved_cost, r.spent)
+            Spend(r.run_id, r.project_id, r.started_at, r.reserved_cost, r.spent, r.attempt)
             for r in self.records
             if r.reserved_cost is not None and r.project_id is not None and r.spent is not None
         ]

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_strait import signals
+from django_strait.rules.resilience.budgets import Spend
 from django_strait.storage import Claimed, Hold, RecordBatch, Recorded, Storage, backend, moves
 from django_strait.storage import queues as queue_states
 from django_strait.storage.floors import ClaimFloors
@@ -157,11 +158,15 @@ def _names(
     return {run.id: name(run.job_id) for run in runs}
 
 
-def record(batch: RecordBatch, *, storage: Storage | None = None) -> Recorded:
+def record(
+    batch: RecordBatch, *, storage: Storage | None = None, ledger: Storage | None = None
+) -> Recorded:
     """Record a batch of ended attempts, then send their signals and any soft-limit warning.
 
     Only runs still executing under this worker at that attempt move (the
     guard); a run whose cancel was asked meanwhile becomes canceled instead.
+    ``ledger`` (several databases: the control database's backend) is where the
+    batch's budgets are settled, after the record; else in the record itself.
     """
     storage = storage or backend()
     done = storage.record(batch)
@@ -171,10 +176,30 @@ def record(batch: RecordBatch, *, storage: Storage | None = None) -> Recorded:
         sending.send_recorded(batch.records, done, names, using=storage.alias)
     sending.announce_circuit_changes(done.circuit_changes)
     spends = batch.spends
-    if spends:
+    if spends and ledger is not None:
+        sending.announce_budget_soft_limits(settle_elsewhere(ledger, storage.alias, spends))
+    elif spends:
         crossed = storage.crossed_soft_limits(spends, now=timezone.now())
         sending.announce_budget_soft_limits(crossed)
     return done
+
+
+def settle_elsewhere(ledger: Storage, source: str, spends: Sequence[Spend]) -> list:
+    """Settle ``source``'s recorded spends on the control database; return the soft limits
+    crossed. A control database that does not answer costs nothing but time: the
+    reservations stay, and the reaper of ``source`` closes them (at what they reserved).
+    """
+    spent = list(spends)
+    try:
+        closed = ledger.settle_budgets_for(source, spent)
+        return ledger.crossed_soft_limits(spent, now=timezone.now()) if closed else []
+    except Exception as exc:
+        logger.warning(
+            "the budgets of %s recorded attempts not settled: the control database %r did not "
+            "answer (%s: %s); the reaper closes their reservations",
+            len(spent), ledger.alias, type(exc).__name__, str(exc).split("\n", 1)[0],
+        )  # fmt: skip
+        return []
 
 
 def warn_budgets_on_commit(crossed: Sequence, storage: Storage) -> None:

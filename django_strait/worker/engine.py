@@ -37,7 +37,7 @@ from django.db import connections
 from django.utils import timezone
 
 from django_strait.conf import strait_settings
-from django_strait.database import alias, control_alias, placed
+from django_strait.database import alias, control_alias, control_elsewhere
 from django_strait.dispatch.http import HttpDispatcher
 from django_strait.duties import default_duties
 from django_strait.models import Execution, Job
@@ -79,14 +79,16 @@ class Worker:
         self.storage = backend(self.alias)
         self.stats = Stats()
         self.catalog = Catalog(using=self.alias)
-        # Circuits and endpoint health: one home for the fleet on several databases.
-        shared = placed() and control_alias() != self.alias
-        self.circuits = CircuitBreaker(backend(control_alias()) if shared else self.storage)
-        self.gate = Gate(self.storage, self.catalog, self.circuits)
+        # Circuits, endpoint health and budgets: one home for the fleet on several databases.
+        shared = control_elsewhere(self.alias)
+        self.ledger = backend(control_alias()) if shared else None
+        self.circuits = CircuitBreaker(self.ledger or self.storage)
+        self.gate = Gate(self.storage, self.catalog, self.circuits, ledger=self.ledger)
         self.claimer = Claimer(self.storage, self.gate, self.catalog,
                                worker_id=config.worker_id, queues=config.queues)  # fmt: skip
         self.recorder = Recorder(self.storage, self.catalog, self.circuits, self.stats,
-                                 worker_id=config.worker_id, control=shared)  # fmt: skip
+                                 worker_id=config.worker_id, control=shared,
+                                 ledger=self.ledger)  # fmt: skip
         self._rng = random.Random()
         self._stop_asked = False
         #: What a burst worker left queued, and why (set when it drained).

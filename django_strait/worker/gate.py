@@ -62,8 +62,12 @@ class Gate:
         circuits: CircuitBreaker,
         *,
         handler_grace: float | None = None,
+        ledger: Storage | None = None,
     ) -> None:
         self.storage = storage
+        #: Where budgets are reserved when not in the claim's own statement: the control
+        #: database's backend (several databases); None: ``storage``, in the claim.
+        self.ledger = ledger
         self.catalog = catalog
         self.circuits = circuits
         #: Seconds a run waits for a worker that knows its handler (None: the setting).
@@ -208,11 +212,32 @@ class Gate:
         for run in claimed:
             row = self.catalog.get(run.job_id).row
             if row.project_id is not None and row.estimated_cost is not None:
-                pending.append(budgets.Pending(run.id, row.project_id, row.estimated_cost))
+                # The attempt this claim starts (``attempt`` counts those before it).
+                cost, attempt = row.estimated_cost, run.attempt + 1
+                pending.append(budgets.Pending(run.id, row.project_id, cost, attempt))
         if not pending:
             return []  # the fast path: no budgeted job in the batch, no statement
-        allocation = self.storage.reserve_budgets(pending, now=now)
+        if self.ledger is None:
+            allocation = self.storage.reserve_budgets(pending, now=now)
+        else:
+            allocation = self.reserve_elsewhere(pending, now)
         for run in claimed:
             run.reserved_cost = allocation.reserved.get(run.id)
         warn_budgets_on_commit(allocation.crossed, self.storage)
         return [Hold(h.run_id, h.until, budgets.BUDGET_ERROR, h.reason) for h in allocation.held]
+
+    def reserve_elsewhere(
+        self, pending: list[budgets.Pending], now: dt.datetime
+    ) -> budgets.Allocation:
+        """Reserve on the control database (its own short transaction, on this thread's
+        connection to it), then note the reservations on the runs, in the claim.
+
+        A control database that does not answer raises: the claim fails, the next one
+        goes job by job, and the budgeted jobs' runs wait (``worker.claim_failed``, no
+        attempt spent) while the others start. If this claim rolls back after the
+        reservation committed, the reaper of this database gives it back.
+        """
+        assert self.ledger is not None
+        allocation = self.ledger.reserve_budgets_for(self.storage.alias, pending, now=now)
+        self.storage.mark_reserved(allocation.reserved)
+        return allocation

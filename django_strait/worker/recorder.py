@@ -46,6 +46,7 @@ class Recorder:
         *,
         worker_id: str,
         control: bool = False,
+        ledger: Storage | None = None,
     ) -> None:
         self.storage = storage
         self.catalog = catalog
@@ -55,11 +56,14 @@ class Recorder:
         #: Health and circuits live on the control database (several aliases), which
         #: is the breaker's: they are written there, after the runs' record.
         self.control = control
+        #: Budgets too (the control database's backend): settled there after the record.
+        self.ledger = ledger
 
     def write(self, chunk: Sequence[Record]) -> Recorded:
         """Record a batch, its circuits included (the transition sends its signals)."""
         if self.control:
-            done = record(RecordBatch(self.worker_id, chunk), storage=self.storage)
+            done = record(RecordBatch(self.worker_id, chunk), storage=self.storage,
+                          ledger=self.ledger)  # fmt: skip
             write_shared(self.circuits.storage, self.circuits, chunk, self.catalog)
         else:
             done = record(batch_of(self.worker_id, chunk, self.catalog, self.circuits),

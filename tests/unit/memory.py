@@ -365,6 +365,32 @@ class MemoryStorage:
     def release_budget_waiting(self, project_id: int, *, now: dt.datetime) -> int:
         raise _no("budgets")
 
+    def reserve_budgets_for(
+        self, source: str, pending: Sequence[budgets.Pending], *, now: dt.datetime
+    ) -> budgets.Allocation:
+        if pending:
+            raise _no("budgets")
+        return budgets.Allocation()
+
+    def settle_budgets_for(self, source: str, spends: Sequence[budgets.Spend]) -> int:
+        if spends:
+            raise _no("budgets")
+        return 0
+
+    def stale_reservations(
+        self, source: str, *, before: dt.datetime, limit: int
+    ) -> list[budgets.Reservation]:
+        return []  # it never reserves: none is stale
+
+    def mark_reserved(self, reserved: Mapping[int, Any]) -> None:
+        if reserved:
+            raise _no("budgets")
+
+    def reservation_fates(self, attempts: Sequence[tuple[int, int]]) -> dict[tuple[int, int], str]:
+        if attempts:
+            raise _no("budgets")
+        return {}
+
     def load_active_circuits(self) -> dict[str, Circuit]:
         return {}  # results are never folded here (apply_circuit_results): all closed
 

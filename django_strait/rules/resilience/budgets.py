@@ -42,6 +42,8 @@ class Pending:
     run_id: int
     project_id: int
     cost: Decimal
+    #: The attempt the claim starts (what a reservation on the control database names).
+    attempt: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,49 @@ class Spend:
     started_at: dt.datetime
     reserved: Decimal
     cost: Decimal
+    #: The attempt settled (what a reservation on the control database names).
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A reservation on the control database for a run of another database."""
+
+    run_id: int
+    attempt: int
+    project_id: int
+    day: dt.date
+    amount: Decimal
+
+
+class Fate:
+    """What became of a reserved attempt, as its run's database tells (``closing``)."""
+
+    #: Still executing at that attempt: its record will settle it.
+    RUNNING = "running"
+    #: The attempt was made (its attempt row exists, or its run is gone): it is paid for.
+    MADE = "made"
+    #: Never started (its claim rolled back, or the run was put back unstarted).
+    NEVER = "never"
+
+
+def closing(
+    reservations: Iterable[Reservation], fates: Mapping[tuple[int, int], str]
+) -> list[Spend]:
+    """The settlements that close stale reservations whose attempts are not running.
+
+    An attempt that was made spends what it reserved (as a lost attempt does: the
+    call may have been made); one that never started gives it back. A run whose
+    fate is unknown here (locked by a claim in progress) is left for the next round.
+    """
+    out = []
+    for r in reservations:
+        fate = fates.get((r.run_id, r.attempt))
+        if fate in (Fate.MADE, Fate.NEVER):
+            cost = r.amount if fate == Fate.MADE else ZERO
+            started = timezone.make_aware(dt.datetime.combine(r.day, dt.time(12)))
+            out.append(Spend(r.run_id, r.project_id, started, r.amount, cost, r.attempt))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,66 @@
+"""Budgets have one home over several databases: the control database.
+
+tests/several/budget_scenario.py (three SQLite files: "default", "jobs1" the
+control database, "jobs2"): a project whose day admits 5 runs has runs queued on
+each database; a worker of jobs1 spends 2, one of jobs2 the 3 left (not 5 of its
+own), and one serving both starts no more: 5 in all, not 5 on each.
+The project and its ledger are on jobs1 only. A reservation whose claim rolled
+back is given back by jobs2's reaper, and one whose attempt was made but never
+settled is spent; neither is touched while it may still belong to a claim in
+progress. With the control database away, a budgeted run on jobs2 waits (no
+attempt spent) while a plain one completes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.e2e.test_control_database import django
+
+pytestmark = pytest.mark.slow
+
+ADMITS, EACH = 5, 6
+
+
+def test_one_budget_over_two_databases(tmp_path):
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.several_sqlite_settings",
+        "PYTHONPATH": str(ROOT),
+        "SEVERAL_TEST_DIR": str(tmp_path),
+    }
+    env.pop("DATABASE_URL", None)
+    for alias in ("default", "jobs1", "jobs2"):
+        django(env, "-m", "django", "migrate", "--database", alias, "--verbosity", "0")
+
+    found = json.loads(django(env, "tests/several/budget_scenario.py").splitlines()[-1])
+
+    drain = found["drain"]
+    assert drain["project_on"] == {"jobs1": 1, "jobs2": 0}
+    assert drain["routed_projects"] == ["shared"]  # the admin's and the API's queries find it
+    runs = drain["runs"]
+    # One budget for the fleet: 5 spent in all, 2 on jobs1 then 3 on jobs2 (one budget
+    # per database would have let jobs2 spend 5, and jobs1 5 more).
+    waiting = "queued:budget.exhausted"
+    assert runs["jobs1"] == ["completed:"] * 2 + [waiting] * (EACH - 2), runs
+    assert runs["jobs2"] == ["completed:"] * 3 + [waiting] * (EACH + 2 - 3), runs
+    assert drain["ledgers"] == {"jobs1": [["0", str(ADMITS)]], "jobs2": []}
+    assert drain["reservations_left"] == 0
+
+    reaped = found["reaped"]
+    assert reaped["freed"] == {"jobs1": EACH - 2, "jobs2": EACH - 1}  # a raised budget frees both
+    assert reaped["reserved_before"] == [["5", str(ADMITS)]]
+    assert reaped["closed_young"] == 0  # its claim might still commit: not yet
+    assert reaped["closed"] == 2
+    # The rolled-back claim's 2 given back; the unsettled attempt's 3 spent.
+    assert reaped["after"] == [["0", str(ADMITS + 3)]]
+    assert reaped["reservations_left"] == 0
+
+    assert found["control_away"] == {
+        "plain": "completed",
+        "budgeted": ["queued", "worker.claim_failed", 0],
+    }
