@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from decimal import Decimal
 
 import pytest
 from django.conf import settings
 from django.core import checks
 from django.test import override_settings
+from django.utils import timezone
 
 from django_strait import checks as strait_checks
 from django_strait import database
 from django_strait.conf import SettingError, strait_settings
 from django_strait.database import StraitRouter
 from django_strait.management.commands.run_strait_worker import served_aliases
-from django_strait.models import ApiKey, Job, JobRun
+from django_strait.models import ApiKey, BudgetLedger, BudgetReservation, Job, JobRun, Project
+from django_strait.rules.resilience import budgets
 from django_strait.services.breaker import CircuitBreaker
+from django_strait.transitions.reservations import close_stale_reservations
+from django_strait.transitions.worker import settle_elsewhere
 from django_strait.worker.accounting import write_shared
 from django_strait.worker.catalog import Catalog
 from django_strait.worker.config import WorkerConfig
@@ -192,3 +197,49 @@ def test_shared_protection__a_control_database_away_costs_the_samples_not_the_re
     assert "'control'" in caplog.text
     # A batch that called no endpoint asks the control database nothing.
     assert write_shared(control, CircuitBreaker(control), [record(3)], Catalog()) is True
+
+
+def test_router__budgets_live_on_the_control_database_with_several():
+    router = StraitRouter()
+    job = Job(name="j")
+    job._state.db = "jobs2"
+    project = Project(name="p")
+    project._state.db = "jobs1"
+    with databases({"DATABASES": ["jobs1", "jobs2"], "CONTROL_DATABASE": "jobs2"}, "jobs1",
+                   "jobs2"):  # fmt: skip
+        for model in (Project, BudgetLedger, BudgetReservation):
+            assert router.db_for_read(model) == "jobs2"
+            assert router.db_for_write(model, instance=project) == "jobs2"
+        # A job on any alias names its project on the control database.
+        assert router.allow_relation(job, project) is True
+        assert router.allow_relation(project, job) is True
+        assert router.allow_relation(job, JobRun()) is None
+        assert database.control_elsewhere("jobs1") and not database.control_elsewhere("jobs2")
+    with databases({"DATABASE": "jobs1"}, "jobs1"):
+        assert router.db_for_read(Project) == "jobs1"
+        assert router.allow_relation(job, project) is None  # one database: Django's own rule
+        assert not database.control_elsewhere("jobs1")
+
+
+def test_shared_budgets__a_control_database_away_costs_time_not_the_record(caplog):
+    # The in-memory storage keeps no budgets: its settle_budgets_for raises, as a control
+    # database that does not answer does. The reaper closes those reservations later.
+    control = MemoryStorage(alias="control")
+    spend = budgets.Spend(1, 7, timezone.now(), Decimal(2), Decimal(1), 1)
+    with caplog.at_level("WARNING", logger="django_strait.transitions.worker"):
+        assert settle_elsewhere(control, "jobs2", [spend]) == []
+    assert "budgets of 1 recorded attempts not settled" in caplog.text
+    assert "'control'" in caplog.text and "the reaper closes" in caplog.text
+
+
+def test_stale_reservations__a_control_database_away_is_left_for_the_next_round(caplog):
+    class Away(MemoryStorage):
+        def stale_reservations(self, source, *, before, limit):
+            raise ConnectionError("control database away")
+
+    runs, control = MemoryStorage(alias="jobs2"), Away(alias="control")
+    with caplog.at_level("WARNING", logger="django_strait.transitions.reservations"):
+        assert close_stale_reservations(runs, control, now=timezone.now()) == 0
+    assert "reservations of database 'jobs2' not closed" in caplog.text
+    # Nothing stale: nothing asked of the runs' database.
+    assert close_stale_reservations(runs, MemoryStorage(alias="c"), now=timezone.now()) == 0
