@@ -6,9 +6,10 @@ tests/e2e/test_control_budgets.py: a project whose daily budget admits
 ``ADMITS`` runs has a job on "jobs1" (the control database) and one on "jobs2";
 burst workers of one database, then of both, drain ``EACH`` + 2 runs of each.
 Then a reservation left by a claim that rolled back, and one whose attempt was
-made but never settled, are closed by jobs2's reaper; then, with the control
-database away, a budgeted run on jobs2 waits while a plain one completes.
-Prints one JSON line.
+made but never settled, are closed by jobs2's reaper. Prints one JSON line.
+
+``budget_scenario.py away PLAIN BUDGETED``, once the test made the control
+database go away: a worker of jobs2 alone runs those two runs of jobs2.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import django  # noqa: E402
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
-from django.db import connections  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from django_strait import trigger  # noqa: E402
@@ -143,35 +143,31 @@ def reaped() -> dict:
     }
 
 
-def control_away() -> dict:
-    """The control database away: a budgeted run on jobs2 waits, a plain one completes."""
-    control = connections["jobs1"].settings_dict["NAME"]
-    connections.close_all()
-    os.rename(control, control + ".away")
-    try:
-        JobRun.objects.using("jobs2").filter(status="queued").delete()
-        plain = trigger("plain-two", {})
-        held = trigger("spend-jobs2", {"away": True})
-        call_command(
-            "run_strait_worker", burst=True, worker_id="away", databases=["jobs2"], verbosity=0
-        )
-    finally:
-        connections.close_all()
-        os.rename(control + ".away", control)
+def queue_for_away() -> dict:
+    """Queue a plain run and a budgeted run on jobs2, for the worker of :func:`away`."""
+    JobRun.objects.using("jobs2").filter(status="queued").delete()
+    return {"plain": trigger("plain-two", {}).pk, "budgeted": trigger("spend-jobs2", {}).pk}
+
+
+def away(plain: int, budgeted: int) -> dict:
+    """The control database away (the test stopped it): a worker of jobs2 alone completes
+    the plain run; the budgeted one waits, no attempt spent."""
+    call_command(
+        "run_strait_worker", burst=True, worker_id="away", databases=["jobs2"], verbosity=0
+    )
     runs = JobRun.objects.using("jobs2")
+    held = runs.get(pk=budgeted)
     return {
-        "plain": runs.get(pk=plain.pk).status,
-        "budgeted": [
-            runs.get(pk=held.pk).status,
-            runs.get(pk=held.pk).error_type,
-            runs.get(pk=held.pk).attempt,
-        ],
+        "plain": runs.get(pk=plain).status,
+        "budgeted": [held.status, held.error_type, held.attempt],
     }
 
 
-def main() -> dict:
-    return {"drain": drain(), "reaped": reaped(), "control_away": control_away()}
+def main(argv: list[str]) -> dict:
+    if argv[:1] == ["away"]:
+        return away(int(argv[1]), int(argv[2]))
+    return {"drain": drain(), "reaped": reaped(), "away_runs": queue_for_away()}
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()))
+    print(json.dumps(main(sys.argv[1:])))
