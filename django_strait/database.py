@@ -179,6 +179,12 @@ def read_alias(using: str | None = None) -> str:
     return replicas.get(source) or (replicas.get("") if source == alias() else None) or source
 
 
+def control_reads(using: str) -> str:
+    """Where a page that reads ``using`` reads circuits, health and budgets: ``using`` with
+    one database, else the control database (its replica, if ``READ_DATABASE`` names one)."""
+    return read_alias(control_alias()) if placed() else using
+
+
 def reading(using: str | None = None) -> Reading:
     """Where to read ``using``'s dashboards now: its replica, with its lag, else the primary.
 

@@ -95,6 +95,7 @@ def read_overview(now: dt.datetime | None = None, using: str | None = None) -> O
     """Read everything the overview page shows."""
     now = now or timezone.now()
     throughput, outcomes, counts = _throughput(now, using)
+    shared = database.control_reads(using)  # circuits, health, budgets: the fleet's
     minutes = series.minutes_of(now)
     since = alive_since(now, strait_settings.STALE_AFTER)
     alive = WorkerProcess.objects.using(using).filter(readable_instants("last_seen_at"))
@@ -111,10 +112,10 @@ def read_overview(now: dt.datetime | None = None, using: str | None = None) -> O
         dead_letters=tuple(sorted(dead_letters_by_job(using), key=lambda r: (-r[1], r[0]))),
         workers=workers,
         workers_alive=len(workers),
-        endpoints=_endpoints(now, using),
-        endpoint_count=EndpointHealth.objects.using(using).count(),
-        budgets=_budgets(now, using),
-        project_count=Project.objects.using(using).count(),
+        endpoints=_endpoints(now, shared),
+        endpoint_count=EndpointHealth.objects.using(shared).count(),
+        budgets=_budgets(now, shared),
+        project_count=Project.objects.using(shared).count(),
     )
 
 

@@ -90,9 +90,9 @@ def read_snapshot(using: str, now: dt.datetime, stale_after: float) -> Snapshot:
         workers_alive=workers["alive"],
         workers_in_flight=workers["in_flight"] or 0,
         runs_estimate=estimate_runs(using),
-        circuits=_circuits(using),
-        health=_health(using),
-        budgets=_budgets(using, now),
+        circuits=_circuits(database.control_reads(using)),
+        health=_health(database.control_reads(using)),
+        budgets=_budgets(database.control_reads(using), now),
         workflows_running=_workflows_running(using),
         **_webhooks(using, now),
     )

@@ -243,3 +243,15 @@ def test_stale_reservations__a_control_database_away_is_left_for_the_next_round(
     assert "reservations of database 'jobs2' not closed" in caplog.text
     # Nothing stale: nothing asked of the runs' database.
     assert close_stale_reservations(runs, MemoryStorage(alias="c"), now=timezone.now()) == 0
+
+
+def test_control_reads__pages_read_the_fleet_s_protection_state_on_the_control_database():
+    with databases({"DATABASES": ["jobs1", "jobs2"], "CONTROL_DATABASE": "jobs2"}, "jobs1",
+                   "jobs2"):  # fmt: skip
+        assert database.control_reads("jobs1") == "jobs2"
+    strait = {"DATABASES": ["jobs1", "jobs2"], "CONTROL_DATABASE": "jobs2",
+              "READ_DATABASE": {"jobs2": "replica2"}}  # fmt: skip
+    with databases(strait, "jobs1", "jobs2", "replica2"):
+        assert database.control_reads("jobs1") == "replica2"
+    with databases({"DATABASE": "jobs1"}, "jobs1", "replica"):
+        assert database.control_reads("replica") == "replica"  # one database: as asked
