@@ -8,6 +8,7 @@ own), and one serving both starts no more: 5 in all, not 5 on each. The project
 and its ledger are on jobs1 only. A reservation whose claim rolled back is given
 back by jobs2's reaper, and one whose attempt was made but never settled is
 spent; neither is touched while it may still belong to a claim in progress.
+A deleted project is cleared from the jobs of both databases.
 With the control database away (its file moved aside, or its server stopped), a
 budgeted run on jobs2 waits (no attempt spent) while a plain one completes.
 """
@@ -56,6 +57,7 @@ def check(found: dict, away: dict) -> None:
     assert reaped["after"] == [["0", str(ADMITS + 3)]]
     assert reaped["reservations_left"] == 0
 
+    assert found["deleted"] == {"jobs1": [None], "jobs2": [None]}
     assert away == {"plain": "completed", "budgeted": ["queued", "worker.claim_failed", 0]}
 
 

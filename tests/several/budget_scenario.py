@@ -143,6 +143,21 @@ def reaped() -> dict:
     }
 
 
+def deleted() -> dict:
+    """A deleted project is cleared from the jobs of every database, not its own only."""
+    doomed = Project.objects.create(name="doomed", daily_budget=Decimal(1))
+    for a in ALIASES:
+        Job.objects.using(a).create(
+            name=f"doomed-{a}", handler="tests.testapp.jobs.noop", queue="two" if a == "jobs2"
+            else "default", project=doomed, estimated_cost=Decimal(1),
+        )  # fmt: skip
+    doomed.delete()
+    return {
+        a: list(Job.objects.using(a).filter(name=f"doomed-{a}").values_list("project", flat=True))
+        for a in ALIASES
+    }
+
+
 def queue_for_away() -> dict:
     """Queue a plain run and a budgeted run on jobs2, for the worker of :func:`away`."""
     JobRun.objects.using("jobs2").filter(status="queued").delete()
@@ -166,7 +181,12 @@ def away(plain: int, budgeted: int) -> dict:
 def main(argv: list[str]) -> dict:
     if argv[:1] == ["away"]:
         return away(int(argv[1]), int(argv[2]))
-    return {"drain": drain(), "reaped": reaped(), "away_runs": queue_for_away()}
+    return {
+        "drain": drain(),
+        "reaped": reaped(),
+        "deleted": deleted(),
+        "away_runs": queue_for_away(),
+    }
 
 
 if __name__ == "__main__":
