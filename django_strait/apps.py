@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 from django.conf import settings
+from django.db.models.signals import post_migrate
 
 
 class StraitConfig(AppConfig):
@@ -18,6 +19,10 @@ class StraitConfig(AppConfig):
         from django_strait.ojs import receivers as ojs_receivers  # noqa: F401
         from django_strait.services import receivers  # noqa: F401
         from django_strait.storage import checks as storage_checks  # noqa: F401
+        from django_strait.storage.ids import after_migrate
+
+        # Each alias's ids in a range of their own, so an id says where its row lives.
+        post_migrate.connect(after_migrate, sender=self, dispatch_uid="django_strait.number_ids")
 
         # Like admin.py for the admin: every installed app's jobs.py is imported, so
         # workers and web processes know the same @job handlers.

@@ -17,6 +17,12 @@ queries and migrations there, and code that opens a transaction or a cursor
 asks :func:`alias`. With several aliases, a query without ``using`` goes to
 the first; a row read from an alias is saved back there.
 
+Every row's id says where it lives: the alias at index k of ``STRAIT["DATABASES"]``
+numbers its rows from k * 2**48 + 1 (:func:`id_range`, set on ``migrate``), so a
+run's id is unique across the aliases and :func:`alias_for_id` finds its alias
+from the id alone. The first alias's ids are what a single database's always
+were. Append aliases; never reorder them.
+
 API keys stay with the users who create them (``ApiKey.created_by`` is a
 foreign key to the user model), in the database the router leaves them to.
 """
@@ -30,6 +36,7 @@ from typing import Any
 from django.db import DatabaseError, connections, transaction
 
 from django_strait.conf import strait_settings
+from django_strait.rules.conf_placement import MAX_ALIASES
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +100,35 @@ def control_alias() -> str:
 def placed() -> bool:
     """Whether django-strait is on several aliases (else nothing asks where a row lives)."""
     return placement().several
+
+
+# -- ids that say where a row lives --------------------------------------------------------
+
+#: The alias at index k of ``STRAIT["DATABASES"]`` numbers its rows in
+#: (k * 2**ID_BITS, (k + 1) * 2**ID_BITS): 2.8e14 ids an alias, at most MAX_ALIASES.
+ID_BITS = 48
+assert (MAX_ALIASES << ID_BITS) <= 2**53
+
+
+def id_range(using: str) -> tuple[int, int]:
+    """The ids rows on ``using`` take: above the first, below the second (exclusive bounds)."""
+    k = aliases().index(using)
+    return max(k << ID_BITS, 0), (k + 1) << ID_BITS
+
+
+def alias_for_id(pk: object) -> str | None:
+    """The alias a row of id ``pk`` lives on, from the id alone; None for no id of ours.
+
+    On one database, every positive id is its. With several, the id's high bits
+    name the alias's index in ``STRAIT["DATABASES"]``.
+    """
+    if isinstance(pk, bool) or not isinstance(pk, int) or pk <= 0:
+        return None
+    names = aliases()
+    if len(names) == 1:
+        return names[0]
+    k = pk >> ID_BITS
+    return names[k] if k < len(names) else None
 
 
 def _routed(model: Any, hints: dict[str, Any]) -> str | None:

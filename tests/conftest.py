@@ -94,6 +94,27 @@ def forget_unreadable_rows() -> None:
     rows.forget()
 
 
+#: django-strait over two aliases of this process: queue "two" on "jobs2" (tests/settings.py).
+TWO_ALIASES = {"DATABASES": ["default", "jobs2"], "QUEUE_DATABASES": {"two": "jobs2"}}
+
+
+@pytest.fixture
+def two_aliases(settings) -> Iterator[tuple[str, str]]:
+    """django-strait on "default" and "jobs2", with the router, each alias's ids numbered.
+
+    The test must reach both databases: ``pytest.mark.django_db(databases=[...,
+    "jobs2"])``. Jobs on queue "two" (``make_job(queue="two", using="jobs2")``)
+    live on "jobs2", whose ids are above 2**48.
+    """
+    from django_strait.storage.ids import number_ids
+
+    settings.STRAIT = {**getattr(settings, "STRAIT", {}), **TWO_ALIASES}
+    settings.DATABASE_ROUTERS = ["django_strait.database.StraitRouter"]
+    for using in TWO_ALIASES["DATABASES"]:
+        number_ids(using)
+    yield ("default", "jobs2")
+
+
 @pytest.fixture
 def http_server() -> Iterator[LocalServer]:
     server = LocalServer()

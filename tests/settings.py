@@ -41,6 +41,17 @@ else:
     # each other's (pytest-django destroys it at the end).
     DATABASES["default"]["TEST"] = {"NAME": f"test_strait_{os.getpid()}"}
 
+# A second database of django-strait's own, for the tests of several aliases in this
+# process (the ``two_aliases`` fixture of tests/conftest.py puts queue "two" there).
+# Migrated like "default"; outside the fixture nothing is placed on it.
+DATABASES["jobs2"] = {**DATABASES["default"]}
+if DATABASES["jobs2"]["ENGINE"].endswith("sqlite3"):
+    DATABASES["jobs2"]["TEST"] = {
+        "NAME": os.path.join(tempfile.gettempdir(), f"strait-test-jobs2-{os.getpid()}.sqlite3")
+    }
+else:
+    DATABASES["jobs2"]["TEST"] = {"NAME": f"test_strait_jobs2_{os.getpid()}"}
+
 # A second connection to the same database, as a read replica would be: for the
 # tests of STRAIT["READ_DATABASE"] (tests/integration/test_read_replica.py). Never
 # created or migrated: a test mirror of "default".

@@ -16,6 +16,11 @@ from django.conf import settings as django_settings
 
 from django_strait.rules.retry import PolicyError
 
+#: At most this many aliases: the alias at index k of ``STRAIT["DATABASES"]`` numbers its
+#: rows from k * 2**48 + 1 (``database.ID_BITS``), so every id stays below 2**53, a
+#: number JavaScript and JSON readers hold exactly.
+MAX_ALIASES = 32
+
 
 def _django_aliases() -> list[str]:
     return list(getattr(django_settings, "DATABASES", {}))
@@ -38,6 +43,12 @@ def databases(value: Any, field: str) -> tuple[str, ...] | None:
     )
     if isinstance(value, str | bytes) or not isinstance(value, list | tuple) or not value:
         raise PolicyError(field, value, allowed)
+    if len(value) > MAX_ALIASES:
+        raise PolicyError(
+            field,
+            value,
+            f"at most {MAX_ALIASES} aliases (each alias's ids in a range of their own below 2**53)",
+        )
     checked = tuple(_in_databases(item, f"{field}[{i}]") for i, item in enumerate(value))
     for i, item in enumerate(checked):
         if item in checked[:i]:

@@ -10,10 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.core import checks
+from django.db import DatabaseError
 
 from django_strait.checks import TAG
 from django_strait.conf import SettingError, strait_settings
+from django_strait.database import aliases, id_range, placed
 from django_strait.storage import backend_class
+from django_strait.storage.ids import outside_range
 
 HINT = (
     "Name 'orm', 'postgresql', or a class with every method and flag of "
@@ -31,3 +34,34 @@ def check_storage(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
     except SettingError as exc:
         return [checks.Error(str(exc), hint=HINT, id="django_strait.E006")]
     return []
+
+
+@checks.register(TAG, checks.Tags.database)
+def check_id_ranges(databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """W004: an alias's ids are not in its range, so an id would not say where its row lives.
+
+    A warning, not an error: ``migrate`` runs the database checks first, and is
+    what moves the ids (``storage.ids``).
+    """
+    if databases is None or strait_settings.errors() or not placed():
+        return []  # None: a check without --database, which must not touch them
+    found = []
+    for using in aliases():
+        if using not in databases:
+            continue
+        try:
+            tables = outside_range(using)
+        except DatabaseError:
+            continue  # not migrated yet, or away: migrate says so
+        if tables:
+            found.append(
+                checks.Warning(
+                    f"The ids of {', '.join(tables)} on database {using!r} are not in the range "
+                    f"of its place in STRAIT['DATABASES'] {id_range(using)}: an id would name "
+                    "the wrong database.",
+                    hint=f"Run 'manage.py migrate --database {using}' (it moves them), and "
+                    "add aliases to STRAIT['DATABASES'] at its end, before they hold rows.",
+                    id="django_strait.W004",
+                )
+            )
+    return found

@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import signal
 
 from django_strait.worker.config import Stats, WorkerConfig
 from django_strait.worker.engine import Worker
+from django_strait.worker.lifecycle import StopOnSignal
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,6 @@ class Fleet:
 
     def __init__(self, configs: list[WorkerConfig]) -> None:
         self.workers = [Worker(config) for config in configs]
-        self._signals = 0
 
     @property
     def left_waiting(self) -> str:
@@ -73,12 +72,9 @@ class Fleet:
             worker.stop()
 
     async def _main(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, self._on_signal, sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                break  # not the main thread (tests drive it in a thread)
+        StopOnSignal(self.stop, "no more claims on any database").install(
+            asyncio.get_running_loop()
+        )
         logger.info("serving %s databases: %s", len(self.workers),
                     ", ".join(w.alias for w in self.workers))  # fmt: skip
         engines = [asyncio.create_task(w._main(signals=False)) for w in self.workers]
@@ -89,15 +85,3 @@ class Fleet:
         for engine in engines:
             if engine.done() and not engine.cancelled() and engine.exception() is not None:
                 raise engine.exception()
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        self._signals += 1
-        if self._signals > 1:
-            logger.warning(
-                "second %s: exiting now; runs in flight are left to the reaper", sig.name
-            )
-            raise SystemExit(1)
-        logger.info(
-            "%s received: no more claims on any database, finishing runs in flight", sig.name
-        )
-        self.stop()

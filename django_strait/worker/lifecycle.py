@@ -38,6 +38,32 @@ DATABASE_RETRY_MAX = 30.0
 DbCall = Callable[..., Awaitable[Any]]
 
 
+class StopOnSignal:
+    """SIGINT or SIGTERM: the first stops claiming and drains; the second exits at once."""
+
+    def __init__(self, stop: Callable[[], None], what: str) -> None:
+        self._stop = stop
+        self._what = what
+        self._signals = 0
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                return  # not the main thread (tests drive the worker in a thread)
+
+    def __call__(self, sig: signal.Signals) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            logger.warning(
+                "second %s: exiting now; runs in flight are left to the reaper", sig.name
+            )
+            raise SystemExit(1)
+        logger.info("%s received: %s, finishing runs in flight", sig.name, self._what)
+        self._stop()
+
+
 class Lifecycle:
     """Start-up, signals, heartbeats and stats of one worker process."""
 
@@ -58,7 +84,6 @@ class Lifecycle:
         self._in_flight = in_flight
         #: What the health probes answer from (stopping, the database's last answer).
         self.probes = probes or Probes(heartbeat_interval=config.heartbeat_interval)
-        self._signals = 0
         self.stopping = False
         #: Set to wake the database wait (a stop).
         self.woken = asyncio.Event()
@@ -73,21 +98,7 @@ class Lifecycle:
 
     def install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> None:
         """Stop on SIGINT or SIGTERM; exit at once on the second."""
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, self._on_signal, sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                return  # not the main thread (tests drive the worker in a thread)
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        self._signals += 1
-        if self._signals > 1:
-            logger.warning(
-                "second %s: exiting now; runs in flight are left to the reaper", sig.name
-            )
-            raise SystemExit(1)
-        logger.info("%s received: no more claims, finishing runs in flight", sig.name)
-        self.stop()
+        StopOnSignal(self.stop, "no more claims").install(loop)
 
     # -- start-up -----------------------------------------------------------------------
 

@@ -6,12 +6,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import ProtectedError
 from django.utils.timezone import now
 
 from django_strait.conf import strait_settings
-from django_strait.database import alias
+from django_strait.database import alias, aliases, placed
 from django_strait.dispatch.events import all_workflow_events
 from django_strait.models import Job, Workflow, WorkflowStep
 from django_strait.rules import dag
@@ -64,7 +64,7 @@ def define_workflow(
     jobs = {s["name"]: _job(s) for s in specs}
     for spec in specs:
         _check_policy(spec, jobs[spec["name"]])
-    return _save(name, description, specs, jobs, hook)
+    return _save(name, description, specs, jobs, hook, _alias_of(name, specs, jobs))
 
 
 def _check_webhook(url: str, events: Sequence[str] | None, secret: str) -> dict[str, Any]:
@@ -118,10 +118,52 @@ def _check_shape(index: int, spec: Any) -> dict[str, Any]:
 
 def _job(spec: Mapping[str, Any]) -> Job:
     try:
-        # A workflow lives on the first alias; so do its steps' jobs (docs/operations.md).
-        return resolve_job(spec.get("job"), alias())
+        return resolve_job(spec.get("job"))  # on its own alias (its queue's)
     except TriggerError as exc:
         raise WorkflowError(spec["name"], "job", exc.message) from None
+
+
+def _alias_of(name: str, specs: list[dict], jobs: dict[str, Job]) -> str:
+    """The alias the workflow lives on: its steps' jobs', which must share one.
+
+    A workflow's runs move in the transactions that record its steps' runs, so
+    its rows and its steps' jobs' rows live on one database (docs/operations.md,
+    "Where a job lives").
+    """
+    first = specs[0]["name"] if specs else ""
+    where = jobs[first]._state.db if specs else alias()
+    for spec in specs:
+        other = jobs[spec["name"]]._state.db
+        if other != where:
+            raise WorkflowError(
+                spec["name"], "job",
+                f"job {spec['job']!r} lives on database {other!r}, step {first!r}'s job on "
+                f"{where!r}; allowed: jobs of one database (a workflow lives with its jobs)",
+            )  # fmt: skip
+    elsewhere = workflow_alias(name)
+    if elsewhere != where and Workflow.objects.using(elsewhere).filter(name=name).exists():
+        raise WorkflowError(
+            "", "name",
+            f"workflow {name!r} lives on database {elsewhere!r}, its steps' jobs now on "
+            f"{where!r}; allowed: jobs of {elsewhere!r} (or a new workflow name)",
+        )  # fmt: skip
+    return where
+
+
+def workflow_alias(name: str) -> str:
+    """The alias workflow ``name`` lives on: each alias is asked, the first first.
+
+    One alias: that one, asking nothing. None has it: the first.
+    """
+    if not placed():
+        return alias()
+    for where in aliases():
+        try:
+            if Workflow.objects.using(where).filter(name=name).exists():
+                return where
+        except DatabaseError:
+            continue  # a database that is away: the workflow may be on another
+    return alias()
 
 
 def _check_policy(spec: Mapping[str, Any], job: Job) -> None:
@@ -152,10 +194,14 @@ def _fields(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _save(
-    name: str, description: str, specs: list[dict], jobs: dict[str, Job], hook: dict[str, Any]
+    name: str,
+    description: str,
+    specs: list[dict],
+    jobs: dict[str, Job],
+    hook: dict[str, Any],
+    alias: str,
 ) -> Workflow:
-    storage = backend()
-    alias = storage.alias
+    storage = backend(alias)
     with transaction.atomic(using=alias):
         workflow, _ = Workflow.objects.using(alias).get_or_create(name=name)
         before = _shape(alias, workflow)

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import IntegrityError
 from django.utils import timezone
 
+from django_strait.database import alias_for_id
 from django_strait.models import Workflow, WorkflowRun
 from django_strait.rules.states import InvalidTransition
 from django_strait.services import triggering
@@ -16,6 +17,7 @@ from django_strait.services.triggering import TriggerError, check_payload
 from django_strait.storage import backend
 from django_strait.transitions import cancel
 from django_strait.transitions.workflows import announce
+from django_strait.workflows.defining import workflow_alias
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +30,7 @@ def trigger_workflow(
     With an ``idempotency_key`` already used for this workflow, return that run
     (``idempotency_hit`` is then True).
     """
-    storage = backend()
+    storage = backend(workflow_alias(name) if isinstance(name, str) else None)
     alias = storage.alias
     workflow = Workflow.objects.using(alias).filter(name=name).first()
     if workflow is None:
@@ -64,8 +66,9 @@ def cancel_workflow_run(workflow_run: WorkflowRun | int) -> WorkflowRun:
 
     A run executing is canceled when its attempt returns (its step run follows).
     """
-    storage = backend()
     wr_id = workflow_run if isinstance(workflow_run, int) else workflow_run.pk
+    where = workflow_run._state.db if isinstance(workflow_run, WorkflowRun) else None
+    storage = backend(where or alias_for_id(wr_id))
     advanced, live = storage.cancel_workflow_run(wr_id, now=timezone.now())
     announce(advanced, using=storage.alias)
     for run_id in live:

@@ -23,10 +23,12 @@ _FINISHED = {"completed", "failed", "dead_letter", "discarded", "canceled"}
 _ERRORED = {"failed", "dead_letter", "discarded", "system_failed"}
 
 
-def make_job(name: str | None = None, **fields: Any) -> Job:
-    """Create a Python-handler job (``tests.testapp.jobs.noop`` unless told otherwise)."""
+def make_job(name: str | None = None, *, using: str | None = None, **fields: Any) -> Job:
+    """Create a Python-handler job (``tests.testapp.jobs.noop`` unless told otherwise),
+    on database ``using`` when given (its runs follow it)."""
     fields.setdefault("handler", "" if fields.get("endpoint_url") else "tests.testapp.jobs.noop")
-    return Job.objects.create(name=name or f"factory-job-{next(_names)}", **fields)
+    jobs = Job.objects.db_manager(using) if using else Job.objects
+    return jobs.create(name=name or f"factory-job-{next(_names)}", **fields)
 
 
 def make_run(
@@ -49,7 +51,7 @@ def make_run(
     if status in _ERRORED and not error_type:
         error_type = "http.503"
     now = timezone.now()
-    run = JobRun.objects.create(
+    run = JobRun.objects.db_manager(job._state.db).create(
         job=job,
         status=status,
         attempt=count,
@@ -100,7 +102,7 @@ def _make_attempt(
         outcome = AttemptOutcome.SYSTEM_FAILED
     else:
         outcome = AttemptOutcome.FAILED
-    return RunAttempt.objects.create(
+    return RunAttempt.objects.db_manager(run._state.db).create(
         run=run,
         number=number,
         started_at=now,
