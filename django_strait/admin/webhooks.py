@@ -13,6 +13,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_strait.admin import display
+from django_strait.admin.aliases import AcrossAliases
 from django_strait.admin.inlines import HistoryInline
 from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.unreadable import ReadsRowsAside, unshown
@@ -95,7 +96,9 @@ class WebhookDeliveryInline(DeliveryCells, HistoryInline):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(GuardedInput, ReadsRowsAside, DeliveryCells, admin.ModelAdmin):
+class WebhookDeliveryAdmin(
+    AcrossAliases, GuardedInput, ReadsRowsAside, DeliveryCells, admin.ModelAdmin
+):
     """Every delivery: what it notifies, where, how it went; redeliver by hand."""
 
     # The event opens the delivery's page, where every field is whole.
