@@ -85,14 +85,22 @@ class Overview:
     #: Projects by name (at most MOST_SHOWN), and how many there are.
     budgets: tuple[ProjectRow, ...]
     project_count: int
+    #: Several databases: each alias's latency, drawn as its own p50 and p95 lines.
+    latencies: tuple[tuple[str, series.Latency], ...] = ()
 
     @property
     def finished_in_window(self) -> int:
         return sum(c.total for c in self.throughput)
 
 
-def read_overview(now: dt.datetime | None = None, using: str | None = None) -> Overview:
-    """Read everything the overview page shows."""
+def read_overview(
+    now: dt.datetime | None = None, using: str | None = None, *, shared: bool = True
+) -> Overview:
+    """Read everything the overview page shows of ``using``.
+
+    ``shared=False`` leaves out endpoint health (one alias of several: it is read
+    once, on the control database, by ``overview_aliases``).
+    """
     now = now or timezone.now()
     throughput, outcomes, counts = _throughput(now, using)
     minutes = series.minutes_of(now)
@@ -111,8 +119,8 @@ def read_overview(now: dt.datetime | None = None, using: str | None = None) -> O
         dead_letters=tuple(sorted(dead_letters_by_job(using), key=lambda r: (-r[1], r[0]))),
         workers=workers,
         workers_alive=len(workers),
-        endpoints=_endpoints(now, using),
-        endpoint_count=EndpointHealth.objects.using(using).count(),
+        endpoints=read_endpoints(now, using) if shared else (),
+        endpoint_count=EndpointHealth.objects.using(using).count() if shared else 0,
         budgets=_budgets(now, using),
         project_count=Project.objects.using(using).count(),
     )
@@ -145,7 +153,8 @@ def _queues(now: dt.datetime, using: str) -> tuple[QueueGauge, ...]:
     return queue_gauges(using, now, known)
 
 
-def _endpoints(now: dt.datetime, using: str) -> tuple[EndpointRow, ...]:
+def read_endpoints(now: dt.datetime, using: str) -> tuple[EndpointRow, ...]:
+    """The least healthy endpoints, with their circuits and last hour's scores."""
     rows = list(
         EndpointHealth.objects.using(using)
         .annotate(**endpoints.circuit_annotation())
@@ -182,7 +191,15 @@ def time_charts(data: Overview) -> dict[str, Any]:
         Series(s, [c.counts.get(s, 0) for c in data.throughput], charts.colour(s))
         for s in data.outcomes
     ]
-    latency = percentile_series(data.latency)
+    latency = (
+        [
+            line
+            for i, (name, lat) in enumerate(data.latencies)
+            for line in percentile_series(lat, name, i)
+        ]
+        if data.latencies
+        else percentile_series(data.latency)
+    )
     lag = [
         Series(queue, values, QUEUE_COLOURS[i % len(QUEUE_COLOURS)])
         for i, (queue, values) in enumerate(data.lag.items())
@@ -201,11 +218,18 @@ def time_charts(data: Overview) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def percentile_series(latency: series.Latency) -> list[Series]:
-    """p50 and p95 of attempt durations per minute, as two lines."""
+def percentile_series(latency: series.Latency, database: str = "", index: int = 0) -> list[Series]:
+    """p50 and p95 of attempt durations per minute, as two lines (of ``database``, the
+    ``index``-th alias, if named: each alias's own pair of colours)."""
+    if not database:
+        return [
+            Series("p50", latency.p50, PERCENTILE_COLOURS[0]),
+            Series("p95", latency.p95, PERCENTILE_COLOURS[1]),
+        ]
+    p50, p95 = (QUEUE_COLOURS[(2 * index + k) % len(QUEUE_COLOURS)] for k in (0, 1))
     return [
-        Series("p50", latency.p50, PERCENTILE_COLOURS[0]),
-        Series("p95", latency.p95, PERCENTILE_COLOURS[1]),
+        Series(f"p50 {database}", latency.p50, p50),
+        Series(f"p95 {database}", latency.p95, p95),
     ]
 
 
@@ -213,11 +237,18 @@ def overview_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
     """Render the overview page for a user who may view runs."""
     if not request.user.has_perm("django_strait.view_jobrun"):
         raise PermissionDenied
-    where = database.reading()
-    data = read_overview(using=where.alias)
+    if database.placed():
+        from django_strait.admin.overview_aliases import read_overviews
+
+        data, per_database = read_overviews(timezone.now())
+        where = per_database[0].reading
+    else:
+        where, per_database = database.reading(), ()
+        data = read_overview(using=where.alias)
     context = {
         **site.each_context(request),
         "reading": where,
+        "per_database": per_database,
         "title": "Strait overview",
         "refresh_seconds": display.REFRESH_SECONDS,
         "app_config": apps.get_app_config("django_strait"),

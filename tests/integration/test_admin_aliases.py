@@ -163,3 +163,48 @@ def test_with_one_database__no_database_filter_nor_column(admin_client):
     make_run(make_job(), status="dead_letter")
     body = admin_client.get(RUNS).content.decode()
     assert "By database" not in body and "field-database_name" not in body
+
+
+def test_overview__counts_every_database_and_shows_each(admin_client, runs):
+    make_run(Job.objects.using("default").get(name="near-job"), status="executing")
+    response = admin_client.get(OVERVIEW)
+    assert response.status_code == 200
+    data = response.context["overview"]
+    # Dead letters by job, of both databases.
+    assert dict(data.dead_letters) == {"near-job": 1, "far-job": 1}
+    # Queue "two" lives on jobs2: its queued run is counted there.
+    assert {q.queue: q.depth for q in data.queues}["two"] == 1
+    rows = {row.alias: row for row in response.context["per_database"]}
+    assert set(rows) == {"default", "jobs2"}
+    assert (rows["default"].dead_letters, rows["default"].queued, rows["default"].executing) == (
+        1,
+        0,
+        1,
+    )
+    assert (rows["jobs2"].dead_letters, rows["jobs2"].queued, rows["jobs2"].executing) == (1, 1, 0)
+    body = response.content.decode()
+    assert 'id="strait-databases"' in body and "?database=jobs2" in body
+
+
+def test_overview__sums_each_databases_throughput(admin_client, two_aliases):
+    from django.utils import timezone
+
+    from django_strait.models import RunRollup
+
+    minute = timezone.now().replace(second=0, microsecond=0)
+    near = make_job("near-job", queue="default")
+    far = make_job("far-job", queue="two", using="jobs2")
+    RunRollup.objects.using("default").create(job=near, minute=minute, status="completed", count=3)
+    RunRollup.objects.using("jobs2").create(job=far, minute=minute, status="completed", count=4)
+    RunRollup.objects.using("jobs2").create(job=far, minute=minute, status="failed", count=2)
+    response = admin_client.get(OVERVIEW)
+    data = response.context["overview"]
+    assert data.finished_in_window == 9
+    assert data.throughput[-1].counts == {"completed": 7, "failed": 2}
+    assert [(name, n) for _, name, n in data.busy_jobs] == [("far-job", 6), ("near-job", 3)]
+    rows = {row.alias: row.finished_in_window for row in response.context["per_database"]}
+    assert rows == {"default": 3, "jobs2": 6}
+    # The busiest job's charts: on its own database.
+    far_charts = admin_client.get(reverse("admin:django_strait_job_stats", args=[far.pk]))
+    assert far_charts.status_code == 200
+    assert dict(far_charts.context["summary"])["attempts"] == 6
