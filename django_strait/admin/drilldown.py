@@ -129,10 +129,8 @@ def _endpoint_latency(minutes: list, url: str, control: database.Reading) -> ser
     (p50 and p95 then the slowest alias's each minute)."""
     if not database.placed():
         return series.latency(minutes, control.alias, endpoint=url)
-    from django_strait.admin.overview_aliases import slowest
-
     readers = [database.reading(name).alias for name in database.aliases()]
-    return slowest([series.latency(minutes, using, endpoint=url) for using in readers])
+    return series.slowest([series.latency(minutes, using, endpoint=url) for using in readers])
 
 
 def _success(labels: list[str], values: list[float | None], about: str) -> Panel:

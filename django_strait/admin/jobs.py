@@ -27,7 +27,7 @@ from django_strait.admin.aliases import AcrossAliases, alias_for_key
 from django_strait.admin.drilldown import endpoint_stats_view, job_stats_view
 from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
 from django_strait.admin.inputs import GuardedInput
-from django_strait.admin.overview import overview_view
+from django_strait.admin.overview_page import overview_view
 from django_strait.admin.unreadable import ReadsRowsAside, SetsAside, say_problems
 from django_strait.database import alias
 from django_strait.models import Job, JobPresetRecommendation, JobRun, RunRollup

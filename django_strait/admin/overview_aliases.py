@@ -91,7 +91,7 @@ def _summed(parts: list[overview.Overview], names: tuple[str, ...]) -> overview.
                 for f in fields(series.RunCounts)
             )
         ),
-        latency=slowest([p.latency for p in parts]),
+        latency=series.slowest([p.latency for p in parts]),
         latencies=tuple(zip(names, (p.latency for p in parts), strict=True)),
         lag={q: lag[q] for q in laggiest[:5]},
         busy_jobs=tuple(
@@ -121,20 +121,3 @@ def _added(counts) -> dict[str, int]:
 
 def _zipped_sum(rows) -> tuple[int, ...]:
     return tuple(sum(values) for values in zip(*rows, strict=True))
-
-
-def slowest(latencies: list[series.Latency]) -> series.Latency:
-    """Several aliases' latencies as one: counts summed, p50 and p95 the slowest alias's
-    each minute (percentiles cannot be summed; the overview draws each alias's)."""
-
-    def most(values) -> float | None:
-        present = [v for v in values if v is not None]
-        return max(present) if present else None
-
-    return series.Latency(
-        tuple(most(v) for v in zip(*(lat.p50 for lat in latencies), strict=True)),
-        tuple(most(v) for v in zip(*(lat.p95 for lat in latencies), strict=True)),
-        _zipped_sum(lat.attempts for lat in latencies),
-        _zipped_sum(lat.succeeded for lat in latencies),
-        _zipped_sum(lat.runs for lat in latencies),
-    )

@@ -208,3 +208,24 @@ def test_overview__sums_each_databases_throughput(admin_client, two_aliases):
     far_charts = admin_client.get(reverse("admin:django_strait_job_stats", args=[far.pk]))
     assert far_charts.status_code == 200
     assert dict(far_charts.context["summary"])["attempts"] == 6
+
+
+def test_circuits__listed_and_reset_on_the_control_database(admin_client, two_aliases, settings):
+    from django_strait.models import EndpointCircuit, EndpointHealth
+
+    settings.STRAIT = {**settings.STRAIT, "CONTROL_DATABASE": "jobs2"}
+    url = "http://127.0.0.1:9/hook"
+    circuit = EndpointCircuit.objects.using("jobs2").create(
+        endpoint_url=url, state="open", failures=5
+    )
+    circuits = reverse("admin:django_strait_endpointcircuit_changelist")
+    assert listed(admin_client.get(circuits)) == {circuit.pk}
+    data = {"action": "reset_circuits", ACTION_CHECKBOX_NAME: [circuit.pk], "index": 0}
+    assert admin_client.post(circuits, data).status_code == 302
+    assert EndpointCircuit.objects.using("jobs2").get(pk=circuit.pk).state == "closed"
+    assert not EndpointCircuit.objects.using("default").exists()
+    # The overview reads endpoint health there too, once.
+    EndpointHealth.objects.using("jobs2").create(endpoint_url=url, success_rate=0.4)
+    overview = admin_client.get(OVERVIEW).context["overview"]
+    assert [row.endpoint_url for row in overview.endpoints] == [url]
+    assert overview.endpoint_count == 1
