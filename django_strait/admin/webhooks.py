@@ -18,6 +18,7 @@ from django_strait.admin.inlines import HistoryInline
 from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.unreadable import ReadsRowsAside, unshown
 from django_strait.models import Job, JobRun, WebhookDelivery, Workflow, WorkflowRun
+from django_strait.storage import backend
 from django_strait.webhooks.redelivery import redeliver
 
 #: Sending a delivery again: one permission wherever the action is offered.
@@ -151,7 +152,9 @@ class WebhookDeliveryAdmin(
 
     @admin.action(description="Redeliver selected webhooks", permissions=["redeliver"])
     def redeliver_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
-        moved = redeliver(queryset.values_list("pk", flat=True), by=request.user.get_username())
+        # On the alias the list reads (several databases: the one its filter chose).
+        ids = queryset.values_list("pk", flat=True)
+        moved = redeliver(ids, by=request.user.get_username(), storage=backend(queryset.db))
         self.message_user(request, f"{moved} delivery(ies) will be sent again.", messages.SUCCESS)
 
     def changelist_view(

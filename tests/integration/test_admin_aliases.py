@@ -229,3 +229,26 @@ def test_circuits__listed_and_reset_on_the_control_database(admin_client, two_al
     overview = admin_client.get(OVERVIEW).context["overview"]
     assert [row.endpoint_url for row in overview.endpoints] == [url]
     assert overview.endpoint_count == 1
+
+
+def test_deliveries__listed_and_redelivered_on_jobs2(admin_client, runs):
+    from django_strait.models import WebhookDelivery
+
+    deliveries = reverse("admin:django_strait_webhookdelivery_changelist")
+    there = WebhookDelivery.objects.using("jobs2").create(
+        run=runs["dead_there"], url="http://127.0.0.1:9/w", event="run.dead_letter",
+        status="failed", attempt=5,
+    )  # fmt: skip
+    assert listed(admin_client.get(deliveries)) == set()
+    assert listed(admin_client.get(deliveries, {"database": "jobs2"})) == {there.pk}
+    page = admin_client.get(reverse("admin:django_strait_webhookdelivery_change", args=[there.pk]))
+    assert page.status_code == 200 and page.context["original"].pk == there.pk
+    run_page = admin_client.get(
+        reverse("admin:django_strait_jobrun_change", args=[runs["dead_there"].pk])
+    )
+    shown = [f.formset.queryset for f in run_page.context["inline_admin_formsets"]]
+    assert [d.pk for d in shown[1]] == [there.pk]  # the run's deliveries, read on jobs2
+    data = {"action": "redeliver_selected", ACTION_CHECKBOX_NAME: [there.pk], "index": 0}
+    assert admin_client.post(f"{deliveries}?database=jobs2", data).status_code == 302
+    again = WebhookDelivery.objects.using("jobs2").get(pk=there.pk)
+    assert (again.status, again.attempt) == ("pending", 0)
