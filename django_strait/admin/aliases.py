@@ -103,6 +103,12 @@ class AcrossAliases:
         rows = super().get_queryset(request)  # type: ignore[misc]
         return rows.using(request_alias(request)) if database.placed() else rows
 
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        """A form's choices of related rows (a job's project) are those of the row's alias."""
+        if database.placed():
+            kwargs.setdefault("using", request_alias(request))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
+
 
 class InlineOnRowsAlias:
     """An inline mixin: the rows shown on a row's page are read on that row's alias."""

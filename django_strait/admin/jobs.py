@@ -148,7 +148,7 @@ class JobAdmin(AcrossAliases, GuardedInput, ReadsRowsAside, admin.ModelAdmin):
         """The preset the job's runs start at after an OOM kill, while it lasts (24 h)."""
         if job.pk is None:
             return "-"
-        found = read(JobPresetRecommendation.objects.filter(job_id=job.pk))
+        found = read(JobPresetRecommendation.objects.using(job._state.db).filter(job_id=job.pk))
         if found.unreadable:
             return f"cannot be shown: {say_problems(found.unreadable)}"
         rec = found.rows[0] if found.rows else None

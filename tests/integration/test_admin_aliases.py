@@ -252,3 +252,14 @@ def test_deliveries__listed_and_redelivered_on_jobs2(admin_client, runs):
     assert admin_client.post(f"{deliveries}?database=jobs2", data).status_code == 302
     again = WebhookDelivery.objects.using("jobs2").get(pk=there.pk)
     assert (again.status, again.attempt) == ("pending", 0)
+
+
+def test_job_page__offers_the_projects_of_its_own_database(admin_client, runs):
+    from django_strait.models import Project
+
+    Project.objects.using("default").create(name="near-project", daily_budget=10)
+    Project.objects.using("jobs2").create(name="far-project", daily_budget=10)
+    there = Job.objects.using("jobs2").get(name="far-job")
+    page = admin_client.get(reverse("admin:django_strait_job_change", args=[there.pk]))
+    choices = [str(p) for p in page.context["adminform"].form.fields["project"].queryset]
+    assert choices == ["far-project"]
