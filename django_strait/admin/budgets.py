@@ -19,6 +19,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_strait.admin import charts
+from django_strait.admin.aliases import AcrossAliases
 from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.unreadable import ReadsRowsAside, problems_of, say_problems
 from django_strait.models import BudgetLedger, Project
@@ -59,7 +60,7 @@ def projects_today(queryset: QuerySet[Project], now: dt.datetime | None = None) 
 
 
 @admin.register(Project)
-class ProjectAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
+class ProjectAdmin(AcrossAliases, GuardedInput, ReadsRowsAside, admin.ModelAdmin):
     """Projects: a daily budget shared by the jobs that name the project."""
 
     list_display = (

@@ -263,3 +263,15 @@ def test_job_page__offers_the_projects_of_its_own_database(admin_client, runs):
     page = admin_client.get(reverse("admin:django_strait_job_change", args=[there.pk]))
     choices = [str(p) for p in page.context["adminform"].form.fields["project"].queryset]
     assert choices == ["far-project"]
+
+
+def test_projects__listed_per_database_and_opened_by_id(admin_client, two_aliases):
+    from django_strait.models import Project
+
+    near = Project.objects.using("default").create(name="near-project", daily_budget=10)
+    far = Project.objects.using("jobs2").create(name="far-project", daily_budget=10)
+    projects = reverse("admin:django_strait_project_changelist")
+    assert listed(admin_client.get(projects)) == {near.pk}
+    assert listed(admin_client.get(projects, {"database": "jobs2"})) == {far.pk}
+    page = admin_client.get(reverse("admin:django_strait_project_change", args=[far.pk]))
+    assert page.status_code == 200 and page.context["original"].name == "far-project"
