@@ -16,7 +16,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseRedirect
 
 from django_strait import database
 
@@ -102,6 +102,27 @@ class AcrossAliases:
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         rows = super().get_queryset(request)  # type: ignore[misc]
         return rows.using(request_alias(request)) if database.placed() else rows
+
+    #: Whether the list's search takes a row id (then an id of another alias opens that alias's list).
+    searches_ids = False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        moved = self._alias_of_searched_id(request)
+        if moved is not None:
+            query = request.GET.copy()
+            query[DATABASE_PARAMETER] = moved
+            return HttpResponseRedirect(f"{request.path}?{query.urlencode()}")
+        return super().changelist_view(request, extra_context)  # type: ignore[misc]
+
+    def _alias_of_searched_id(self, request: HttpRequest) -> str | None:
+        """The alias of the id searched for, when it is not the list's (None: stay)."""
+        if not (self.searches_ids and database.placed()) or request.method != "GET":
+            return None
+        term = request.GET.get("q", "").strip()
+        if not (term.isascii() and term.isdigit()) or len(term) >= 20:
+            return None
+        where = database.alias_for_id(int(term))
+        return where if where is not None and where != chosen_alias(request) else None
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         """A form's choices of related rows (a job's project) are those of the row's alias."""

@@ -173,6 +173,7 @@ class JobRunAdmin(
     sortable_by: tuple[str, ...] = ("id",)
     search_fields = ("id", "idempotency_key")
     search_help_text = "A run id, or an idempotency key (exact match; an OJS job's id is its key)."
+    searches_ids = True  # several databases: an id opens its own database's list
     actions = ("replay_selected", "cancel_selected", "discard_selected")
     inlines = (RunAttemptInline, WebhookDeliveryInline)
     change_form_template = "admin/django_strait/run_change_form.html"

@@ -275,3 +275,16 @@ def test_projects__listed_per_database_and_opened_by_id(admin_client, two_aliase
     assert listed(admin_client.get(projects, {"database": "jobs2"})) == {far.pk}
     page = admin_client.get(reverse("admin:django_strait_project_change", args=[far.pk]))
     assert page.status_code == 200 and page.context["original"].name == "far-project"
+
+
+def test_run_list__a_searched_id_of_another_database_opens_that_databases_list(admin_client, runs):
+    far = runs["dead_there"].pk
+    response = admin_client.get(RUNS, {"q": str(far), "status__exact": "dead_letter"})
+    assert response.status_code == 302
+    assert "database=jobs2" in response["Location"] and f"q={far}" in response["Location"]
+    assert listed(admin_client.get(response["Location"])) == {far}
+    # An id of the list's own database, or of none, stays.
+    assert listed(admin_client.get(RUNS, {"q": str(runs["dead_here"].pk)})) == {
+        runs["dead_here"].pk
+    }
+    assert listed(admin_client.get(RUNS, {"q": str(9 * 2**48)})) == set()
