@@ -131,6 +131,12 @@ def alias_for_id(pk: object) -> str | None:
     return names[k] if k < len(names) else None
 
 
+def on_control(model: Any) -> bool:
+    """Whether the router keeps ``model``'s rows on the control database (several aliases)."""
+    meta = model._meta
+    return meta.app_label == APP_LABEL and meta.model_name in _CONTROL
+
+
 def _routed(model: Any, hints: dict[str, Any]) -> str | None:
     meta = model._meta
     if meta.app_label != APP_LABEL or meta.model_name in _WITH_USERS:

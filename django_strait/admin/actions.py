@@ -1,5 +1,8 @@
 """Replay, cancel and discard runs from the admin, through ``django_strait.transitions``.
 
+Each moves the runs on the alias their queryset reads (``runs.db``): with several
+databases, the list's chosen alias, or the alias a run's id names.
+
 Each function moves what it can, counts what the state table refused, and
 returns an :class:`ActionResult` that the admin turns into one message.
 """
@@ -16,6 +19,7 @@ from django.db.models import Count, QuerySet
 from django_strait import transitions
 from django_strait.models import JobRun
 from django_strait.rules.states import Transition
+from django_strait.storage import backend
 
 #: The name people know each transition by (``DROP`` is the admin's "discard").
 VERBS: Mapping[Transition, tuple[str, str]] = {
@@ -69,7 +73,7 @@ def replay_runs(runs: QuerySet[JobRun], *, by: str) -> ActionResult:
     """Replay the replayable runs among ``runs`` in batches, recording ``by``."""
     refused = _statuses_outside(runs, Transition.REPLAY)
     ids = list(runs.values_list("pk", flat=True))
-    moved = transitions.replay_many(ids, by=by)
+    moved = transitions.replay_many(ids, by=by, storage=backend(runs.db))
     # The pre-read explains refusals; the update's count is the truth if they differ.
     lost = len(ids) - moved - sum(refused.values())
     if lost > 0:
@@ -79,13 +83,17 @@ def replay_runs(runs: QuerySet[JobRun], *, by: str) -> ActionResult:
 
 def cancel_runs(runs: QuerySet[JobRun]) -> ActionResult:
     """Cancel each run; executing ones are flagged and stop after their attempt."""
-    return _one_by_one(Transition.CANCEL, runs, transitions.cancel)
+    storage = backend(runs.db)
+    return _one_by_one(Transition.CANCEL, runs, lambda pk: transitions.cancel(pk, storage=storage))
 
 
 def discard_runs(runs: QuerySet[JobRun], *, by: str) -> ActionResult:
     """Discard each run that no worker holds (queued, dead letter, system failed)."""
+    storage = backend(runs.db)
     return _one_by_one(
-        Transition.DROP, runs, lambda pk: transitions.discard(pk, by=by, reason="from the admin")
+        Transition.DROP,
+        runs,
+        lambda pk: transitions.discard(pk, by=by, reason="from the admin", storage=storage),
     )
 
 

@@ -16,7 +16,9 @@ from django.urls import path, reverse
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
+from django_strait import database
 from django_strait.admin import actions, display
+from django_strait.admin.aliases import DATABASE_PARAMETER, chosen_alias
 from django_strait.admin.filters import ByNameOfListedFilter, ErrorTypeFilter, QueueFilter
 from django_strait.admin.inputs import row_id
 from django_strait.admin.runs import JobRunAdmin
@@ -41,19 +43,21 @@ class Group:
     url: str
 
 
-def dead_letter_groups(limit: int = SUMMARY_GROUPS) -> tuple[list[Group], int]:
-    """Return the largest (job, error type) groups and how many groups there are in all."""
+def dead_letter_groups(
+    limit: int = SUMMARY_GROUPS, using: str | None = None
+) -> tuple[list[Group], int]:
+    """Return the largest (job, error type) groups of ``using`` and how many there are in all."""
     # Grouped on strait_run_dead_letters (job, error_type) WHERE status = 'dead_letter'.
     rows = (
-        JobRun.objects.filter(status=RunStatus.DEAD_LETTER)
+        JobRun.objects.using(using)
+        .filter(status=RunStatus.DEAD_LETTER)
         .values_list("job_id", "error_type")
         .annotate(n=Count("id"))
         .order_by()
     )
     ordered = sorted(rows, key=lambda r: (-r[2], r[0], r[1]))
-    names = dict(
-        Job.objects.filter(pk__in={r[0] for r in ordered[:limit]}).values_list("pk", "name")
-    )
+    jobs = Job.objects.using(using).filter(pk__in={r[0] for r in ordered[:limit]})
+    names = dict(jobs.values_list("pk", "name"))
     changelist = reverse("admin:django_strait_deadletter_changelist")
     groups = [
         Group(
@@ -61,15 +65,17 @@ def dead_letter_groups(limit: int = SUMMARY_GROUPS) -> tuple[list[Group], int]:
             names.get(job_id, str(job_id)),
             error_type,
             n,
-            _group_url(changelist, job_id, error_type),
+            _group_url(changelist, job_id, error_type, using),
         )
         for job_id, error_type, n in ordered[:limit]
     ]
     return groups, len(ordered)
 
 
-def _group_url(changelist: str, job_id: int, error_type: str) -> str:
+def _group_url(changelist: str, job_id: int, error_type: str, using: str | None) -> str:
     params: dict[str, Any] = {"job__id__exact": job_id}
+    if using is not None:  # several databases: the group's own
+        params[DATABASE_PARAMETER] = using
     if error_type:  # the filter has no way to say "no error type"; the job alone then
         params["error_type"] = error_type
     return f"{changelist}?{urlencode(params)}"
@@ -110,7 +116,8 @@ class DeadLetterAdmin(JobRunAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        groups, group_count = dead_letter_groups()
+        using = chosen_alias(request) if database.placed() else None
+        groups, group_count = dead_letter_groups(using=using)
         context = {
             **(extra_context or {}),
             "strait_groups": groups,

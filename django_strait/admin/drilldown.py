@@ -23,6 +23,7 @@ from django.utils.safestring import SafeString
 
 from django_strait import database
 from django_strait.admin import charts, display, endpoints, series
+from django_strait.admin.aliases import alias_for_key
 from django_strait.admin.charts import Series
 from django_strait.admin.overview import percentile_series
 from django_strait.models import EndpointCircuit, EndpointHealth, HealthSample, Job
@@ -45,8 +46,10 @@ class Panel:
 def job_stats_view(request: HttpRequest, site: AdminSite, job_id: int) -> HttpResponse:
     """The charts of one job."""
     _may_view(request)
-    job = get_object_or_404(Job.objects.only("pk", "name"), pk=job_id)
-    where = database.reading()
+    # Several databases: the job's (its id says which), read through that alias's reader.
+    using = alias_for_key(job_id)
+    job = get_object_or_404(Job.objects.using(using).only("pk", "name"), pk=job_id)
+    where = database.reading(using)
     minutes = series.minutes_of(timezone.now())
     labels = series.labels(minutes)
     outcomes = series.outcome_counts(minutes, where.alias, job_id=job.pk)
@@ -61,11 +64,13 @@ def job_stats_view(request: HttpRequest, site: AdminSite, job_id: int) -> HttpRe
         Panel("outcomes", "Outcomes per minute", "where each attempt left its run",
               charts.time_chart(labels, stacked, stacked=True), charts.series_legend(stacked)),
     ]  # fmt: skip
+    on = {"database": using} if database.placed() else {}
     links = [
         ("the job", reverse("admin:django_strait_job_change", args=[job.pk])),
-        ("its runs", _filtered("admin:django_strait_jobrun_changelist", job__id__exact=job.pk)),
+        ("its runs",
+         _filtered("admin:django_strait_jobrun_changelist", job__id__exact=job.pk, **on)),
         ("its dead letters",
-         _filtered("admin:django_strait_deadletter_changelist", job__id__exact=job.pk)),
+         _filtered("admin:django_strait_deadletter_changelist", job__id__exact=job.pk, **on)),
     ]  # fmt: skip
     return _page(request, site, where, f"Job {job.name}: the last hour", panels, links, [
         ("finished in the hour", sum(counts.finished)),
@@ -84,10 +89,11 @@ def endpoint_stats_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
     health = found.rows[0] if found.rows else None
     if health is None and not EndpointCircuit.objects.filter(endpoint_url=url).exists():
         raise Http404("no endpoint with that URL has answered a run")
-    where = database.reading()
+    # Its health samples: on the control database. Its attempts: on every alias, summed.
+    where = database.reading(database.control_alias() if database.placed() else None)
     minutes = series.minutes_of(timezone.now())
     labels = series.labels(minutes)
-    latency = series.latency(minutes, where.alias, endpoint=url)
+    latency = _endpoint_latency(minutes, url, where)
     scores = dict(
         HealthSample.objects.using(where.alias)
         .filter(readable_instants("at"), endpoint_url=url, at__gte=minutes[0])
@@ -116,6 +122,15 @@ def endpoint_stats_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
         ("attempts in the hour", sum(latency.attempts)),
         ("succeeded", sum(latency.succeeded)),
     ])  # fmt: skip
+
+
+def _endpoint_latency(minutes: list, url: str, control: database.Reading) -> series.Latency:
+    """The endpoint's attempts per minute: of the one database, or summed over every alias
+    (p50 and p95 then the slowest alias's each minute)."""
+    if not database.placed():
+        return series.latency(minutes, control.alias, endpoint=url)
+    readers = [database.reading(name).alias for name in database.aliases()]
+    return series.slowest([series.latency(minutes, using, endpoint=url) for using in readers])
 
 
 def _success(labels: list[str], values: list[float | None], about: str) -> Panel:

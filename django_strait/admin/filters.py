@@ -29,15 +29,15 @@ class RecentValuesFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin) -> list[tuple[str, str]]:
         sample = model_admin.get_queryset(request).order_by("-pk")[:SAMPLE_SIZE]
         seen = {v for v in sample.values_list(self.field, flat=True) if v}
-        return [(v, v) for v in sorted(seen | set(self.extra_values(seen)))]
+        return [(v, v) for v in sorted(seen | set(self.extra_values(seen, sample.db)))]
 
     def has_output(self) -> bool:
         # Django drops a filter with no choices, and its value with it: keep a value
         # given in the URL even when the newest runs do not offer it.
         return self.value() is not None or super().has_output()
 
-    def extra_values(self, seen: set[str]) -> Iterable[str]:
-        """Return more choices to offer besides the values seen."""
+    def extra_values(self, seen: set[str], using: str) -> Iterable[str]:
+        """Return more choices to offer besides the values seen (on alias ``using``)."""
         return ()
 
     def queryset(self, request, queryset: QuerySet) -> QuerySet:
@@ -51,9 +51,9 @@ class QueueFilter(RecentValuesFilter):
     parameter_name = "queue"
     field = "queue"
 
-    def extra_values(self, seen: set[str]) -> Iterable[str]:
+    def extra_values(self, seen: set[str], using: str) -> Iterable[str]:
         # Jobs are few; their queues are worth offering even before any run used them.
-        return Job.objects.values_list("queue", flat=True).distinct()
+        return Job.objects.using(using).values_list("queue", flat=True).distinct()
 
 
 class ErrorTypeFilter(RecentValuesFilter):
@@ -63,7 +63,7 @@ class ErrorTypeFilter(RecentValuesFilter):
     parameter_name = "error_type"
     field = "error_type"
 
-    def extra_values(self, seen: set[str]) -> Iterable[str]:
+    def extra_values(self, seen: set[str], using: str) -> Iterable[str]:
         # Every dotted prefix: auth.token.expired offers auth.* and auth.token.*.
         for value in seen:
             parts = value.split(".")

@@ -7,10 +7,11 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from django_strait.admin.aliases import InlineOnRowsAlias
 from django_strait.admin.unreadable import ReadsInlineRowsAside
 
 
-class HistoryInline(ReadsInlineRowsAside, admin.TabularInline):
+class HistoryInline(InlineOnRowsAlias, ReadsInlineRowsAside, admin.TabularInline):
     """Read-only rows (attempts, deliveries, steps) on the page of what they belong to.
 
     Shown to whoever may see that page: the page has already checked its own

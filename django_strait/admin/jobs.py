@@ -23,10 +23,11 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from django_strait.admin import display, endpoints
+from django_strait.admin.aliases import AcrossAliases, alias_for_key
 from django_strait.admin.drilldown import endpoint_stats_view, job_stats_view
 from django_strait.admin.forms import MASK, JobForm, TriggerForm, secret_state
 from django_strait.admin.inputs import GuardedInput
-from django_strait.admin.overview import overview_view
+from django_strait.admin.overview_page import overview_view
 from django_strait.admin.unreadable import ReadsRowsAside, SetsAside, say_problems
 from django_strait.database import alias
 from django_strait.models import Job, JobPresetRecommendation, JobRun, RunRollup
@@ -53,10 +54,13 @@ class JobStats:
         return self.succeeded / self.finished if self.finished else None
 
 
-def read_job_stats(job_ids: Iterable[int], now: dt.datetime) -> dict[int, JobStats]:
-    """Return the stats of each job over the window: one grouped query on the rollups."""
+def read_job_stats(
+    job_ids: Iterable[int], now: dt.datetime, using: str | None = None
+) -> dict[int, JobStats]:
+    """Return the stats of each job over the window: one grouped query on ``using``'s rollups."""
     rows = (
-        RunRollup.objects.filter(job_id__in=list(job_ids), minute__gte=now - STATS_WINDOW)
+        RunRollup.objects.using(using)
+        .filter(job_id__in=list(job_ids), minute__gte=now - STATS_WINDOW)
         .filter(readable_instants("minute"))
         .values_list("job_id", "status")
         .annotate(n=Sum("count"), last=Max("minute"))
@@ -86,13 +90,15 @@ class JobChangeList(SetsAside):
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
-        stats = read_job_stats([job.pk for job in self.result_list], timezone.now())
+        stats = read_job_stats(
+            [job.pk for job in self.result_list], timezone.now(), self.queryset.db
+        )
         for job in self.result_list:
             job.strait_stats = stats.get(job.pk, JobStats())
 
 
 @admin.register(Job)
-class JobAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
+class JobAdmin(AcrossAliases, GuardedInput, ReadsRowsAside, admin.ModelAdmin):
     """Jobs: what runs, where, and how it retries; pause and resume."""
 
     list_display = (
@@ -142,7 +148,7 @@ class JobAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
         """The preset the job's runs start at after an OOM kill, while it lasts (24 h)."""
         if job.pk is None:
             return "-"
-        found = read(JobPresetRecommendation.objects.filter(job_id=job.pk))
+        found = read(JobPresetRecommendation.objects.using(job._state.db).filter(job_id=job.pk))
         if found.unreadable:
             return f"cannot be shown: {say_problems(found.unreadable)}"
         rec = found.rows[0] if found.rows else None
@@ -291,7 +297,7 @@ class JobAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
             raise PermissionDenied
         if not object_id.isdigit():
             raise Http404(f"no job {object_id!r}")
-        job = get_object_or_404(Job, pk=object_id)
+        job = get_object_or_404(Job.objects.using(alias_for_key(object_id)), pk=object_id)
         return self._trigger_page(request, [job], selected=False) or redirect(
             "admin:django_strait_job_change", job.pk
         )
@@ -305,7 +311,8 @@ class JobAdmin(GuardedInput, ReadsRowsAside, admin.ModelAdmin):
     ) -> HttpResponse:
         # Only the two columns the page's note needs: a row another column of which cannot
         # be read (JSON nested 5,000 deep in its headers) must still open, to be mended.
-        rows = Job.objects.filter(pk=object_id) if object_id.isdigit() else Job.objects.none()
+        jobs = Job.objects.using(alias_for_key(object_id))
+        rows = jobs.filter(pk=object_id) if object_id.isdigit() else jobs.none()
         job = rows.only("name", "schedule_in_code").first()
         entry = registry.get(job.name) if job is not None else None
         context = {
@@ -343,7 +350,9 @@ def trigger_all(form: TriggerForm, jobs: list[Job]) -> list[JobRun] | None:
     """Trigger each of ``jobs`` with the form's options; None (the form says why) if one is refused."""
     try:
         # All or none: a bad option refuses every job, not the ones after the first.
-        with transaction.atomic(using=alias()):
+        # On the jobs' alias when they share one (else each run commits on its own alias).
+        where = {job._state.db for job in jobs}
+        with transaction.atomic(using=where.pop() if len(where) == 1 else alias()):
             return [trigger(job.name, **form.trigger_options()) for job in jobs]
     except TriggerError as exc:
         form.add_trigger_error(exc)

@@ -15,16 +15,11 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from django.apps import apps
-from django.contrib.admin import AdminSite
-from django.core.exceptions import PermissionDenied
 from django.db.models import Sum
-from django.http import HttpRequest, HttpResponse
-from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from django_strait import database
-from django_strait.admin import charts, display, endpoints, series
+from django_strait.admin import charts, endpoints, series
 from django_strait.admin.budgets import budget_day, projects_today
 from django_strait.admin.charts import STATUS_COLOURS, BudgetDay, Column, Series
 from django_strait.conf import strait_settings
@@ -85,17 +80,25 @@ class Overview:
     #: Projects by name (at most MOST_SHOWN), and how many there are.
     budgets: tuple[ProjectRow, ...]
     project_count: int
+    #: Several databases: each alias's latency, drawn as its own p50 and p95 lines.
+    latencies: tuple[tuple[str, series.Latency], ...] = ()
 
     @property
     def finished_in_window(self) -> int:
         return sum(c.total for c in self.throughput)
 
 
-def read_overview(now: dt.datetime | None = None, using: str | None = None) -> Overview:
-    """Read everything the overview page shows."""
+def read_overview(
+    now: dt.datetime | None = None, using: str | None = None, *, shared: bool = True
+) -> Overview:
+    """Read everything the overview page shows of ``using``.
+
+    ``shared=False`` leaves out endpoint health and budgets (one alias of several:
+    they are the fleet's, read once on the control database by ``overview_aliases``).
+    """
     now = now or timezone.now()
     throughput, outcomes, counts = _throughput(now, using)
-    shared = database.control_reads(using)  # circuits, health, budgets: the fleet's
+    control = database.control_reads(using)  # circuits, health, budgets: the fleet's
     minutes = series.minutes_of(now)
     since = alive_since(now, strait_settings.STALE_AFTER)
     alive = WorkerProcess.objects.using(using).filter(readable_instants("last_seen_at"))
@@ -112,10 +115,10 @@ def read_overview(now: dt.datetime | None = None, using: str | None = None) -> O
         dead_letters=tuple(sorted(dead_letters_by_job(using), key=lambda r: (-r[1], r[0]))),
         workers=workers,
         workers_alive=len(workers),
-        endpoints=_endpoints(now, shared),
-        endpoint_count=EndpointHealth.objects.using(shared).count(),
-        budgets=_budgets(now, shared),
-        project_count=Project.objects.using(shared).count(),
+        endpoints=read_endpoints(now, control) if shared else (),
+        endpoint_count=EndpointHealth.objects.using(control).count() if shared else 0,
+        budgets=read_budgets(now, control) if shared else (),
+        project_count=Project.objects.using(control).count() if shared else 0,
     )
 
 
@@ -146,7 +149,8 @@ def _queues(now: dt.datetime, using: str) -> tuple[QueueGauge, ...]:
     return queue_gauges(using, now, known)
 
 
-def _endpoints(now: dt.datetime, using: str) -> tuple[EndpointRow, ...]:
+def read_endpoints(now: dt.datetime, using: str) -> tuple[EndpointRow, ...]:
+    """The least healthy endpoints, with their circuits and last hour's scores."""
     rows = list(
         EndpointHealth.objects.using(using)
         .annotate(**endpoints.circuit_annotation())
@@ -160,7 +164,7 @@ def _endpoints(now: dt.datetime, using: str) -> tuple[EndpointRow, ...]:
     )
 
 
-def _budgets(now: dt.datetime, using: str) -> tuple[ProjectRow, ...]:
+def read_budgets(now: dt.datetime, using: str) -> tuple[ProjectRow, ...]:
     projects = projects_today(Project.objects.using(using).order_by("name"), now)[:MOST_SHOWN]
     # A project whose budget or ledger cannot be read is left out here (and logged);
     # the projects' list shows it, and what cannot be read.
@@ -183,7 +187,15 @@ def time_charts(data: Overview) -> dict[str, Any]:
         Series(s, [c.counts.get(s, 0) for c in data.throughput], charts.colour(s))
         for s in data.outcomes
     ]
-    latency = percentile_series(data.latency)
+    latency = (
+        [
+            line
+            for i, (name, lat) in enumerate(data.latencies)
+            for line in percentile_series(lat, name, i)
+        ]
+        if data.latencies
+        else percentile_series(data.latency)
+    )
     lag = [
         Series(queue, values, QUEUE_COLOURS[i % len(QUEUE_COLOURS)])
         for i, (queue, values) in enumerate(data.lag.items())
@@ -202,52 +214,16 @@ def time_charts(data: Overview) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def percentile_series(latency: series.Latency) -> list[Series]:
-    """p50 and p95 of attempt durations per minute, as two lines."""
+def percentile_series(latency: series.Latency, database: str = "", index: int = 0) -> list[Series]:
+    """p50 and p95 of attempt durations per minute, as two lines (of ``database``, the
+    ``index``-th alias, if named: each alias's own pair of colours)."""
+    if not database:
+        return [
+            Series("p50", latency.p50, PERCENTILE_COLOURS[0]),
+            Series("p95", latency.p95, PERCENTILE_COLOURS[1]),
+        ]
+    p50, p95 = (QUEUE_COLOURS[(2 * index + k) % len(QUEUE_COLOURS)] for k in (0, 1))
     return [
-        Series("p50", latency.p50, PERCENTILE_COLOURS[0]),
-        Series("p95", latency.p95, PERCENTILE_COLOURS[1]),
+        Series(f"p50 {database}", latency.p50, p50),
+        Series(f"p95 {database}", latency.p95, p95),
     ]
-
-
-def overview_view(request: HttpRequest, site: AdminSite) -> HttpResponse:
-    """Render the overview page for a user who may view runs."""
-    if not request.user.has_perm("django_strait.view_jobrun"):
-        raise PermissionDenied
-    where = database.reading()
-    data = read_overview(using=where.alias)
-    context = {
-        **site.each_context(request),
-        "reading": where,
-        "title": "Strait overview",
-        "refresh_seconds": display.REFRESH_SECONDS,
-        "app_config": apps.get_app_config("django_strait"),
-        "overview": data,
-        **time_charts(data),
-        "depth_chart": charts.horizontal_bars([(q.queue, q.depth) for q in data.queues]),
-        "lag_chart": charts.horizontal_bars(
-            [(q.queue, q.lag_seconds) for q in data.queues], unit=" s"
-        ),
-        "dead_letter_chart": charts.horizontal_bars(list(data.dead_letters[:20])),
-        "endpoint_rows": [
-            (
-                row,
-                endpoints.show_level(row.level, row.score),
-                endpoints.show_circuit(row.endpoint_url, row.circuit),
-                charts.sparkline(row.history, level=row.level),
-            )
-            for row in data.endpoints
-        ],
-        "budget_rows": [
-            {
-                "name": row.name,
-                "spent": charts.amount(row.today.spent),
-                "reserved": charts.amount(row.today.reserved),
-                "budget": charts.amount(row.today.budget),
-                "used": f"{row.today.used:.0%}",
-                "bar": charts.budget_bar(row.today),
-            }
-            for row in data.budgets
-        ],
-    }
-    return TemplateResponse(request, "admin/django_strait/overview.html", context)

@@ -22,10 +22,12 @@ from django.urls import path, reverse
 
 from django_strait import transitions
 from django_strait.admin import actions
+from django_strait.admin.aliases import alias_for_key
 from django_strait.admin.forms import ReplayPayloadForm
 from django_strait.models import JobRun
 from django_strait.rules.states import Transition
 from django_strait.services.triggering import TriggerError
+from django_strait.storage import backend
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +146,8 @@ class RunMoves:
     def _status(self, object_id: str) -> str | None:
         if not str(object_id).isdigit():
             return None
-        return JobRun.objects.filter(pk=object_id).values_list("status", flat=True).first()
+        runs = JobRun.objects.using(alias_for_key(object_id))
+        return runs.filter(pk=object_id).values_list("status", flat=True).first()
 
     def transition_view(self, request: HttpRequest, object_id: str, name: str) -> HttpResponse:
         """Replay, cancel or discard one run (POST), then show its page again."""
@@ -156,7 +159,7 @@ class RunMoves:
             raise PermissionDenied
         if self._status(object_id) is None:
             raise Http404(f"no run {object_id}")
-        runs = JobRun.objects.filter(pk=object_id)
+        runs = JobRun.objects.using(alias_for_key(object_id)).filter(pk=object_id)
         result = RUN_BUTTONS[name].move(runs, request.user.get_username())
         self._report(request, result)
         # The run's own page, not the dead-letter one: after a replay it is no dead letter.
@@ -168,7 +171,7 @@ class RunMoves:
             raise PermissionDenied
         if not str(object_id).isdigit():
             raise Http404(f"no run {object_id!r}")
-        run = get_object_or_404(JobRun, pk=object_id)
+        run = get_object_or_404(JobRun.objects.using(alias_for_key(object_id)), pk=object_id)
         if request.method == "POST":
             form = ReplayPayloadForm(request.POST)
             if form.is_valid() and self._replay_with(request, run, form):
@@ -187,7 +190,10 @@ class RunMoves:
     def _replay_with(self, request: HttpRequest, run: JobRun, form: ReplayPayloadForm) -> bool:
         try:
             transitions.replay(
-                run.pk, by=request.user.get_username(), payload=form.cleaned_data["payload"]
+                run.pk,
+                by=request.user.get_username(),
+                payload=form.cleaned_data["payload"],
+                storage=backend(run._state.db),
             )
         except TriggerError as exc:
             form.add_trigger_error(exc)

@@ -17,6 +17,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_strait.admin import display, timeline
+from django_strait.admin.aliases import AcrossAliases, alias_for_key
 from django_strait.admin.filters import ByNameFilter, ErrorTypeFilter, QueueFilter
 from django_strait.admin.inlines import HistoryInline
 from django_strait.admin.inputs import GuardedInput
@@ -42,7 +43,8 @@ class RunAttemptInline(HistoryInline):
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         """Every column, but ``preset`` only for a run with process attempts (room at 1366 px)."""
         fields = list(self.fields)
-        if obj is None or not RunAttempt.objects.filter(run_id=obj.pk).exclude(preset="").exists():
+        attempts = RunAttempt.objects.using(obj._state.db) if obj is not None else None
+        if attempts is None or not attempts.filter(run_id=obj.pk).exclude(preset="").exists():
             fields.remove("preset")
         return fields
 
@@ -148,7 +150,9 @@ def pretty_json(value: Any) -> str:
 
 
 @admin.register(JobRun)
-class JobRunAdmin(GuardedInput, ReadsRowsAside, RunMoves, display.AutoRefresh, admin.ModelAdmin):
+class JobRunAdmin(
+    AcrossAliases, GuardedInput, ReadsRowsAside, RunMoves, display.AutoRefresh, admin.ModelAdmin
+):
     """Every run: filter, search, inspect, and replay / cancel / discard through transitions."""
 
     list_display = (
@@ -169,6 +173,7 @@ class JobRunAdmin(GuardedInput, ReadsRowsAside, RunMoves, display.AutoRefresh, a
     sortable_by: tuple[str, ...] = ("id",)
     search_fields = ("id", "idempotency_key")
     search_help_text = "A run id, or an idempotency key (exact match; an OJS job's id is its key)."
+    searches_ids = True  # several databases: an id opens its own database's list
     actions = ("replay_selected", "cancel_selected", "discard_selected")
     inlines = (RunAttemptInline, WebhookDeliveryInline)
     change_form_template = "admin/django_strait/run_change_form.html"
@@ -270,7 +275,8 @@ class JobRunAdmin(GuardedInput, ReadsRowsAside, RunMoves, display.AutoRefresh, a
     def workflow_step(self, run: JobRun) -> str:
         """Say which step of which workflow run this run executes, linking to that run."""
         step = (
-            WorkflowStepRun.objects.filter(run_id=run.pk)
+            WorkflowStepRun.objects.using(run._state.db)
+            .filter(run_id=run.pk)
             .values_list("step__name", "workflow_run_id")
             .first()
         )
@@ -314,7 +320,8 @@ class JobRunAdmin(GuardedInput, ReadsRowsAside, RunMoves, display.AutoRefresh, a
         """
         if not str(object_id).isdigit():
             return None
-        found = JobRun.objects.filter(pk=object_id).values_list("pk", "status", "job__name")
+        runs = JobRun.objects.using(alias_for_key(object_id))
+        found = runs.filter(pk=object_id).values_list("pk", "status", "job__name")
         row = found.first()
         return None if row is None else f"run {row[0]} of {row[2]} ({row[1]})"
 
@@ -322,10 +329,11 @@ class JobRunAdmin(GuardedInput, ReadsRowsAside, RunMoves, display.AutoRefresh, a
         """The run's timeline (attempts, holds, waits), or "" when there is no such run."""
         if not str(object_id).isdigit():
             return ""
+        using = alias_for_key(object_id)
         found = read(
-            JobRun.objects.filter(pk=object_id).only(
-                "created_at", "finished_at", "status", "available_at"
-            )
+            JobRun.objects.using(using)
+            .filter(pk=object_id)
+            .only("created_at", "finished_at", "status", "available_at")
         )
         if not found.rows:
             return ""  # no such run, or one whose times cannot be read (its page says which)
@@ -333,8 +341,10 @@ class JobRunAdmin(GuardedInput, ReadsRowsAside, RunMoves, display.AutoRefresh, a
         line = timeline.build(
             run,
             # An attempt or a hold that cannot be read is left out of the picture (and logged).
-            read(RunAttempt.objects.filter(run_id=run.pk).defer("response_excerpt")).rows,
-            read(RunHold.objects.filter(run_id=run.pk)).rows,
+            read(
+                RunAttempt.objects.using(using).filter(run_id=run.pk).defer("response_excerpt")
+            ).rows,
+            read(RunHold.objects.using(using).filter(run_id=run.pk)).rows,
             now=timezone.now(),
         )
         return render_to_string(

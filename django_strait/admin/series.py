@@ -168,3 +168,24 @@ def queue_lag(
         by_queue[queue][at] = lag
     laggiest = sorted(by_queue, key=lambda q: (-max(by_queue[q].values()), q))[:most]
     return {q: [by_queue[q].get(m) for m in minutes] for q in laggiest}
+
+
+def slowest(latencies: list[Latency]) -> Latency:
+    """Several aliases' latencies as one: counts summed, p50 and p95 the slowest alias's
+    each minute (percentiles cannot be summed; the overview draws each alias's)."""
+
+    def most(values) -> float | None:
+        present = [v for v in values if v is not None]
+        return max(present) if present else None
+
+    return Latency(
+        tuple(most(v) for v in zip(*(lat.p50 for lat in latencies), strict=True)),
+        tuple(most(v) for v in zip(*(lat.p95 for lat in latencies), strict=True)),
+        _zipped_sum(lat.attempts for lat in latencies),
+        _zipped_sum(lat.succeeded for lat in latencies),
+        _zipped_sum(lat.runs for lat in latencies),
+    )
+
+
+def _zipped_sum(rows) -> tuple[int, ...]:
+    return tuple(sum(values) for values in zip(*rows, strict=True))

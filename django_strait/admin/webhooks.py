@@ -13,10 +13,12 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_strait.admin import display
+from django_strait.admin.aliases import AcrossAliases
 from django_strait.admin.inlines import HistoryInline
 from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.unreadable import ReadsRowsAside, unshown
 from django_strait.models import Job, JobRun, WebhookDelivery, Workflow, WorkflowRun
+from django_strait.storage import backend
 from django_strait.webhooks.redelivery import redeliver
 
 #: Sending a delivery again: one permission wherever the action is offered.
@@ -95,7 +97,9 @@ class WebhookDeliveryInline(DeliveryCells, HistoryInline):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(GuardedInput, ReadsRowsAside, DeliveryCells, admin.ModelAdmin):
+class WebhookDeliveryAdmin(
+    AcrossAliases, GuardedInput, ReadsRowsAside, DeliveryCells, admin.ModelAdmin
+):
     """Every delivery: what it notifies, where, how it went; redeliver by hand."""
 
     # The event opens the delivery's page, where every field is whole.
@@ -148,7 +152,9 @@ class WebhookDeliveryAdmin(GuardedInput, ReadsRowsAside, DeliveryCells, admin.Mo
 
     @admin.action(description="Redeliver selected webhooks", permissions=["redeliver"])
     def redeliver_selected(self, request: HttpRequest, queryset: QuerySet) -> None:
-        moved = redeliver(queryset.values_list("pk", flat=True), by=request.user.get_username())
+        # On the alias the list reads (several databases: the one its filter chose).
+        ids = queryset.values_list("pk", flat=True)
+        moved = redeliver(ids, by=request.user.get_username(), storage=backend(queryset.db))
         self.message_user(request, f"{moved} delivery(ies) will be sent again.", messages.SUCCESS)
 
     def changelist_view(

@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from django_strait.admin import display
+from django_strait.admin.aliases import AcrossAliases
 from django_strait.admin.inputs import GuardedInput
 from django_strait.admin.unreadable import ReadsRowsAside
 from django_strait.conf import strait_settings
@@ -16,7 +17,9 @@ from django_strait.models import WorkerProcess
 
 
 @admin.register(WorkerProcess)
-class WorkerProcessAdmin(GuardedInput, ReadsRowsAside, display.AutoRefresh, admin.ModelAdmin):
+class WorkerProcessAdmin(
+    AcrossAliases, GuardedInput, ReadsRowsAside, display.AutoRefresh, admin.ModelAdmin
+):
     """Registered workers; rows are written by the workers themselves."""
 
     list_display = (

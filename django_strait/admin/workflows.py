@@ -22,6 +22,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_strait.admin import actions, display
+from django_strait.admin.aliases import AcrossAliases, alias_for_key
 from django_strait.admin.charts import OTHER_COLOUR
 from django_strait.admin.dagpicture import Box, draw
 from django_strait.admin.filters import ByNameFilter
@@ -95,7 +96,7 @@ class WorkflowStepInline(HistoryInline):
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(ReadOnlyAdmin):
+class WorkflowAdmin(AcrossAliases, ReadOnlyAdmin):
     """Workflow definitions with their steps; ``define_workflow`` in code is where they change."""
 
     list_display = ("name", "step_count", "description", "updated_at")
@@ -113,7 +114,7 @@ class WorkflowAdmin(ReadOnlyAdmin):
 
 
 @admin.register(WorkflowRun)
-class WorkflowRunAdmin(ReadOnlyAdmin):
+class WorkflowRunAdmin(AcrossAliases, ReadOnlyAdmin):
     """Workflow runs: filter by status, see the DAG, cancel, replay the failed step."""
 
     list_display = ("id", "workflow_name", "status_badge", "created", "finished")
@@ -217,7 +218,8 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
     def _find(self, object_id: str) -> WorkflowRun | None:
         if not str(object_id).isdigit() or len(str(object_id)) > 18:
             return None
-        return WorkflowRun.objects.filter(pk=object_id).only("pk", "status").first()
+        rows = WorkflowRun.objects.using(alias_for_key(object_id))
+        return rows.filter(pk=object_id).only("pk", "status").first()
 
     def _buttons(
         self, request: HttpRequest, wr: WorkflowRun, steps: list[WorkflowStepRun]
@@ -255,9 +257,9 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         wr = self._acted_on(request, object_id, self.has_replay_permission)
-        ids = replayable(step_runs(wr.pk))
+        ids = replayable(step_runs(wr.pk, using=wr._state.db))
         result = actions.replay_runs(
-            JobRun.objects.filter(pk__in=ids), by=request.user.get_username()
+            JobRun.objects.using(wr._state.db).filter(pk__in=ids), by=request.user.get_username()
         )
         self.message_user(request, result.message(), level=result.level)
         return redirect("admin:django_strait_workflowrun_change", wr.pk)
@@ -271,7 +273,7 @@ class WorkflowRunAdmin(ReadOnlyAdmin):
         return wr
 
 
-def step_runs(wr_id: int) -> list[WorkflowStepRun]:
+def step_runs(wr_id: int, using: str | None = None) -> list[WorkflowStepRun]:
     """Return a workflow run's step runs with step, job and run, in one query.
 
     The runs' payloads and results are left unread: a wide workflow's page must
@@ -279,7 +281,10 @@ def step_runs(wr_id: int) -> list[WorkflowStepRun]:
     """
     # A step run (or its step) that cannot be read stands in with the bad fields empty.
     return read(
-        WorkflowStepRun.objects.filter(workflow_run_id=wr_id).summaries(), stand_ins=True
+        WorkflowStepRun.objects.using(using or alias_for_key(wr_id))
+        .filter(workflow_run_id=wr_id)
+        .summaries(),
+        stand_ins=True,
     ).rows
 
 
