@@ -40,6 +40,14 @@ class DatabaseOperations(operations.DatabaseOperations):
                     cursor.execute(sql)
                     if cursor.rowcount:
                         emptied.append(sql.removeprefix("DELETE FROM "))
+                # A delete's trigger may write a row into a table already emptied:
+                # then every table is truncated, as Django's flush does.
+                tables = [sql.removeprefix("DELETE FROM ") for sql in sql_list[1:]]
+                any_row = " OR ".join(f"EXISTS (SELECT FROM {table})" for table in tables)
+                cursor.execute(f"SELECT {any_row}")
+                if cursor.fetchone()[0]:
+                    cursor.execute(f"TRUNCATE {', '.join(tables)}")
+                    return
                 if self.connection.pg_version >= 150000:
                     # The deletes' dead rows reach the statistics at the commit, not up
                     # to a second later, after the VACUUM that clears them.
