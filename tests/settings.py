@@ -40,6 +40,10 @@ else:
     # One test database per test process, so that simultaneous runs never drop
     # each other's (pytest-django destroys it at the end).
     DATABASES["default"]["TEST"] = {"NAME": f"test_strait_{os.getpid()}"}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # The same backend, whose flush after a transaction=True test deletes rather
+        # than truncates 120-odd relations (tests/db/postgresql/base.py).
+        DATABASES["default"]["ENGINE"] = "tests.db.postgresql"
 
 # A second database of django-strait's own, for the tests of several aliases in this
 # process (the ``two_aliases`` fixture of tests/conftest.py puts queue "two" there).
