@@ -20,6 +20,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 #: Long enough to start a worker and a child and see the run execute (cold starts).
 START_TIMEOUT = 60
+#: How soon a killed child must be gone (a cancel, a run taken away) or a timeout recorded
+#: after it: "soon" on a loaded CI machine, not a speed (bench/ measures speed).
+KILL_SOON = 6.0
 
 
 def start_worker(started: list[subprocess.Popen], env: dict[str, str]) -> subprocess.Popen:
@@ -65,9 +68,12 @@ def test_process__cancel_of_an_executing_run_kills_its_child_within_2s(worker_en
     time.sleep(0.5)  # the handler is in its sleep, in the child
 
     cancel(run.pk)
-    took = wait_for(lambda: not alive(child), timeout=2, why=lambda: f"child {child} alive")
+    # About a second on a quiet machine (docs/process-execution.md); a CI machine
+    # running four suites on two cores has taken over 2 s. The bound says "soon",
+    # not a speed: the child holds for 120 s unless the cancel kills it.
+    took = wait_for(lambda: not alive(child), timeout=KILL_SOON, why=lambda: f"child {child} alive")
 
-    assert took < 2
+    assert took < KILL_SOON
     wait_for(lambda: status_of(run.pk) == "canceled", timeout=10, why=lambda: status_of(run.pk))
     attempt = RunAttempt.objects.get(run_id=run.pk)
     assert (attempt.error_type, attempt.preset) == ("python.canceled", "micro")
@@ -103,7 +109,7 @@ def test_process__a_run_taken_from_the_worker_has_its_child_killed(worker_env, s
 
     # What the reaper does to a run it believes lost: it is no longer this worker's.
     JobRun.objects.filter(pk=run.pk).update(status="system_failed", claimed_by="")
-    wait_for(lambda: not alive(child), timeout=2, why=lambda: f"child {child} alive")
+    wait_for(lambda: not alive(child), timeout=KILL_SOON, why=lambda: f"child {child} alive")
 
     assert status_of(run.pk) == "system_failed"  # the worker's result found the run gone
     assert not RunAttempt.objects.filter(run_id=run.pk).exists()
@@ -151,12 +157,11 @@ def test_process__a_spinning_handler_ends_as_python_timeout_soon_after_its_timeo
     )
 
     # The child is killed at its timeout (2 s); the rest is the record and this test's
-    # poll, which a CI machine running four suites on two cores has made take over
-    # a second. The bound says "soon after the timeout", not a speed (bench/ has those).
-    assert took < 2 + 2.5, took
+    # poll, which a CI machine running four suites on two cores has made take 4.4 s. The bound says "soon after the timeout", not a speed (bench/ has those).
+    assert took < 2 + KILL_SOON, took
     run.refresh_from_db()
     assert run.error_type == "python.timeout"
-    assert time.monotonic() - began < 2 + 2.5
+    assert time.monotonic() - began < 2 + KILL_SOON
 
 
 def test_process__cancel_kills_processes_that_left_the_childs_group(worker_env, started, tmp_path):
