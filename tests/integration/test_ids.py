@@ -93,9 +93,15 @@ def test_on_postgresql_an_alias_that_runs_out_of_ids_fails_rather_than_take_anot
     with connections["jobs2"].cursor() as cursor:
         cursor.execute("SELECT pg_get_serial_sequence('django_strait_jobrun', 'id')")
         (sequence,) = cursor.fetchone()
+        cursor.execute(f"SELECT last_value FROM {sequence}")
+        (was,) = cursor.fetchone()
         cursor.execute(f"SELECT setval('{sequence}', {2 * 2**48 - 1})")
-    with pytest.raises(Exception, match="reached maximum value"):
-        make_run(job)
+    try:
+        with pytest.raises(Exception, match="reached maximum value"):
+            make_run(job)
+    finally:  # the next tests on jobs2 take ids again
+        with connections["jobs2"].cursor() as cursor:
+            cursor.execute(f"SELECT setval('{sequence}', {was})")
 
 
 def _next_ids(using: str) -> dict[str, int]:
