@@ -120,3 +120,15 @@ def test_a_batch__is_on_one_alias_or_refused(ojs):
     ]})  # fmt: skip
     assert held.status_code == 409, held.content
     assert JobRun.objects.using("default").count() == 0
+
+
+def test_progress__is_kept_on_the_runs_alias(ojs):
+    job = enqueue(ojs, "two")
+    post(ojs, "/ojs/v1/workers/fetch", {"queues": ["two"], "worker_id": "w1"})
+    path = f"/ojs/v1/jobs/{job['id']}/progress"
+
+    kept = ojs.put(path, data=json.dumps({"progress": 0.5, "worker_id": "w1"}), content_type=OJS)
+
+    assert kept.status_code == 200, kept.content
+    assert kept.json()["accepted"] is True and kept.json()["progress"] == 0.5
+    assert ojs.get(path).json()["progress"] == 0.5
