@@ -7,7 +7,8 @@ Both run a worker's own steps -- the claim and its gate, the executors, the
 retry policy and the record (dead letters, the webhook outbox, workflows) --
 on the calling thread, inside the test's transaction: they work in a Django
 ``TestCase`` and under pytest-django's ``db`` fixture alike
-(``django_strait.worker.inline``). docs/testing.md shows them at work.
+(``django_strait.worker.inline``). With several databases (``STRAIT["DATABASES"]``)
+they run the runs of every alias. docs/testing.md shows them at work.
 
 ``StraitTestMixin`` gives a ``TestCase`` both; ``django_strait.testing.fixtures``
 gives pytest the ``strait_drain`` and ``strait_immediate`` fixtures.
