@@ -19,6 +19,7 @@ from django_strait.api.errors import InvalidField, UnknownJob
 from django_strait.api.filters import refuse_unknown
 from django_strait.api.pagination import Keyset, one, page_serializer, paginate, shown
 from django_strait.api.placement import (
+    DATABASE_PARAMETER,
     listed_aliases,
     placed_job,
     placement_params,
@@ -71,7 +72,7 @@ class JobListView(StraitAPIView):
 
     @documented(
         operation_id="jobs_list",
-        parameters=paging_parameters(),
+        parameters=[*paging_parameters(), DATABASE_PARAMETER],
         responses={200: JobPage, **errors(400)},
     )
     def get(self, request: Request) -> Response:

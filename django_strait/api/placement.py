@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import exceptions
 
 from django_strait.api.errors import InvalidField
@@ -25,6 +26,9 @@ from django_strait.storage import Storage, backend
 
 #: The query parameter that narrows a list to one alias (several aliases only).
 DATABASE = "database"
+DATABASE_PARAMETER = OpenApiParameter(
+    DATABASE, str, description="Several databases only: the alias to list (default: every alias)."
+)
 
 
 def placement_params() -> tuple[str, ...]:

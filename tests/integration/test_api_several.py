@@ -193,6 +193,9 @@ def test_a_job_on_the_second_alias__is_read_paused_and_triggered_there(api, two_
     assert ok(api.post("/api/strait/jobs/far/pause/")) == {"name": "far", "enabled": False}
     assert Job.objects.using("jobs2").get(pk=job.pk).enabled is False
     api.post("/api/strait/jobs/far/resume/")
+    changed = api.patch("/api/strait/jobs/far/", {"description": "on two"}, format="json")
+    assert ok(changed)["description"] == "on two"
+    assert Job.objects.using("jobs2").get(pk=job.pk).description == "on two"
 
     response = api.post("/api/strait/jobs/far/trigger/", {"payload": {"x": 1}}, format="json")
     assert response.status_code == 202, response.content
