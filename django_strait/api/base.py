@@ -24,6 +24,7 @@ from django_strait.api.errors import InvalidField, OutsideQueues, strait_excepti
 from django_strait.api.pagination import MAX_ID, one
 from django_strait.api.parsers import LimitedJSONParser, refuse_declared_size
 from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
+from django_strait.database import alias_for_id
 from django_strait.models import JobRun
 
 
@@ -125,7 +126,8 @@ def who(request: Request) -> str:
 def find_run(pk: int, runs=None) -> JobRun:
     """Return run ``pk`` from ``runs`` (all runs by default), or raise a 404 naming it."""
     runs = JobRun.objects.all() if runs is None else runs
-    run = one(runs.filter(pk=pk)) if pk <= MAX_ID else None
+    where = alias_for_id(pk) if pk <= MAX_ID else None  # several aliases: the id says which
+    run = one(runs.using(where).filter(pk=pk)) if where else None
     if run is None:
         raise exceptions.NotFound(f"no run with id {pk}")
     return run

@@ -14,6 +14,7 @@ from django_strait.api.base import StraitAPIView, find_run, who
 from django_strait.api.errors import Conflict
 from django_strait.api.filters import run_condition
 from django_strait.api.pagination import paginate, shown
+from django_strait.api.placement import listed_aliases, storage_of
 from django_strait.api.runs import NEWEST_FIRST, RunPage, filter_parameters, replay, with_attempts
 from django_strait.api.schema import documented, errors
 from django_strait.api.serializers import (
@@ -24,7 +25,9 @@ from django_strait.api.serializers import (
     RunSerializer,
     RunSummarySerializer,
 )
+from django_strait.database import alias
 from django_strait.models import DeadLetter
+from django_strait.storage import Storage, backend
 from django_strait.transitions.people import REPLAY_BATCH_SIZE
 
 logger = logging.getLogger(__name__)
@@ -50,9 +53,10 @@ class DeadLetterListView(StraitAPIView):
         responses={200: RunPage, **errors(400)},
     )
     def get(self, request: Request) -> Response:
-        condition = run_condition(request.query_params, allowed=DLQ_FILTERS)
+        params = request.query_params
+        condition = run_condition(params, allowed=DLQ_FILTERS)
         runs = self.runs(DeadLetter.objects.filter(condition)).select_related("job")
-        page = paginate(runs, NEWEST_FIRST, request)
+        page = paginate(runs, NEWEST_FIRST, request, across=listed_aliases(params))
         data = shown(RunSummarySerializer, page.rows)
         return Response({"results": data, "next": page.next_url})
 
@@ -86,7 +90,10 @@ class DeadLetterDiscardView(StraitAPIView):
         body = DiscardSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            transitions.discard(pk, by=who(request), reason=body.validated_data.get("reason", ""))
+            transitions.discard(
+                pk, by=who(request), reason=body.validated_data.get("reason", ""),
+                storage=storage_of(pk),
+            )  # fmt: skip
         except transitions.InvalidTransition as exc:
             raise Conflict.of(exc) from None
         return Response(RunSerializer(find_run(pk, with_attempts())).data)
@@ -106,7 +113,11 @@ class DeadLetterBulkReplayView(StraitAPIView):
         body = BulkReplaySerializer(data=request.data)
         body.is_valid(raise_exception=True)
         runs = self.runs(DeadLetter.objects.filter(run_condition(_as_params(body.validated_data))))
-        replayed = replay_in_batches(runs, by=who(request))
+        # Several aliases: every alias's (or ``?database=``'s), each by its own storage.
+        replayed = sum(
+            replay_in_batches(runs.using(where), by=who(request), storage=backend(where))
+            for where in listed_aliases(request.query_params) or (alias(),)
+        )
         logger.info("api: %s dead letters replayed by %s", replayed, who(request))
         return Response({"replayed": replayed})
 
@@ -123,7 +134,7 @@ def _as_params(filters: dict[str, Any]) -> dict[str, str]:
     return params
 
 
-def replay_in_batches(runs: Any, *, by: str) -> int:
+def replay_in_batches(runs: Any, *, by: str, storage: Storage | None = None) -> int:
     """Replay ``runs`` by keyset batches of ids, so a million never sit in memory at once."""
     replayed, last = 0, 0
     while True:
@@ -132,5 +143,5 @@ def replay_in_batches(runs: Any, *, by: str) -> int:
         )
         if not ids:
             return replayed
-        replayed += transitions.replay_many(ids, by=by, batch_size=REPLAY_BATCH)
+        replayed += transitions.replay_many(ids, by=by, batch_size=REPLAY_BATCH, storage=storage)
         last = ids[-1]

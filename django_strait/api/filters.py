@@ -8,6 +8,8 @@ from django.db.models import Q
 
 from django_strait.api.errors import InvalidField
 from django_strait.api.inputs import instant
+from django_strait.api.placement import placement_params
+from django_strait.database import aliases, placed
 from django_strait.models import Job
 from django_strait.rules.states import RunStatus
 from django_strait.services.replaying import SelectionError, error_type_condition
@@ -19,9 +21,10 @@ PAGING = ("cursor", "limit")
 
 def run_condition(params: Mapping[str, str], *, allowed: tuple[str, ...] = RUN_FILTERS) -> Q:
     """Return the filter that ``params`` ask for; every given filter must hold (an AND)."""
-    unknown = sorted(set(params) - set(allowed) - set(PAGING))
+    known = allowed + PAGING + placement_params()
+    unknown = sorted(set(params) - set(known))
     if unknown:
-        raise InvalidField(unknown[0], f"unknown filter; allowed: {', '.join(allowed + PAGING)}")
+        raise InvalidField(unknown[0], f"unknown filter; allowed: {', '.join(known)}")
     condition = Q()
     for name in allowed:
         value = params.get(name)
@@ -57,11 +60,25 @@ def _status(value: str) -> Q:
 
 def _job(value: str) -> Q:
     names = listed(value, "job")
+    if placed():
+        return _job_anywhere(names)
     found = dict(Job.objects.filter(name__in=names).values_list("name", "pk"))
     missing = [n for n in names if n not in found]
     if missing:
         raise InvalidField("job", f"no job named {', '.join(map(repr, missing))}")
     return Q(job__in=found.values())
+
+
+def _job_anywhere(names: list[str]) -> Q:
+    """Several aliases: a job's id is its alias's, so the filter names the jobs; a name
+    no alias has is refused."""
+    found: set[str] = set()
+    for where in aliases():
+        found.update(Job.objects.using(where).filter(name__in=names).values_list("name", flat=True))
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise InvalidField("job", f"no job named {', '.join(map(repr, missing))}")
+    return Q(job__name__in=names)
 
 
 def _queue(value: str) -> Q:

@@ -16,7 +16,15 @@ from rest_framework.response import Response
 from django_strait.api.auth import QueueScope, Rule
 from django_strait.api.base import StraitAPIView
 from django_strait.api.errors import InvalidField, UnknownJob
+from django_strait.api.filters import refuse_unknown
 from django_strait.api.pagination import Keyset, one, page_serializer, paginate, shown
+from django_strait.api.placement import (
+    DATABASE_PARAMETER,
+    listed_aliases,
+    placed_job,
+    placement_params,
+    stays_on_its_alias,
+)
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import (
     IDEMPOTENCY_HEADER,
@@ -33,6 +41,7 @@ from django_strait.api.serializers import (
 from django_strait.api.throttles import ClientThrottle, TriggerThrottle
 from django_strait.conf import strait_settings
 from django_strait.models import Job, JobRun
+from django_strait.services.syncing import job_alias
 from django_strait.services.triggering import TriggerError, trigger, trigger_many
 
 logger = logging.getLogger(__name__)
@@ -46,8 +55,11 @@ JobPage = page_serializer("JobPage", JobSerializer)
 
 
 def find_job(name: str, scope: QueueScope) -> Job:
-    """Return the job named ``name`` (if its queue is in ``scope``), or raise a 404 naming it."""
-    job = one(scope.only(Job.objects.filter(name=name)))
+    """Return the job named ``name`` (if its queue is in ``scope``), or raise a 404 naming it.
+
+    Several aliases: read on the job's own (its ``@job`` queue's, else the alias that has it).
+    """
+    job = one(scope.only(Job.objects.using(job_alias(name)).filter(name=name)))
     if job is None:
         raise UnknownJob(f"no job named {name!r}")
     return job
@@ -60,14 +72,14 @@ class JobListView(StraitAPIView):
 
     @documented(
         operation_id="jobs_list",
-        parameters=paging_parameters(),
+        parameters=[*paging_parameters(), DATABASE_PARAMETER],
         responses={200: JobPage, **errors(400)},
     )
     def get(self, request: Request) -> Response:
-        unknown = sorted(set(request.query_params) - {"cursor", "limit"})
-        if unknown:
-            raise InvalidField(unknown[0], "unknown parameter; allowed: cursor, limit")
-        page = paginate(self.scope.only(Job.objects.all()), Keyset("name", kind=str), request)
+        refuse_unknown(request.query_params, ("cursor", "limit", *placement_params()))
+        across = listed_aliases(request.query_params)
+        jobs = self.scope.only(Job.objects.all())
+        page = paginate(jobs, Keyset("name", kind=str), request, across=across)
         return Response({"results": shown(JobSerializer, page.rows), "next": page.next_url})
 
     @documented(
@@ -79,7 +91,7 @@ class JobListView(StraitAPIView):
         serializer = JobSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         self.within_scope(serializer.validated_data.get("queue", "default"))
-        job = serializer.save()
+        job = placed_job(serializer)
         logger.info("api: job %s defined by %s", job.name, request.user.get_username())
         return Response(
             JobSerializer(job).data,
@@ -118,6 +130,7 @@ class JobView(StraitAPIView):
         serializer = JobUpdateSerializer(job, data=request.data, partial=partial)
         serializer.is_valid(raise_exception=True)
         self.within_scope(serializer.validated_data.get("queue", job.queue))
+        stays_on_its_alias(job, serializer.validated_data.get("queue", job.queue))
         job = serializer.save()
         logger.info("api: job %s changed by %s", job.name, request.user.get_username())
         return Response(JobSerializer(job).data)
@@ -130,7 +143,7 @@ class _EnabledView(StraitAPIView):
     def post(self, request: Request, name: str) -> Response:
         job = find_job(name, self.scope)
         # A guarded update: a repeat changes nothing and still answers the state.
-        Job.objects.filter(pk=job.pk).exclude(enabled=self.enabled).update(
+        Job.objects.using(job._state.db).filter(pk=job.pk).exclude(enabled=self.enabled).update(
             enabled=self.enabled, updated_at=timezone.now()
         )
         logger.info(
@@ -250,7 +263,8 @@ def within_trigger_scope(view: StraitAPIView, name: str, options: Mapping[str, A
         return
     asked = options.get("queue")
     if not isinstance(asked, str):
-        asked = Job.objects.filter(name=name).values_list("queue", flat=True).first()
+        jobs = Job.objects.using(job_alias(name)).filter(name=name)
+        asked = jobs.values_list("queue", flat=True).first()
     if asked is not None:  # None: no such job, and trigger() says so
         view.within_scope(asked)
 
@@ -263,7 +277,7 @@ def _taken_keys(name: str, keys: Any) -> set[str]:
     """
     if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
         return set()  # trigger_many refuses them, naming the field
-    runs = JobRun.objects.filter(job__name=name, idempotency_key__in=keys)
+    runs = JobRun.objects.using(job_alias(name)).filter(job__name=name, idempotency_key__in=keys)
     return set(runs.values_list("idempotency_key", flat=True))
 
 

@@ -51,20 +51,44 @@ class Page:
     next_url: str | None
 
 
-def paginate(rows: QuerySet, keyset: Keyset, request: Request) -> Page:
-    """Return the page of ``rows`` that the request's ``cursor`` and ``limit`` ask for."""
+def paginate(
+    rows: QuerySet, keyset: Keyset, request: Request, across: Sequence[str] | None = None
+) -> Page:
+    """Return the page of ``rows`` that the request's ``cursor`` and ``limit`` ask for.
+
+    ``across``: the aliases to read (several databases), each the same page, merged
+    by the keyset; None reads ``rows`` where they are.
+    """
     limit = integer(request.query_params, "limit", default=DEFAULT_LIMIT, low=1, high=MAX_LIMIT)
     cursor = request.query_params.get("cursor")
     if cursor:
         rows = keyset.after(rows, _decode(cursor, keyset.kind))
-    # A row that cannot be read stands in its place (its bad fields None, its problems
-    # in ``unreadable``): the page and the pages after it still answer.
-    fetched = read(keyset.order(rows)[: limit + 1], stand_ins=True).rows
+    if across is None:
+        fetched = _fetched(rows, keyset, limit)
+    else:
+        fetched = _merged([_fetched(rows.using(a), keyset, limit) for a in across], keyset, limit)
     if len(fetched) <= limit:
         return Page(fetched, None)
     last = getattr(fetched[limit - 1], keyset.field)
     url = replace_query_param(request.build_absolute_uri(), "cursor", _encode(last))
     return Page(fetched[:limit], url)
+
+
+def _fetched(rows: QuerySet, keyset: Keyset, limit: int) -> list[Model]:
+    # A row that cannot be read stands in its place (its bad fields None, its problems
+    # in ``unreadable``): the page and the pages after it still answer.
+    return list(read(keyset.order(rows)[: limit + 1], stand_ins=True).rows)
+
+
+def _merged(pages: Sequence[list[Model]], keyset: Keyset, limit: int) -> list[Model]:
+    """The first ``limit + 1`` rows of the aliases' pages, in the keyset's order.
+
+    Each alias gave its own first ``limit + 1`` after the cursor, so the merged
+    first ``limit + 1`` are the list's: the next page starts after the last shown.
+    """
+    rows = [row for page in pages for row in page]
+    rows.sort(key=lambda row: getattr(row, keyset.field), reverse=keyset.descending)
+    return rows[: limit + 1]
 
 
 def _encode(value: Any) -> str:

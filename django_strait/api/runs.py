@@ -16,6 +16,7 @@ from django_strait.api.base import StraitAPIView, find_run, who
 from django_strait.api.errors import Conflict, InvalidField
 from django_strait.api.filters import RUN_FILTERS, run_condition
 from django_strait.api.pagination import Keyset, page_serializer, paginate, shown
+from django_strait.api.placement import listed_aliases, storage_of
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import ReplaySerializer, RunSerializer, RunSummarySerializer
 from django_strait.models import JobRun, RunAttempt
@@ -39,11 +40,13 @@ _FILTER_HELP = {
     "error_type": "Comma-separated error types, exact (http.503) or a prefix (http.*).",
     "created_after": "ISO 8601 datetime with offset: created at or after it.",
     "created_before": "ISO 8601 datetime with offset: created before it.",
+    "database": "Several databases only: the alias to list (default: every alias, merged).",
 }
 
 
 def filter_parameters(names: tuple[str, ...] = RUN_FILTERS) -> list[OpenApiParameter]:
     """Return the filters ``names`` as query parameters, with paging."""
+    names = (*names, "database")
     return [OpenApiParameter(n, str, description=_FILTER_HELP[n]) for n in names] + (
         paging_parameters()
     )
@@ -67,9 +70,10 @@ class RunListView(StraitAPIView):
         responses={200: RunPage, **errors(400)},
     )
     def get(self, request: Request) -> Response:
-        runs = self.runs(JobRun.objects.filter(run_condition(request.query_params)))
+        params = request.query_params
+        runs = self.runs(JobRun.objects.filter(run_condition(params)))
         runs = runs.select_related("job")
-        page = paginate(runs, NEWEST_FIRST, request)
+        page = paginate(runs, NEWEST_FIRST, request, across=listed_aliases(params))
         data = shown(RunSummarySerializer, page.rows)
         return Response({"results": data, "next": page.next_url})
 
@@ -95,7 +99,7 @@ class CancelView(StraitAPIView):
     def post(self, request: Request, pk: int) -> Response:
         find_run(pk, self.runs())
         try:
-            transitions.cancel(pk)
+            transitions.cancel(pk, storage=storage_of(pk))
         except transitions.InvalidTransition as exc:
             raise Conflict.of(exc) from None
         logger.info("api: run %s canceled by %s", pk, who(request), extra={"run_id": pk})
@@ -109,7 +113,7 @@ def replay(request: Request, pk: int, runs: Any) -> Response:
     body.is_valid(raise_exception=True)
     payload = request.data.get("payload", ...) if isinstance(request.data, dict) else ...
     try:
-        transitions.replay(pk, by=who(request), payload=payload)
+        transitions.replay(pk, by=who(request), payload=payload, storage=storage_of(pk))
     except transitions.InvalidTransition as exc:
         raise Conflict.of(exc) from None
     except TriggerError as exc:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from django_strait.api.inputs import DATETIME_SYNTAX, instant_or_none, shown
+from django_strait.api.placement import LocatedMixin
 from django_strait.models import (
     CircuitState,
     EndpointCircuit,
@@ -106,7 +107,7 @@ def _json_type(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
-class TriggeredRunSerializer(serializers.ModelSerializer):
+class TriggeredRunSerializer(LocatedMixin, serializers.ModelSerializer):
     """What a trigger answers: the run, and whether it was an idempotency repeat."""
 
     job = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -134,7 +135,7 @@ class AttemptSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(LocatedMixin, serializers.ModelSerializer):
     """A run with its attempts, oldest first."""
 
     job = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -227,7 +228,7 @@ class ProjectNameField(serializers.SlugRelatedField):
         return super().to_internal_value(data)
 
 
-class JobSerializer(StrictSerializerMixin, serializers.ModelSerializer):
+class JobSerializer(LocatedMixin, StrictSerializerMixin, serializers.ModelSerializer):
     """A job definition; checked by ``Job.clean()`` as in the admin."""
 
     header_names = serializers.SerializerMethodField()

@@ -13,7 +13,9 @@ from django_strait.api.base import MAX_ID, StraitAPIView, find_run, who
 from django_strait.api.pagination import shown
 from django_strait.api.schema import documented, errors
 from django_strait.api.serializers import DeliveryListSerializer, DeliverySerializer
+from django_strait.database import alias_for_id
 from django_strait.models import WebhookDelivery
+from django_strait.storage import backend
 from django_strait.storage.rows import read
 from django_strait.webhooks.redelivery import redeliver
 
@@ -33,7 +35,8 @@ class RunDeliveriesView(StraitAPIView):
     )
     def get(self, request: Request, pk: int) -> Response:
         run = find_run(pk, self.runs())
-        deliveries = read(WebhookDelivery.objects.filter(run=run).order_by("id"), stand_ins=True)
+        deliveries = WebhookDelivery.objects.using(run._state.db).filter(run=run).order_by("id")
+        deliveries = read(deliveries, stand_ins=True)
         return Response({"results": shown(DeliverySerializer, deliveries.rows)})
 
 
@@ -48,14 +51,19 @@ class RedeliverView(StraitAPIView):
         responses={200: DeliverySerializer, **errors(404)},
     )
     def post(self, request: Request, pk: int) -> Response:
-        if pk > MAX_ID or not self._within_scope(pk) or not redeliver([pk], by=who(request)):
+        # Several aliases: the delivery's id says which one it lives on.
+        where = alias_for_id(pk) if pk <= MAX_ID else None
+        if where is None or not self._within_scope(pk, where) or not self._redeliver(pk, where):
             raise exceptions.NotFound(f"no webhook delivery with id {pk}")
         logger.info("api: delivery %s redelivered by %s", pk, who(request))
-        return Response(DeliverySerializer(WebhookDelivery.objects.get(pk=pk)).data)
+        return Response(DeliverySerializer(WebhookDelivery.objects.using(where).get(pk=pk)).data)
 
-    def _within_scope(self, pk: int) -> bool:
+    def _redeliver(self, pk: int, where: str) -> bool:
+        return bool(redeliver([pk], by=who(self.request), storage=backend(where)))
+
+    def _within_scope(self, pk: int, where: str) -> bool:
         # A workflow's delivery has no run, hence no queue: only an unlimited key sees it.
         if not self.scope.limited:
             return True
-        found = WebhookDelivery.objects.filter(pk=pk)
+        found = WebhookDelivery.objects.using(where).filter(pk=pk)
         return self.scope.only(found, field="run__queue").exists()

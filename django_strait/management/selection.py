@@ -6,15 +6,21 @@ from collections.abc import Sequence
 
 from django.core.management.base import CommandError
 
-from django_strait.models import Job, JobRun
+from django_strait.database import alias
+from django_strait.models import Job
+from django_strait.services.replaying import statuses_of
 
 #: How many existing job names an error about an unknown one lists.
 NAMES_SHOWN = 10
 
 
-def require_jobs(names: Sequence[str]) -> None:
-    """Raise a ``CommandError`` naming every name in ``names`` that no job has."""
-    known = set(Job.objects.filter(name__in=list(names)).values_list("name", flat=True))
+def require_jobs(names: Sequence[str], *, using: Sequence[str] | None = None) -> None:
+    """Raise a ``CommandError`` naming every name in ``names`` that no job has (on the
+    aliases ``using``; default: the first)."""
+    known: set[str] = set()
+    for where in using or (alias(),):
+        jobs = Job.objects.using(where).filter(name__in=list(names))
+        known.update(jobs.values_list("name", flat=True))
     missing = [name for name in dict.fromkeys(names) if name not in known]
     if not missing:
         return
@@ -26,7 +32,7 @@ def require_jobs(names: Sequence[str]) -> None:
 
 def require_runs(ids: Sequence[int]) -> None:
     """Raise a ``CommandError`` naming every id in ``ids`` that no run has."""
-    found = set(JobRun.objects.filter(pk__in=list(ids)).values_list("pk", flat=True))
+    found = set(statuses_of(ids))  # each id on the alias it names
     missing = [str(pk) for pk in ids if pk not in found]
     if missing:
         raise CommandError(f"no run has the id {', '.join(missing)}; nothing was done")

@@ -17,10 +17,13 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from django_strait import transitions
+from django_strait.database import placed
 from django_strait.models import JobRun
 from django_strait.ojs import errors, inputs
+from django_strait.ojs import placed as placed_ojs
 from django_strait.ojs.work import external_job
 from django_strait.services.triggering import TriggerError, trigger_many
+from django_strait.storage import backend
 from django_strait.storage import queues as queue_states
 from django_strait.storage.values import Envelope
 
@@ -28,17 +31,21 @@ from django_strait.storage.values import Envelope
 def enqueue_batch(requests: Sequence[inputs.Enqueue]) -> list[JobRun]:
     """Queue every job of a batch, or none of them; return the runs in the batch's order."""
     _refuse_repeats(requests)
+    using = placed_ojs.batch_alias(requests)
     for one in requests:
         if one.rate_limit is not None:
-            queue_states.set_rate_limit("default", one.queue, *one.rate_limit)
+            queue_states.set_rate_limit(using, one.queue, *one.rate_limit)
+    if placed():
+        _refuse_held_elsewhere(requests, using)
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=using):
             runs: list[JobRun | None] = [None] * len(requests)
             for members in _groups(requests).values():
-                for i, run in zip(members, _enqueue_group(requests, members), strict=True):
+                made = _enqueue_group(requests, members, using)
+                for i, run in zip(members, made, strict=True):
                     runs[i] = run
     except IntegrityError:  # an id held by a run of another type
-        raise errors.duplicate(_taken(requests)) from None
+        raise errors.duplicate(_taken(requests, using)) from None
     return [run for run in runs if run is not None]
 
 
@@ -59,13 +66,22 @@ def _groups(requests: Sequence[inputs.Enqueue]) -> dict[tuple, list[int]]:
     return groups
 
 
-def _enqueue_group(requests: Sequence[inputs.Enqueue], members: list[int]) -> list[JobRun]:
+def _refuse_held_elsewhere(requests: Sequence[inputs.Enqueue], using: str) -> None:
+    for one in requests:
+        if placed_ojs.held_elsewhere(one.id, using):
+            raise errors.duplicate(str(one.id))
+
+
+def _enqueue_group(
+    requests: Sequence[inputs.Enqueue], members: list[int], using: str
+) -> list[JobRun]:
     first = requests[members[0]]
-    job = external_job(first.type)
+    job = external_job(first.type, using)
     try:
         runs = trigger_many(
             job.name,
             [{"args": requests[i].args, "meta": requests[i].meta} for i in members],
+            using=using,
             idempotency_keys=[str(requests[i].id) for i in members],
             priority=first.priority,
             queue=first.queue,
@@ -76,7 +92,7 @@ def _enqueue_group(requests: Sequence[inputs.Enqueue], members: list[int]) -> li
     for i, run in zip(members, runs, strict=True):
         if run.idempotency_hit:
             raise errors.duplicate(str(requests[i].id))
-    _give_ids(runs, [requests[i] for i in members])
+    _give_ids(runs, [requests[i] for i in members], using)
     for run in runs:
         run.job = job
     return runs
@@ -92,14 +108,15 @@ def _named(exc: TriggerError, members: list[int]) -> errors.OjsError:
     return errors.invalid_request(f"jobs[{members[0]}].{exc.field}", exc.message)
 
 
-def _give_ids(runs: list[JobRun], requests: list[inputs.Enqueue]) -> None:
+def _give_ids(runs: list[JobRun], requests: list[inputs.Enqueue], using: str) -> None:
     """Each run's OJS id, envelope and (if the job names one) due time, through storage
     (one UPDATE on PostgreSQL, one per run elsewhere)."""
     transitions.external.give_envelopes(
         [
             Envelope(run.pk, one.id, dict(one.envelope), one.run_at)
             for run, one in zip(runs, requests, strict=True)
-        ]
+        ],
+        storage=backend(using),
     )
     for run, one in zip(runs, requests, strict=True):
         run.ojs_id, run.ojs = one.id, dict(one.envelope)
@@ -107,11 +124,11 @@ def _give_ids(runs: list[JobRun], requests: list[inputs.Enqueue]) -> None:
             run.available_at = one.run_at
 
 
-def _taken(requests: Sequence[inputs.Enqueue]) -> str:
+def _taken(requests: Sequence[inputs.Enqueue], using: str) -> str:
     """The first id of the batch a run already holds (for the 409's message)."""
     held = set(
-        JobRun.objects.filter(ojs_id__in=[one.id for one in requests]).values_list(
-            "ojs_id", flat=True
-        )
+        JobRun.objects.using(using)
+        .filter(ojs_id__in=[one.id for one in requests])
+        .values_list("ojs_id", flat=True)
     )
     return next((str(one.id) for one in requests if one.id in held), str(requests[0].id))

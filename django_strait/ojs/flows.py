@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from django_strait.api.auth import QueueScope
+from django_strait.database import aliases
 from django_strait.models import JobRun, StepRunStatus, WorkflowRun, WorkflowStepRun
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.ids import parse_any, uuid7
@@ -123,9 +124,11 @@ def _refuse_repeated_ids(jobs: list[inputs.Enqueue]) -> None:
         if ident in seen:
             raise errors.duplicate(str(ident))
         seen.add(ident)
-    taken = JobRun.objects.filter(ojs_id__in=given).values_list("ojs_id", flat=True).first()
-    if taken is not None:
-        raise errors.duplicate(str(taken))
+    for where in aliases():  # several databases: an id any alias's run holds
+        held = JobRun.objects.using(where).filter(ojs_id__in=given)
+        taken = held.values_list("ojs_id", flat=True).first()
+        if taken is not None:
+            raise errors.duplicate(str(taken))
 
 
 def _callbacks(kind: str, given: Any, defaults: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

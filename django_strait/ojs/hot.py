@@ -28,6 +28,7 @@ from django.utils import timezone
 from django_strait import transitions
 from django_strait.api.auth import QueueScope
 from django_strait.conf import strait_settings
+from django_strait.database import placed
 from django_strait.models import Execution, Job, JobRun
 from django_strait.ojs import errors, inputs, work
 from django_strait.ojs.ids import parse_any, uuid7
@@ -81,8 +82,11 @@ post_delete.connect(jobs.forget, sender=Job, dispatch_uid="strait-ojs-hot-jobs-d
 
 
 def usable() -> bool:
-    """Whether the runs' database is PostgreSQL, whose raw reads come back typed as the ORM's."""
-    return connections[backend().alias].vendor == "postgresql"
+    """Whether the runs' database is PostgreSQL, whose raw reads come back typed as the ORM's.
+
+    Not on several aliases: its reads are the first alias's; ``work`` serves them all.
+    """
+    return not placed() and connections[backend().alias].vendor == "postgresql"
 
 
 def _select(where: str) -> str:

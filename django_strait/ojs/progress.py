@@ -21,6 +21,7 @@ from django_strait.models import JobRun
 from django_strait.ojs import errors, inputs, work
 from django_strait.ojs.present import job_body, stamp
 from django_strait.rules.states import RunStatus
+from django_strait.storage import backend
 
 MESSAGE_MAX_LENGTH = 1000
 #: JSON bytes of ``data`` or ``checkpoint`` (the spec recommends 4 KB for ``data``).
@@ -85,14 +86,16 @@ def report(ident: Any, body: Mapping[str, Any], scope: QueueScope) -> dict[str, 
         return {**_answer(run), "accepted": False}
     work.check_held(run, run.job, ident, "report progress on", holder)
     now = timezone.now()
+    storage = backend(run._state.db)  # the alias the run was found on
     kept = transitions.external.report_progress(
-        run.pk, run.claimed_by or "", run.attempt, {**wanted, "updated_at": stamp(now)}
-    )
+        run.pk, run.claimed_by or "", run.attempt, {**wanted, "updated_at": stamp(now)},
+        storage=storage,
+    )  # fmt: skip
     if kept is None:  # the reservation ended between the read and the write
         return {**_answer(work.reload(run)), "accepted": False}
     visible = (run.ojs or {}).get("visibility_timeout_ms") or inputs.default_visibility_ms()
     deadline = work.deadline_from(run, now, visible)
-    transitions.external.extend(run.claimed_by or "", {run.pk: deadline})
+    transitions.external.extend(run.claimed_by or "", {run.pk: deadline}, storage=storage)
     return {**_answer(work.reload(run)), "accepted": True}
 
 

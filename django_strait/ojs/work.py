@@ -20,17 +20,19 @@ from django.utils import timezone
 
 from django_strait import transitions
 from django_strait.api.auth import QueueScope
-from django_strait.api.pagination import one, said
+from django_strait.api.pagination import said
 from django_strait.conf import strait_settings
+from django_strait.database import alias, alias_for_queue, aliases
+from django_strait.database import placed as placed_aliases
 from django_strait.models import Execution, Job, JobRun, RunAttempt
-from django_strait.ojs import errors, inputs
+from django_strait.ojs import errors, inputs, placed
 from django_strait.ojs.ids import parse_any, uuid7
 from django_strait.ojs.parents import parent_results
 from django_strait.ojs.present import job_body, stamp
 from django_strait.ojs.states import in_state
 from django_strait.rules.states import InvalidTransition, RunStatus, Transition
 from django_strait.services.triggering import TriggerError, trigger_external
-from django_strait.storage import Claimed
+from django_strait.storage import Claimed, backend
 from django_strait.storage import queues as queue_states
 from django_strait.storage.rows import read
 from django_strait.storage.values import Record
@@ -45,19 +47,21 @@ _rng = random.Random()
 # Jobs and runs.
 
 
-def external_job(kind: str) -> Job:
-    """Return the external-worker job of OJS type ``kind``, made on first use."""
-    job = Job.objects.filter(name=kind).first()
+def external_job(kind: str, using: str | None = None) -> Job:
+    """Return the external-worker job of OJS type ``kind`` on alias ``using`` (default: the
+    first), made on first use: several aliases each hold the type's job of their queues."""
+    using = alias(using)
+    job = Job.objects.using(using).filter(name=kind).first()
     if job is None:
         job = Job(name=kind, execution=Execution.EXTERNAL, ojs={"type": kind})
         try:
-            job.full_clean()
-            with transaction.atomic():
-                job.save(force_insert=True)
+            job.full_clean(validate_unique=False)
+            with transaction.atomic(using=using):
+                job.save(force_insert=True, using=using)
         except ValidationError as exc:
             raise errors.invalid_request("type", "; ".join(exc.messages)) from None
         except IntegrityError:  # made meanwhile by another request
-            job = Job.objects.get(name=kind)
+            job = Job.objects.using(using).get(name=kind)
     if job.execution != Execution.EXTERNAL:
         raise errors.conflict(
             f"type {kind!r} names a job of this project that is not an external-worker job"
@@ -72,7 +76,7 @@ def find(ident: Any, scope: QueueScope, what: str = "job") -> JobRun:
     other queues cannot even learn that the id exists.
     """
     key = parse_any(ident) if isinstance(ident, str) else None
-    run = one(JobRun.objects.select_related("job").filter(ojs_id=key)) if key else None
+    run = placed.find_run(key) if key else None  # on whichever alias holds it
     if run is None or run.job.execution != Execution.EXTERNAL or not scope.allows(run.queue):
         raise errors.not_found(what, str(ident))
     return run
@@ -81,7 +85,7 @@ def find(ident: Any, scope: QueueScope, what: str = "job") -> JobRun:
 def describe(run: JobRun, *, with_errors: bool = True) -> dict[str, Any]:
     """Return ``run`` as an OJS job object, with its error history."""
     attempts = (
-        read(RunAttempt.objects.filter(run=run).order_by("number", "id")).rows
+        read(RunAttempt.objects.using(run._state.db).filter(run=run).order_by("number", "id")).rows
         if with_errors
         else None
     )
@@ -97,7 +101,7 @@ def describe(run: JobRun, *, with_errors: bool = True) -> dict[str, Any]:
 
 def reload(run: JobRun) -> JobRun:
     """Return ``run`` as it is now in the database."""
-    return JobRun.objects.select_related("job").get(pk=run.pk)
+    return JobRun.objects.using(run._state.db).select_related("job").get(pk=run.pk)
 
 
 # Enqueue.
@@ -126,17 +130,20 @@ def enqueued(run: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
 def _enqueue_unique(request: inputs.Enqueue, scope: QueueScope) -> JobRun:
     policy = request.unique
     assert policy is not None
-    with transaction.atomic():
-        job = external_job(request.type)
+    using = alias_for_queue(request.queue)
+    with transaction.atomic(using=using):
+        job = external_job(request.type, using)
         # Enqueues of one type with a policy take turns: each sees the runs the last made.
-        list(Job.objects.select_for_update().filter(pk=job.pk).values_list("pk"))
+        list(Job.objects.using(using).select_for_update().filter(pk=job.pk).values_list("pk"))
         now = timezone.now()
         by_state = in_state(now)
         where = Q()
         for state in policy.states:
             where |= by_state[state]
-        held = JobRun.objects.select_related("job").filter(
-            where, job=job, ojs__unique_key=policy.key
+        held = (
+            JobRun.objects.using(using)
+            .select_related("job")
+            .filter(where, job=job, ojs__unique_key=policy.key)
         )
         if policy.period_secs is not None:
             held = held.filter(created_at__gt=now - dt.timedelta(seconds=policy.period_secs))
@@ -159,7 +166,7 @@ def _enqueue_unique(request: inputs.Enqueue, scope: QueueScope) -> JobRun:
         if policy.on_conflict == "replace_except_schedule" and state == "scheduled":
             request = dataclasses.replace(request, run_at=existing.available_at)
         try:
-            transitions.cancel_now(existing.pk)
+            transitions.cancel_now(existing.pk, storage=backend(using))
         except InvalidTransition:
             raise errors.conflict(
                 f"job {existing.ojs_id} is {state}: it cannot be replaced"
@@ -169,12 +176,18 @@ def _enqueue_unique(request: inputs.Enqueue, scope: QueueScope) -> JobRun:
 
 def _enqueue(request: inputs.Enqueue) -> JobRun:
     if request.rate_limit is not None:
-        queue_states.set_rate_limit("default", request.queue, *request.rate_limit)
-    job = external_job(request.type)
+        queue_states.set_rate_limit(
+            alias_for_queue(request.queue), request.queue, *request.rate_limit
+        )
+    using = alias_for_queue(request.queue)  # the queue's alias holds the run, and its job
+    job = external_job(request.type, using)
+    if placed_aliases() and request.id is not None and placed.held_elsewhere(request.id, using):
+        raise errors.duplicate(str(request.id))
     try:
         run = trigger_external(
             job.name,
             {"args": request.args, "meta": request.meta},
+            using=using,
             ojs_id=request.id,
             envelope=request.envelope,
             run_at=request.run_at,
@@ -199,7 +212,7 @@ def enqueue_batch(
     requests: Sequence[inputs.Enqueue], scope: QueueScope | None = None
 ) -> list[JobRun]:
     """Queue every job of a batch, or none of them, one at a time (jobs with a unique policy)."""
-    with transaction.atomic():
+    with transaction.atomic(using=placed.batch_alias(requests)):
         return [enqueue(r, scope) for r in requests]
 
 
@@ -207,29 +220,48 @@ def enqueue_batch(
 
 
 def fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) -> list[JobRun]:
-    """Claim and start up to ``count`` due runs of ``queues``; expired ones are discarded."""
-    plan = _FetchPlan(visibility_ms)
+    """Claim and start up to ``count`` due runs of ``queues``; expired ones are discarded.
+
+    Several aliases: each queue's alias in turn, the first first, until ``count``.
+    """
+    if not placed_aliases():
+        return _fetch_on(alias(), queues, count, worker, visibility_ms)
+    runs: list[JobRun] = []
+    for where, some in placed.by_alias(queues).items():
+        if len(runs) < count:
+            runs += _fetch_on(where, some, count - len(runs), worker, visibility_ms)
+    return runs
+
+
+def _fetch_on(
+    using: str, queues: Sequence[str], count: int, worker: str, visibility_ms: int
+) -> list[JobRun]:
+    storage = backend(using)
+    plan = _FetchPlan(visibility_ms, using)
     started = transitions.external.fetch(
-        worker, queues=queues, limit=count, deadline=plan.deadline, expired=plan.expired
-    )
+        worker, queues=queues, limit=count, deadline=plan.deadline, expired=plan.expired,
+        storage=storage,
+    )  # fmt: skip
     ids = [run.id for run in started]
     # Runs a cron schedule (or trigger()) made have no OJS id yet.
     unnamed = [i for i in ids if plan.envelopes.get(i, {}).get("_no_id")]
-    transitions.external.name({run_id: uuid7() for run_id in unnamed})
-    runs = {r.pk: r for r in JobRun.objects.select_related("job").filter(pk__in=ids)}
+    transitions.external.name({run_id: uuid7() for run_id in unnamed}, storage=storage)
+    runs = {r.pk: r for r in JobRun.objects.using(using).select_related("job").filter(pk__in=ids)}
     return [runs[i] for i in ids if i in runs]
 
 
 class _FetchPlan:
     """The claimed runs' envelopes, read once: which have expired, and each one's deadline."""
 
-    def __init__(self, visibility_ms: int) -> None:
+    def __init__(self, visibility_ms: int, using: str | None = None) -> None:
         self.visibility_ms = visibility_ms
+        self.using = alias(using)
         self.envelopes: dict[int, dict[str, Any]] = {}
 
     def expired(self, runs: Sequence[Claimed], now: dt.datetime) -> set[int]:
         ids = [r.id for r in runs]
-        rows = JobRun.objects.filter(pk__in=ids).values_list("id", "ojs", "ojs_id")
+        rows = JobRun.objects.using(self.using).filter(pk__in=ids)
+        rows = rows.values_list("id", "ojs", "ojs_id")
         for rid, envelope, ojs_id in rows:
             self.envelopes[rid] = {**(envelope or {}), "_no_id": ojs_id is None}
         return {rid for rid in ids if _has_expired(self.envelopes.get(rid, {}), now)}
@@ -273,21 +305,26 @@ def heartbeat(
     """
     now = timezone.now()
     keys = [key for i in ids if (key := parse_any(i)) is not None]
-    runs = scope.only(
-        JobRun.objects.filter(
-            ojs_id__in=keys,
-            status=RunStatus.EXECUTING,
-            job__execution=Execution.EXTERNAL,
-            claimed_by=worker,
+    found: list[JobRun] = []
+    moved: set[int] = set()
+    for where in aliases():  # an OJS id does not say its alias: each alias's held runs
+        runs = scope.only(
+            JobRun.objects.using(where).filter(
+                ojs_id__in=keys,
+                status=RunStatus.EXECUTING,
+                job__execution=Execution.EXTERNAL,
+                claimed_by=worker,
+            )
         )
-    )
-    # Ids it no longer holds (acked, canceled, another's, unknown) are left out, not refused.
-    found = list(runs)
-    deadlines = {
-        r.pk: _deadline(r.ojs or {}, r.started_at or now, now, visibility_ms or _visibility(r))
-        for r in found
-    }
-    moved = set(transitions.external.extend(worker, deadlines))
+        # Ids it no longer holds (acked, canceled, another's, unknown) are left out, not refused.
+        here = list(runs)
+        deadlines = {
+            r.pk: _deadline(r.ojs or {}, r.started_at or now, now, visibility_ms or _visibility(r))
+            for r in here
+        }
+        if deadlines or where == alias():
+            moved.update(transitions.external.extend(worker, deadlines, storage=backend(where)))
+        found += here
     return _directive(found), [str(r.ojs_id) for r in found if r.pk in moved]
 
 
@@ -349,7 +386,9 @@ def nack(
     decision = decisions.safely(rule, now=now, run_id=run.pk, job=run.job.name)
     _finish(run, decision, outcome="failed", error=str(message), error_type=str(kind)[:200])
     if decision.delay is not None:
-        transitions.external.note_retry_delay(run.pk, decision.delay)
+        transitions.external.note_retry_delay(
+            run.pk, decision.delay, storage=backend(run._state.db)
+        )
     return reload(run), decision
 
 
@@ -398,7 +437,7 @@ def _finish(run: JobRun, decision: Decision, *, outcome: str, **fields: Any) -> 
         available_at=decision.available_at, result=fields.get("result"),
         error=trim(fields.get("error", "")), error_type=fields.get("error_type", ""),
     )  # fmt: skip
-    recorded = transitions.external.finish(run.claimed_by, done)
+    recorded = transitions.external.finish(run.claimed_by, done, storage=backend(run._state.db))
     if run.pk not in recorded.moved:
         raise errors.conflict(f"job {run.ojs_id} is no longer active (canceled or requeued)")
 
@@ -452,7 +491,7 @@ def cancel(ident: Any, scope: QueueScope) -> JobRun:
     """Cancel a job at once, also an active one."""
     run = find(ident, scope)
     try:
-        transitions.cancel_now(run.pk)
+        transitions.cancel_now(run.pk, storage=backend(run._state.db))
     except InvalidTransition:
         state = job_body(run, run.job, timezone.now())["state"]
         raise errors.conflict(
@@ -481,12 +520,15 @@ def dead_letter(ident: Any, scope: QueueScope) -> JobRun:
 def retry_dead_letter(ident: Any, scope: QueueScope) -> JobRun:
     """Queue a dead-lettered job again, its attempts reset."""
     run = dead_letter(ident, scope)
-    transitions.replay(run.pk, by="ojs")
+    transitions.replay(run.pk, by="ojs", storage=backend(run._state.db))
     return reload(run)
 
 
 def delete_dead_letter(ident: Any, scope: QueueScope) -> JobRun:
     """Take a job out of the dead-letter queue (it stays, discarded, in the history)."""
     run = dead_letter(ident, scope)
-    transitions.discard(run.pk, by="ojs", reason="deleted from the dead-letter queue")
+    transitions.discard(
+        run.pk, by="ojs", reason="deleted from the dead-letter queue",
+        storage=backend(run._state.db),
+    )  # fmt: skip
     return reload(run)

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from django.db.models import Q, QuerySet
 
 from django_strait import transitions
+from django_strait.database import alias, alias_for_id, aliases
 from django_strait.models import Job, JobRun
 from django_strait.rules.states import REPLAYABLE, RunStatus
+from django_strait.storage import backend
 
 logger = logging.getLogger(__name__)
 
@@ -83,23 +85,31 @@ class ReplaySelection:
         """Return whether no criterion narrows the statuses (every run in them)."""
         return not (self.ids or self.jobs or self.error_types)
 
-    def queryset(self) -> QuerySet[JobRun]:
-        """Return the selected runs, oldest first."""
-        runs = JobRun.objects.filter(status__in=self.statuses)
+    def queryset(self, using: str | None = None) -> QuerySet[JobRun]:
+        """Return the selected runs of alias ``using`` (default: the first), oldest first."""
+        using = alias(using)
+        runs = JobRun.objects.using(using).filter(status__in=self.statuses)
         if self.ids:
             runs = runs.filter(pk__in=self.ids)
         if self.jobs:
-            runs = runs.filter(job__in=self._job_ids())
+            runs = runs.filter(job__in=self._job_ids(using))
         if self.error_types:
             runs = runs.filter(error_type_condition(self.error_types))
         return runs.order_by("pk")
 
-    def _job_ids(self) -> list[int]:
-        found = dict(Job.objects.filter(name__in=self.jobs).values_list("name", "pk"))
+    def check_jobs(self) -> None:
+        """Refuse a job name that no alias's job has."""
+        found: set[str] = set()
+        for where in aliases():
+            jobs = Job.objects.using(where).filter(name__in=self.jobs)
+            found.update(jobs.values_list("name", flat=True))
         missing = [name for name in self.jobs if name not in found]
         if missing:
             raise SelectionError("job", f"no job named {', '.join(map(repr, missing))}")
-        return list(found.values())
+
+    def _job_ids(self, using: str) -> list[int]:
+        jobs = Job.objects.using(using).filter(name__in=self.jobs)
+        return list(jobs.values_list("pk", flat=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,9 +131,16 @@ class ReplayReport:
 
 
 def replay(selection: ReplaySelection, *, by: str, dry_run: bool = False) -> ReplayReport:
-    """Replay every run in ``selection`` (or only count them, on a dry run)."""
-    ids = list(selection.queryset().values_list("pk", flat=True))
-    moved = 0 if dry_run else transitions.replay_many(ids, by=by)
+    """Replay every run in ``selection`` (or only count them, on a dry run), on every alias
+    (each alias's runs by its own storage)."""
+    selection.check_jobs()
+    ids: list[int] = []
+    moved = 0
+    for where in aliases():
+        found = list(selection.queryset(where).values_list("pk", flat=True))
+        if found and not dry_run:
+            moved += transitions.replay_many(found, by=by, storage=backend(where))
+        ids += found
     if not dry_run:
         logger.info("strait_replay: %s of %s selected runs replayed by %s", moved, len(ids), by)
     return ReplayReport(
@@ -138,8 +155,22 @@ def replay(selection: ReplaySelection, *, by: str, dry_run: bool = False) -> Rep
 
 def _skipped(selection: ReplaySelection, selected: set[int]) -> dict[int, str]:
     unselected = [pk for pk in selection.ids if pk not in selected]
-    statuses = dict(JobRun.objects.filter(pk__in=unselected).values_list("pk", "status"))
+    statuses = statuses_of(unselected)
     return {pk: _why_not(statuses.get(pk), selection) for pk in unselected}
+
+
+def statuses_of(ids: Iterable[int]) -> dict[int, str]:
+    """The status of each run of ``ids`` that exists, each read on the alias its id names."""
+    by_alias: dict[str, list[int]] = {}
+    for pk in ids:
+        where = alias_for_id(pk)
+        if where is not None:
+            by_alias.setdefault(where, []).append(pk)
+    statuses: dict[int, str] = {}
+    for where, some in by_alias.items():
+        runs = JobRun.objects.using(where).filter(pk__in=some)
+        statuses.update(runs.values_list("pk", "status"))
+    return statuses
 
 
 def _why_not(status: str | None, selection: ReplaySelection) -> str:

@@ -119,14 +119,16 @@ def trigger_external(
     priority: int | None = None,
     queue: str | None = None,
     retry: Mapping[str, Any] | None = None,
+    using: str | None = None,
 ) -> JobRun:
-    """Queue one run of an external-worker job with its OJS id and envelope (docs/ojs.md).
+    """Queue one run of an external-worker job with its OJS id and envelope (docs/ojs.md),
+    on alias ``using`` (default: the job's; several aliases each hold an OJS type's job).
 
     The id is also the run's idempotency key: the run that already holds it comes
     back with ``idempotency_hit`` True. ``run_at`` is checked by the binding, which
     allows OJS's far-future times (docs/ojs.md).
     """
-    storage = backend(syncing.job_alias(name))
+    storage = backend(using or syncing.job_alias(name))
     opts = _options(name, None, None, priority, queue, None, retry, storage.alias)
     run = opts.new_run(check_payload(payload), str(ojs_id))
     if run_at is not None:
@@ -172,13 +174,15 @@ def trigger_many(
     max_attempts: int | None = None,
     retry: Mapping[str, Any] | None = None,
     batch_size: int = 5000,
+    using: str | None = None,
 ) -> list[JobRun]:
     """Queue one run per payload in one INSERT (per ``batch_size``); return the runs.
 
     ``idempotency_keys``, if given, pairs one key with each payload; a key already
-    used for this job returns the existing run in that position.
+    used for this job returns the existing run in that position. ``using``: the
+    alias of the job's row (default: the job's own; an OJS type has a job per alias).
     """
-    storage = backend(syncing.job_alias(name))
+    storage = backend(using or syncing.job_alias(name))
     opts = _options(name, delay, run_at, priority, queue, max_attempts, retry, storage.alias)
     payloads = [{} if p is None else p for p in payloads]
     texts = [_payload_text(p, f"payloads[{i}]") for i, p in enumerate(payloads)]

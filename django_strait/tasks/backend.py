@@ -20,7 +20,7 @@ from django.apps import apps
 from django.core import checks
 from django.db import connections
 
-from django_strait.database import placed
+from django_strait.database import alias_for_id, placed
 from django_strait.models import JobRun
 from django_strait.rules.handlers import handlers
 from django_strait.rules.retry import PolicyError
@@ -143,7 +143,11 @@ class StraitBackend(BaseTaskBackend):
             or not 0 < int(text) <= _MAX_RUN_ID
         ):
             raise TaskResultDoesNotExist(result_id)
-        run = JobRun.objects.select_related("job").filter(pk=int(text)).first()
+        # Several databases: the id says which alias the run lives on (None: none of them).
+        where = alias_for_id(int(text))
+        if where is None:
+            raise TaskResultDoesNotExist(result_id)
+        run = JobRun.objects.using(where).select_related("job").filter(pk=int(text)).first()
         if run is None:
             raise TaskResultDoesNotExist(result_id)
         return run

@@ -66,7 +66,8 @@ def is_async(task: Task) -> bool:
 def attempts_of(run: JobRun) -> Iterable[Attempt]:
     """Yield the ended attempts of ``run`` since its last replay, in order."""
     rows = (
-        RunAttempt.objects.filter(run=run, number__gt=run.attempts_before_replay)
+        RunAttempt.objects.using(run._state.db)
+        .filter(run=run, number__gt=run.attempts_before_replay)
         .exclude(outcome=AttemptOutcome.SHORT_CIRCUITED)
         .order_by("number")
         .values_list("worker", "outcome", "error_type", "error", "started_at")

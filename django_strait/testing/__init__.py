@@ -7,7 +7,8 @@ Both run a worker's own steps -- the claim and its gate, the executors, the
 retry policy and the record (dead letters, the webhook outbox, workflows) --
 on the calling thread, inside the test's transaction: they work in a Django
 ``TestCase`` and under pytest-django's ``db`` fixture alike
-(``django_strait.worker.inline``). docs/testing.md shows them at work.
+(``django_strait.worker.inline``). With several databases (``STRAIT["DATABASES"]``)
+they run the runs of every alias. docs/testing.md shows them at work.
 
 ``StraitTestMixin`` gives a ``TestCase`` both; ``django_strait.testing.fixtures``
 gives pytest the ``strait_drain`` and ``strait_immediate`` fixtures.
@@ -19,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from django_strait.database import aliases
 from django_strait.services import triggering
 from django_strait.worker.inline import Drained, InlineWorker
 
@@ -36,9 +38,9 @@ def drain(
     with a ``delay`` or ``run_at`` still to come, or held by a limit, a circuit, a
     budget or a paused job, stays queued. ``webhooks=False`` sends no webhook.
     """
-    return InlineWorker(
-        queues=queues, skip_retry_delays=skip_retry_delays, webhooks=webhooks
-    ).drain()
+    return drain_every(
+        every_alias(queues=queues, skip_retry_delays=skip_retry_delays, webhooks=webhooks)
+    )
 
 
 @contextmanager
@@ -50,10 +52,10 @@ def immediate(*, skip_retry_delays: bool = True, webhooks: bool = True) -> Itera
     runs too. Yields a ``Drained`` that counts everything run in the block.
     """
     ran = Drained()
-    worker = InlineWorker(skip_retry_delays=skip_retry_delays, webhooks=webhooks)
+    workers = every_alias(skip_retry_delays=skip_retry_delays, webhooks=webhooks)
 
     def run_now(made: Sequence[Any]) -> None:
-        ran.add(worker.drain())
+        ran.add(drain_every(workers))
         for row in made:
             row.refresh_from_db()
 
@@ -62,6 +64,31 @@ def immediate(*, skip_retry_delays: bool = True, webhooks: bool = True) -> Itera
         yield ran
     finally:
         triggering.AFTER_TRIGGER.remove(run_now)
+
+
+#: Passes over the aliases before a drain gives up (runs that keep triggering each other).
+MAX_PASSES = 100
+
+
+def every_alias(**options: Any) -> list[InlineWorker]:
+    """An inline worker for each alias of ``STRAIT["DATABASES"]`` (one on one database)."""
+    return [InlineWorker(using=where, **options) for where in aliases()]
+
+
+def drain_every(workers: Sequence[InlineWorker]) -> Drained:
+    """Drain each alias's worker, again until a pass runs nothing: a run on one alias may
+    trigger a run on another (several databases)."""
+    if len(workers) == 1:
+        return workers[0].drain()
+    total = Drained()
+    for _ in range(MAX_PASSES):
+        ran = Drained()
+        for worker in workers:
+            ran.add(worker.drain())
+        total.add(ran)
+        if not ran.attempts:
+            return total
+    raise RuntimeError(f"runs were still due after {MAX_PASSES} passes over the databases")
 
 
 class StraitTestMixin:

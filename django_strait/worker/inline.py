@@ -28,15 +28,15 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.utils import timezone
 
 from django_strait.conf import strait_settings
-from django_strait.database import alias
+from django_strait.database import alias, control_alias, placed
 from django_strait.dispatch.http import HttpDispatcher
 from django_strait.dispatch.python import call_sync, is_async, settle
 from django_strait.rules.outcome import Outcome
 from django_strait.rules.states import Transition
 from django_strait.services.breaker import CircuitBreaker
-from django_strait.storage import Claimed, OrmStorage, Record
+from django_strait.storage import Claimed, OrmStorage, Record, RecordBatch
 from django_strait.transitions import claim_and_start, record
-from django_strait.worker.accounting import accounted, batch_of
+from django_strait.worker.accounting import accounted, batch_of, write_shared
 from django_strait.worker.catalog import Catalog, JobInfo
 from django_strait.worker.executors import attempt, context_of
 from django_strait.worker.gate import Gate
@@ -95,6 +95,7 @@ class InlineWorker:
         skip_retry_delays: bool = True,
         webhooks: bool = True,
         max_rounds: int = 1000,
+        using: str | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.queues = tuple(queues)
@@ -104,10 +105,12 @@ class InlineWorker:
         # The portable backend, whose clock is Python's: PostgreSQL's now(), which its
         # statements compare with, stands still for a test's whole transaction (runs
         # triggered after the test began would never be due).
-        self.storage = OrmStorage(alias())
+        self.storage = OrmStorage(alias(using))
         # Rows read afresh at each drain: a test edits jobs between two.
         self.catalog = Catalog(ttl=0.0, using=self.storage.alias)
-        self.circuits = CircuitBreaker(self.storage)
+        # Circuits and endpoint health on the control database, as a worker's engine keeps them.
+        self.shared = placed() and control_alias() != self.storage.alias
+        self.circuits = CircuitBreaker(OrmStorage(control_alias()) if self.shared else self.storage)
         # No other worker here to leave a run to: an unknown handler fails at once.
         self.gate = Gate(self.storage, self.catalog, self.circuits, handler_grace=0)
         self.beats = Heartbeats(worker_id, self.storage)
@@ -140,9 +143,13 @@ class InlineWorker:
 
     def _round(self, started: list[Claimed]) -> Drained:
         records = [self._attempt(run) for run in started]
-        done = record(batch_of(self.worker_id, records, self.catalog, self.circuits),
-                      storage=self.storage)  # fmt: skip
-        accounted(self.circuits, done)
+        if self.shared:  # the runs on their alias, then health and circuits on the control one
+            done = record(RecordBatch(self.worker_id, records), storage=self.storage)
+            write_shared(self.circuits.storage, self.circuits, records, self.catalog)
+        else:
+            done = record(batch_of(self.worker_id, records, self.catalog, self.circuits),
+                          storage=self.storage)  # fmt: skip
+            accounted(self.circuits, done)
         moved = [done.moved[r.run_id] for r in records if r.run_id in done.moved]
         return Drained(len(records), Counter(moved), run_ids=[r.run_id for r in records])
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_strait.database import aliases
 from django_strait.management.selection import require_jobs, require_runs
 from django_strait.rules.states import REPLAYABLE, RunStatus
 from django_strait.services import replaying
@@ -110,7 +111,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         selection = self._selection(options)
-        require_jobs(selection.jobs)
+        require_jobs(selection.jobs, using=aliases())  # several databases: a job on any
         require_runs(selection.ids)
         by = options["by"] or default_by()
         try:

@@ -1,0 +1,134 @@
+"""The OJS binding over several aliases ("default" and "jobs2", the ``two_aliases`` fixture).
+
+A job enqueued on a queue of "jobs2" lives there; info, cancel, ack, nack and
+heartbeat find it by its OJS id on whichever alias holds it; a fetch claims from
+the alias of each queue asked; an id another alias's run holds is a duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from django_strait.models import JobRun
+from django_strait.ojs.ids import uuid7
+
+pytestmark = pytest.mark.django_db(databases=["default", "jobs2"], transaction=True)
+
+OJS = "application/openjobspec+json"
+
+
+@pytest.fixture
+def ojs(two_aliases, settings) -> Client:
+    settings.STRAIT = {**settings.STRAIT, "OJS_REQUIRE_AUTH": False}
+    return Client()
+
+
+def post(client: Client, path: str, body: Any) -> Any:
+    return client.post(path, data=json.dumps(body), content_type=OJS)
+
+
+def enqueue(client: Client, queue: str, **body: Any) -> dict[str, Any]:
+    response = post(client, "/ojs/v1/jobs", {"type": "mail.send", "args": [1],
+                                             "options": {"queue": queue}, **body})  # fmt: skip
+    assert response.status_code == 201, response.content
+    return response.json()["job"]
+
+
+def run_of(job: dict[str, Any]) -> JobRun:
+    for where in ("default", "jobs2"):
+        found = JobRun.objects.using(where).filter(ojs_id=job["id"]).first()
+        if found is not None:
+            return found
+    raise AssertionError(f"no run holds {job['id']}")
+
+
+def test_a_job_on_a_queue_of_the_second_alias__lives_there_and_is_read_by_its_id(ojs):
+    job = enqueue(ojs, "two")
+    assert run_of(job)._state.db == "jobs2" and run_of(job).pk > 2**48
+
+    response = ojs.get(f"/ojs/v1/jobs/{job['id']}")
+
+    assert response.status_code == 200, response.content
+    assert (response.json()["job"]["id"], response.json()["job"]["queue"]) == (job["id"], "two")
+
+
+def test_fetch_heartbeat_ack__serve_the_second_alias(ojs):
+    job = enqueue(ojs, "two")
+    here = enqueue(ojs, "default")
+
+    fetched = post(ojs, "/ojs/v1/workers/fetch",
+                   {"queues": ["default", "two"], "count": 5, "worker_id": "w1"})  # fmt: skip
+    assert fetched.status_code == 200, fetched.content
+    assert {j["id"] for j in fetched.json()["jobs"]} == {job["id"], here["id"]}
+
+    beat = post(ojs, "/ojs/v1/workers/heartbeat",
+                {"worker_id": "w1", "active_jobs": [job["id"], here["id"]]})  # fmt: skip
+    assert beat.status_code == 200, beat.content
+    assert set(beat.json()["jobs_extended"]) == {job["id"], here["id"]}
+
+    acked = post(ojs, "/ojs/v1/workers/ack", {"job_id": job["id"], "result": {"ok": 1}})
+    assert acked.status_code == 200, acked.content
+    assert acked.json()["state"] == "completed"
+    run = run_of(job)
+    assert (run._state.db, run.status, run.result) == ("jobs2", "completed", {"ok": 1})
+    assert run_of(here).status == "executing"
+
+
+def test_nack_and_cancel__find_the_run_on_its_alias(ojs):
+    job, other = enqueue(ojs, "two"), enqueue(ojs, "two")
+    post(ojs, "/ojs/v1/workers/fetch", {"queues": ["two"], "count": 1, "worker_id": "w1"})
+
+    nacked = post(ojs, "/ojs/v1/workers/nack",
+                  {"job_id": job["id"], "error": {"message": "no", "retryable": False}})  # fmt: skip
+    assert nacked.status_code == 200, nacked.content
+    assert (run_of(job)._state.db, run_of(job).status) == ("jobs2", "discarded")
+
+    canceled = ojs.delete(f"/ojs/v1/jobs/{other['id']}")
+    assert canceled.status_code == 200, canceled.content
+    assert run_of(other).status == "canceled"
+
+
+def test_an_id_held_on_another_alias__is_a_duplicate(ojs):
+    job = enqueue(ojs, "default")
+    response = post(ojs, "/ojs/v1/jobs", {"id": job["id"], "type": "mail.send", "args": [],
+                                          "options": {"queue": "two"}})  # fmt: skip
+    assert response.status_code == 409, response.content
+    assert not JobRun.objects.using("jobs2").exists()
+
+
+def test_a_batch__is_on_one_alias_or_refused(ojs):
+    jobs = [{"type": "mail.send", "args": [i], "options": {"queue": "two"}} for i in range(2)]
+    made = post(ojs, "/ojs/v1/jobs/batch", {"jobs": jobs})
+    assert made.status_code == 201, made.content
+    assert JobRun.objects.using("jobs2").count() == 2
+
+    mixed = [*jobs, {"type": "mail.send", "args": [3], "options": {"queue": "default"}}]
+    refused = post(ojs, "/ojs/v1/jobs/batch", {"jobs": mixed})
+    assert refused.status_code == 400, refused.content
+    assert "jobs[2].options.queue" in refused.content.decode()
+    assert JobRun.objects.using("default").count() == 0
+    assert JobRun.objects.using("jobs2").count() == 2
+
+    held = post(ojs, "/ojs/v1/jobs/batch", {"jobs": [
+        {"id": str(run_of({"id": made.json()["jobs"][0]["id"]}).ojs_id), "type": "mail.send",
+         "args": [], "options": {"queue": "default"}},
+        {"id": str(uuid7()), "type": "mail.send", "args": [], "options": {"queue": "default"}},
+    ]})  # fmt: skip
+    assert held.status_code == 409, held.content
+    assert JobRun.objects.using("default").count() == 0
+
+
+def test_progress__is_kept_on_the_runs_alias(ojs):
+    job = enqueue(ojs, "two")
+    post(ojs, "/ojs/v1/workers/fetch", {"queues": ["two"], "worker_id": "w1"})
+    path = f"/ojs/v1/jobs/{job['id']}/progress"
+
+    kept = ojs.put(path, data=json.dumps({"progress": 0.5, "worker_id": "w1"}), content_type=OJS)
+
+    assert kept.status_code == 200, kept.content
+    assert kept.json()["accepted"] is True and kept.json()["progress"] == 0.5
+    assert ojs.get(path).json()["progress"] == 0.5
