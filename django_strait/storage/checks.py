@@ -36,7 +36,9 @@ def check_storage(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
     return []
 
 
-@checks.register(TAG, checks.Tags.database)
+# Only with the database checks (``check --database``, ``migrate``): not among the app's
+# own, which must not touch a database (Django 6 runs those with every database listed).
+@checks.register(checks.Tags.database)
 def check_id_ranges(databases: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """W004: an alias's ids are not in its range, so an id would not say where its row lives.
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 from django.db import connections, transaction
@@ -35,8 +36,10 @@ QUEUE_STATE_CHANNEL = "django_strait_queue_state"
 
 _cache: dict[str, tuple[float, frozenset[str], frozenset[str]]] = {}
 _lock = threading.Lock()
-#: The aliases a listener of this process hears pauses and resumes on now.
-_listened: set[str] = set()
+#: The aliases a listener of this process hears pauses and resumes on now, with how many
+#: listeners: one that stops late (its thread ends after the next one began) takes back
+#: only its own, not the next one's.
+_listened: Counter[str] = Counter()
 
 
 def _kept(alias: str) -> tuple[float, frozenset[str], frozenset[str]]:
@@ -76,14 +79,20 @@ def forget() -> None:
 def listened(alias: str, holds: bool) -> None:
     """Say whether a listener of this process hears ``alias``'s pauses and resumes now.
 
-    The kept set is dropped either way: what was sent while nobody listened is lost.
+    The kept set is dropped when the alias goes from heard to not heard or back (what
+    was sent while nobody listened is lost); not when another listener of the same
+    alias comes or goes meanwhile.
     """
     with _lock:
+        heard = alias in _listened
         if holds:
-            _listened.add(alias)
+            _listened[alias] += 1
+        elif _listened[alias] > 1:
+            _listened[alias] -= 1
         else:
-            _listened.discard(alias)
-        _cache.clear()
+            del _listened[alias]
+        if heard != (alias in _listened):
+            _cache.clear()
 
 
 def unpaused(alias: str, queues: Sequence[str]) -> list[str]:

@@ -160,8 +160,11 @@ def test_while_its_listen_holds__the_paused_copy_is_kept_until_a_notify_drops_it
     from django_strait.models import QueueState
     from django_strait.storage import queues as queue_states
 
-    assert "default" in queue_states._listened
+    _await(lambda: "default" in queue_states._listened, "the worker's LISTEN")
     queue_states.set_paused("default", "held", True, timezone.now())
+    # The pause's own NOTIFY reaches the listener thread when it will: on a loaded
+    # machine after the read below, dropping the copy this test means to see kept.
+    _heard_so_far(queue_states)
     assert queue_states.paused("default") == {"held"}
     QueueState.objects.filter(name="held").update(paused_at=None)  # no NOTIFY: not heard
     time.sleep(queue_states.CACHE_SECS + 0.5)
@@ -169,3 +172,23 @@ def test_while_its_listen_holds__the_paused_copy_is_kept_until_a_notify_drops_it
 
     queue_states.listened("default", False)  # as a lost LISTEN says
     assert queue_states.paused("default") == frozenset()
+
+
+def _await(done, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"{what}: not after {timeout} s"
+        time.sleep(0.01)
+
+
+def _heard_so_far(queue_states) -> None:
+    """Return once the listener has handled every queue-state NOTIFY sent so far: a
+    marker sent after them drops the copy read here (notifications arrive in order)."""
+    from django_strait.storage.wakeup import QUEUE_STATE_CHANNEL
+
+    queue_states.paused("default")  # a copy for the marker to drop
+    seeded = queue_states._cache["default"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [QUEUE_STATE_CHANNEL, "marker"])
+    # Dropped, or dropped and read again by the woken worker: not the copy seeded.
+    _await(lambda: queue_states._cache.get("default") is not seeded, "the marker NOTIFY heard")
