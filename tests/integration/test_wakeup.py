@@ -36,6 +36,11 @@ def idle_worker():
     worker.stop()
     thread.join(30)
     assert not thread.is_alive()
+    # Its listener thread ends on its own a little later: the next test's worker must
+    # not share the process with it (it would drop that worker's paused-queue copy).
+    from django_strait.storage import queues as queue_states
+
+    _await(lambda: "default" not in queue_states._listened, "the listener's end")
 
 
 def wait_for(pk: int, status: str, timeout: float = 30.0) -> JobRun:
@@ -153,7 +158,9 @@ def test_resume_from_another_process__drops_the_paused_copy_and_wakes(idle_worke
     assert wait_for(run.pk, "completed", timeout=10).attempt == 1
 
 
-def test_while_its_listen_holds__the_paused_copy_is_kept_until_a_notify_drops_it(idle_worker):
+def test_while_its_listen_holds__the_paused_copy_is_kept_until_a_notify_drops_it(
+    idle_worker, monkeypatch
+):
     """An idle worker woken for one run claims it without reading the paused queues
     first: while its LISTEN holds, a pause or resume NOTIFYs it, so its copy is kept
     past CACHE_SECS; once the LISTEN is lost, the copy is dropped and read again."""
@@ -161,10 +168,14 @@ def test_while_its_listen_holds__the_paused_copy_is_kept_until_a_notify_drops_it
     from django_strait.storage import queues as queue_states
 
     _await(lambda: "default" in queue_states._listened, "the worker's LISTEN")
+    forgets = []
+    forget = queue_states.forget
+    monkeypatch.setattr(queue_states, "forget", lambda: (forgets.append(1), forget()))
     queue_states.set_paused("default", "held", True, timezone.now())
     # The pause's own NOTIFY reaches the listener thread when it will: on a loaded
     # machine after the read below, dropping the copy this test means to see kept.
-    _heard_so_far(queue_states)
+    # Two drops: set_paused's own, then the listener's on hearing it.
+    _await(lambda: len(forgets) >= 2, "the pause's NOTIFY heard")
     assert queue_states.paused("default") == {"held"}
     QueueState.objects.filter(name="held").update(paused_at=None)  # no NOTIFY: not heard
     time.sleep(queue_states.CACHE_SECS + 0.5)
@@ -179,16 +190,3 @@ def _await(done, what: str, timeout: float = 10.0) -> None:
     while not done():
         assert time.monotonic() < deadline, f"{what}: not after {timeout} s"
         time.sleep(0.01)
-
-
-def _heard_so_far(queue_states) -> None:
-    """Return once the listener has handled every queue-state NOTIFY sent so far: a
-    marker sent after them drops the copy read here (notifications arrive in order)."""
-    from django_strait.storage.wakeup import QUEUE_STATE_CHANNEL
-
-    queue_states.paused("default")  # a copy for the marker to drop
-    seeded = queue_states._cache["default"]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [QUEUE_STATE_CHANNEL, "marker"])
-    # Dropped, or dropped and read again by the woken worker: not the copy seeded.
-    _await(lambda: queue_states._cache.get("default") is not seeded, "the marker NOTIFY heard")
