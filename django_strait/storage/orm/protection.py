@@ -153,10 +153,11 @@ def _ledger_day(row: BudgetLedger) -> budgets.LedgerDay:
     )
 
 
-def reserve_budgets(
+def reserve_on_ledgers(
     alias: str, pending: Sequence[budgets.Pending], now: dt.datetime
-) -> budgets.Allocation:
-    """Reserve each run's cost in claim order with the ledger rows locked."""
+) -> tuple[budgets.Allocation, dict]:
+    """Allocate ``pending`` on their ledger days (locked) and add what each reserves;
+    return the allocation and the ledgers by project. The caller notes it on the runs."""
     ledgers = lock_ledgers(alias, sorted({p.project_id for p in pending}), budgets.today(now))
     out = budgets.allocate(pending, ledgers, now=now)
     warned = {ledger.project_id for ledger in out.crossed}
@@ -165,6 +166,14 @@ def reserve_budgets(
         if project_id in warned:
             changes["soft_warning_sent_at"] = now
         BudgetLedger.objects.using(alias).filter(pk=ledgers[project_id].id).update(**changes)
+    return out, ledgers
+
+
+def reserve_budgets(
+    alias: str, pending: Sequence[budgets.Pending], now: dt.datetime
+) -> budgets.Allocation:
+    """Reserve each run's cost in claim order with the ledger rows locked."""
+    out, _ledgers = reserve_on_ledgers(alias, pending, now)
     by_cost: dict[Decimal, list[int]] = {}
     for run_id, cost in out.reserved.items():
         by_cost.setdefault(cost, []).append(run_id)

@@ -25,7 +25,7 @@ from django.db.models.functions import Greatest
 from django_strait.models import BudgetLedger, BudgetReservation, JobRun, RunAttempt
 from django_strait.rules.resilience import budgets
 from django_strait.rules.states import RunStatus
-from django_strait.storage.orm.protection import lock_ledgers
+from django_strait.storage.orm.protection import reserve_on_ledgers
 
 ZERO = Decimal(0)
 
@@ -41,14 +41,7 @@ def reserve_for(
     with transaction.atomic(using=alias):
         _close(alias, source, [budgets.Spend(p.run_id, p.project_id, now, ZERO, ZERO, p.attempt)
                                for p in pending])  # fmt: skip
-        ledgers = lock_ledgers(alias, sorted({p.project_id for p in pending}), budgets.today(now))
-        out = budgets.allocate(pending, ledgers, now=now)
-        warned = {ledger.project_id for ledger in out.crossed}
-        for project_id, amount in out.added.items():
-            changes = {"reserved": F("reserved") + amount, "updated_at": now}
-            if project_id in warned:
-                changes["soft_warning_sent_at"] = now
-            BudgetLedger.objects.using(alias).filter(pk=ledgers[project_id].id).update(**changes)
+        out, ledgers = reserve_on_ledgers(alias, pending, now)
         rows = [
             BudgetReservation(
                 database=source,
