@@ -299,3 +299,15 @@ def test_workflow_runs__listed_opened_and_canceled_on_their_own_database(admin_c
     assert admin_client.post(cancel).status_code == 302
 
     assert WorkflowRun.objects.using("jobs2").get(pk=wr.pk).status == "canceled"
+
+
+def test_overview__a_queue_on_two_databases_is_one_row_summed(admin_client, two_aliases):
+    # Jobs of one queue may live on two aliases: the overview's queue table is per queue.
+    here = make_job("near-shared", queue="shared")
+    there = make_job("far-shared", queue="shared", using="jobs2")
+    make_run(here)
+    make_run(there)
+    make_run(there)
+    data = admin_client.get(OVERVIEW).context["overview"]
+    shared = [q for q in data.queues if q.queue == "shared"]
+    assert [(q.depth, q.due) for q in shared] == [(3, 3)]
