@@ -246,3 +246,78 @@ def test_a_cron__lives_on_its_queue_s_alias(ojs):
 
     assert ojs.delete("/ojs/v1/cron/nightly-two").status_code == 200
     assert Job.objects.using("jobs2").get(name="nightly-two").enabled is False
+
+
+# -- OJS workflows live on their jobs' alias ---------------------------------------------
+
+
+def test_a_chain_on_the_second_alias__runs_there_with_its_parents_results(ojs):
+    steps = [{"type": f"c.s{i}", "args": [i], "options": {"queue": "two"}} for i in range(2)]
+    made = post(ojs, "/ojs/v1/workflows", {"type": "chain", "steps": steps})
+    assert made.status_code == 201, made.content
+    flow = made.json()["workflow"]
+    from django_strait.models import WorkflowRun
+
+    assert WorkflowRun.objects.using("jobs2").get().workflow.name == f"ojs-{flow['id']}"
+    assert not WorkflowRun.objects.using("default").exists()
+
+    def fetch_one() -> dict[str, Any]:
+        got = post(ojs, "/ojs/v1/workers/fetch", {"queues": ["two"], "worker_id": "w1"})
+        [job] = got.json()["jobs"]
+        return job
+
+    first = fetch_one()
+    post(ojs, "/ojs/v1/workers/ack", {"job_id": first["id"], "result": {"r": 1}})
+    second = fetch_one()
+    assert second["parent_results"] == [{"r": 1}]
+    post(ojs, "/ojs/v1/workers/ack", {"job_id": second["id"], "result": {"r": 2}})
+
+    read = ojs.get(f"/ojs/v1/workflows/{flow['id']}").json()["workflow"]
+    assert read["state"] == "completed" and [s["state"] for s in read["steps"]] == [
+        "completed",
+        "completed",
+    ]
+
+
+def test_a_batch_on_the_second_alias__fires_its_callback_on_its_own_queue(ojs):
+    made = post(ojs, "/ojs/v1/workflows", {
+        "type": "batch", "name": "b",
+        "jobs": [{"type": "b.ok", "args": [], "options": {"queue": "two"}}],
+        "callbacks": {"on_complete": {"type": "b.done", "args": [], "options": {"queue": "default"}}},
+    })  # fmt: skip
+    assert made.status_code == 201, made.content
+    flow = made.json()["workflow"]
+    got = post(ojs, "/ojs/v1/workers/fetch", {"queues": ["two"], "worker_id": "w1"})
+    [job] = got.json()["jobs"]
+    post(ojs, "/ojs/v1/workers/ack", {"job_id": job["id"], "result": {}})
+
+    fired = post(ojs, "/ojs/v1/workers/fetch", {"queues": ["default"], "worker_id": "w1"})
+    assert [j["type"] for j in fired.json()["jobs"]] == ["b.done"]
+    read = ojs.get(f"/ojs/v1/workflows/{flow['id']}").json()["workflow"]
+    assert read["callbacks"]["on_complete"]["state"] == "active"
+
+
+def test_a_workflow_on_the_second_alias__is_cancelled_there(ojs):
+    steps = [{"type": f"c.s{i}", "args": [], "options": {"queue": "two"}} for i in range(2)]
+    flow = post(ojs, "/ojs/v1/workflows", {"type": "chain", "steps": steps}).json()["workflow"]
+
+    canceled = ojs.delete(f"/ojs/v1/workflows/{flow['id']}")
+
+    assert canceled.status_code == 200, canceled.content
+    assert canceled.json()["workflow"]["state"] == "cancelled"
+    from django_strait.models import WorkflowRun
+
+    assert WorkflowRun.objects.using("jobs2").get().status == "canceled"
+    assert run_of({"id": flow["steps"][0]["job_id"]}).status == "canceled"
+
+
+def test_a_workflow_over_two_databases__is_refused_naming_the_job(ojs):
+    steps = [{"type": "c.a", "args": [], "options": {"queue": "two"}},
+             {"type": "c.b", "args": [], "options": {"queue": "default"}}]  # fmt: skip
+    refused = post(ojs, "/ojs/v1/workflows", {"type": "chain", "steps": steps})
+    assert refused.status_code == 400, refused.content
+    assert "steps[1].options.queue" in refused.content.decode()
+    from django_strait.models import WorkflowRun
+
+    assert not WorkflowRun.objects.using("default").exists()
+    assert not WorkflowRun.objects.using("jobs2").exists()
