@@ -104,8 +104,8 @@ def _summed(parts: list[overview.Overview], names: tuple[str, ...]) -> overview.
         ),
         queues=_queues_summed(p.queues for p in parts),
         dead_letters=tuple(sorted(dead.items(), key=lambda r: (-r[1], r[0]))),
-        workers=tuple(w for p in parts for w in p.workers)[:50],
-        workers_alive=sum(p.workers_alive for p in parts),
+        workers=_one_per_process(w for p in parts for w in p.workers)[:50],
+        workers_alive=len({w.worker_id for p in parts for w in p.workers}),
     )
 
 
@@ -141,6 +141,15 @@ def _laggiest_per_minute(parts) -> dict[str, list[float | None]]:
             ]
         )
     return lag
+
+
+def _one_per_process(workers) -> tuple:
+    """A process serving several aliases has a row on each: it is one worker (the
+    first alias's row shows it)."""
+    seen: dict[str, object] = {}
+    for worker in workers:
+        seen.setdefault(worker.worker_id, worker)
+    return tuple(seen.values())
 
 
 def _added(counts) -> dict[str, int]:

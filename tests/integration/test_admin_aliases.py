@@ -354,3 +354,26 @@ def test_job_list__health_and_circuit_of_jobs_off_the_control_database_are_read_
              endpoint_url=url)  # fmt: skip
     near = admin_client.get(JOBS, {"database": control}).content.decode()
     assert health_cell(url, control) in near and "strait-circuit-open" in near
+
+
+def test_overview__a_process_serving_two_databases_is_one_worker(admin_client, two_aliases):
+    from django.utils import timezone
+
+    from django_strait.models import WorkerProcess
+
+    now = timezone.now()
+
+    def beat(worker_id: str, using: str) -> None:
+        WorkerProcess.objects.using(using).create(
+            worker_id=worker_id, host="h", pid=1, concurrency=10, started_at=now, last_seen_at=now
+        )
+
+    beat("fleet-1", "default")
+    beat("fleet-1", "jobs2")  # the same process, registered on each alias it serves
+    beat("only-two", "jobs2")
+    response = admin_client.get(OVERVIEW)
+    data = response.context["overview"]
+    assert data.workers_alive == 2
+    assert sorted(w.worker_id for w in data.workers) == ["fleet-1", "only-two"]
+    rows = {row.alias: row.workers_alive for row in response.context["per_database"]}
+    assert rows == {"default": 1, "jobs2": 2}
