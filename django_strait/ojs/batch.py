@@ -35,15 +35,16 @@ def enqueue_batch(requests: Sequence[inputs.Enqueue]) -> list[JobRun]:
     for one in requests:
         if one.rate_limit is not None:
             queue_states.set_rate_limit(using, one.queue, *one.rate_limit)
-    if placed():
-        _refuse_held_elsewhere(requests, using)
     try:
-        with transaction.atomic(using=using):
-            runs: list[JobRun | None] = [None] * len(requests)
-            for members in _groups(requests).values():
-                made = _enqueue_group(requests, members, using)
-                for i, run in zip(members, made, strict=True):
-                    runs[i] = run
+        with placed_ojs.ids_held(placed_ojs.chosen(requests)):
+            if placed():
+                _refuse_held_elsewhere(requests, using)
+            with transaction.atomic(using=using):
+                runs: list[JobRun | None] = [None] * len(requests)
+                for members in _groups(requests).values():
+                    made = _enqueue_group(requests, members, using)
+                    for i, run in zip(members, made, strict=True):
+                        runs[i] = run
     except IntegrityError:  # an id held by a run of another type
         raise errors.duplicate(_taken(requests, using)) from None
     return [run for run in runs if run is not None]
@@ -68,7 +69,7 @@ def _groups(requests: Sequence[inputs.Enqueue]) -> dict[tuple, list[int]]:
 
 def _refuse_held_elsewhere(requests: Sequence[inputs.Enqueue], using: str) -> None:
     for one in requests:
-        if placed_ojs.held_elsewhere(one.id, using):
+        if one.chosen_id and placed_ojs.held_elsewhere(one.id, using):
             raise errors.duplicate(str(one.id))
 
 

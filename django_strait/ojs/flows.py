@@ -25,7 +25,7 @@ from django.utils import timezone
 from django_strait.api.auth import QueueScope
 from django_strait.database import alias_for_id, alias_for_queue, aliases
 from django_strait.models import JobRun, StepRunStatus, WorkflowRun, WorkflowStepRun
-from django_strait.ojs import errors, inputs
+from django_strait.ojs import errors, inputs, placed
 from django_strait.ojs.ids import parse_any, uuid7
 from django_strait.ojs.present import stamp
 from django_strait.ojs.states import ojs_state
@@ -163,6 +163,12 @@ def create(wanted: Plan) -> WorkflowRun:
     ident = uuid7()
     key = "steps" if wanted.kind == "chain" else "jobs"
     using = _alias_of(wanted.jobs, key)
+    with placed.ids_held(placed.chosen(wanted.jobs)):
+        _refuse_repeated_ids(wanted.jobs)  # again, now that no other enqueue of them runs
+        return _create(wanted, ident, key, using)
+
+
+def _create(wanted: Plan, ident: Any, key: str, using: str) -> WorkflowRun:
     steps = []
     for i, job in enumerate(wanted.jobs):
         external_job(job.type, using)

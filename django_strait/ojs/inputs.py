@@ -57,6 +57,8 @@ class Enqueue:
     unique: Policy | None = None
     #: ``options.rate_limit`` as (most starts, per seconds): the queue's limit from now on.
     rate_limit: tuple[int, float] | None = None
+    #: Whether the client chose ``id`` (else the server made it, a UUIDv7 no other meets).
+    chosen_id: bool = False
 
 
 def job_request(body: Any, prefix: str = "") -> Enqueue:
@@ -124,6 +126,7 @@ def _with_options(
         envelope=envelope,
         unique=unique,
         rate_limit=_rate_limit(options.get("rate_limit"), f"{opt}rate_limit"),
+        chosen_id=body.get("id") is not None,
     )
 
 

@@ -4,7 +4,9 @@ list and count over every alias.
 An OJS job id is a UUIDv7 in ``JobRun.ojs_id``, unique on each alias (its unique
 index). It does not say its alias, as a run's integer id does: a read, a cancel,
 an ack, a nack or a heartbeat looks it up on each alias, the first first (one
-index lookup each). An enqueue refuses an id another alias's run holds. With one
+index lookup each). An enqueue refuses an id another alias's run holds; no index
+spans two databases, so an enqueue of ids a client chose checks and inserts them
+while it holds their locks on the control database (``ids_held``). With one
 alias each of these is the one query it always was.
 
 Lists (dead letters, the admin API's jobs) and counts (queue and dead-letter
@@ -16,14 +18,17 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connections, transaction
 from django.db.models import QuerySet
 
 from django_strait.api.pagination import one
-from django_strait.database import alias_for_queue, aliases
+from django_strait.database import alias_for_queue, aliases, control_alias, placed
 from django_strait.models import JobRun
 from django_strait.ojs import errors
 from django_strait.storage.rows import read
@@ -38,18 +43,49 @@ def find_run(key: Any) -> JobRun | None:
     return None
 
 
+def chosen(requests: Iterable[Any]) -> list[Any]:
+    """The OJS ids among ``requests`` (``inputs.Enqueue``) that their client chose."""
+    return [r.id for r in requests if r.chosen_id]
+
+
 def held_elsewhere(key: Any, using: str) -> str | None:
     """The alias other than ``using`` whose run holds OJS id ``key``; None if none.
 
-    Checked before the insert: two enqueues of one id on two aliases at the same
-    instant could both pass (no index spans two databases). Ids the server makes
-    (UUIDv7) never meet; a client that chooses ids and sends one twice at once to
-    queues of two databases can get two runs.
+    Checked before the insert, inside ``ids_held(key)``: two enqueues of one id on
+    two aliases at once take turns, and the second finds the first's run.
     """
     for where in aliases():
         if where != using and JobRun.objects.using(where).filter(ojs_id=key).exists():
             return where
     return None
+
+
+#: The advisory locks' first key (``'OJS1'``); the second is one of ``ID_LOCKS`` buckets.
+ID_LOCK_SPACE = 0x4F4A5331
+#: Buckets an OJS id's lock falls in: a batch of ids takes at most this many locks.
+ID_LOCKS = 256
+
+
+@contextmanager
+def ids_held(keys: Iterable[Any]) -> Iterator[None]:
+    """Hold the locks of OJS ids ``keys`` (those a client chose) while checking that no
+    other alias holds them and inserting them; given back when the block ends, after
+    the insert has committed (or in its transaction, when it is the control database's).
+
+    Several aliases only, with PostgreSQL as the control database: a transaction
+    advisory lock per bucket of ids there, taken in the buckets' order so that two
+    batches never wait on each other in a circle. With one alias the unique index
+    does it; with an SQLite control database nothing is held (documented).
+    """
+    given = [k for k in keys if isinstance(k, uuid.UUID)]
+    control = control_alias()
+    if not given or not placed() or connections[control].vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic(using=control), connections[control].cursor() as cursor:
+        for bucket in sorted({k.int % ID_LOCKS for k in given}):
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [ID_LOCK_SPACE, bucket])
+        yield
 
 
 def by_alias(queues: Iterable[str]) -> dict[str, list[str]]:

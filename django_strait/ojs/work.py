@@ -181,8 +181,15 @@ def _enqueue(request: inputs.Enqueue) -> JobRun:
         )
     using = alias_for_queue(request.queue)  # the queue's alias holds the run, and its job
     job = external_job(request.type, using)
-    if placed_aliases() and request.id is not None and placed.held_elsewhere(request.id, using):
-        raise errors.duplicate(str(request.id))
+    with placed.ids_held(placed.chosen([request])):
+        if placed_aliases() and request.chosen_id and placed.held_elsewhere(request.id, using):
+            raise errors.duplicate(str(request.id))
+        run = _trigger(request, job, using)
+    run.job = job
+    return run
+
+
+def _trigger(request: inputs.Enqueue, job: Job, using: str) -> JobRun:
     try:
         run = trigger_external(
             job.name,
@@ -204,7 +211,6 @@ def _enqueue(request: inputs.Enqueue) -> JobRun:
         raise errors.duplicate(str(request.id)) from None
     if run.idempotency_hit:
         raise errors.duplicate(str(request.id))
-    run.job = job
     return run
 
 

@@ -321,3 +321,60 @@ def test_a_workflow_over_two_databases__is_refused_naming_the_job(ojs):
 
     assert not WorkflowRun.objects.using("default").exists()
     assert not WorkflowRun.objects.using("jobs2").exists()
+
+
+# -- an id a client chose: one run over every alias, also when two enqueues race -----
+
+
+@pytest.mark.parametrize("path", ["/ojs/v1/jobs", "/ojs/v1/jobs/batch"])
+def test_a_chosen_id__waits_for_another_enqueue_of_it_then_is_a_duplicate(ojs, path):
+    """An enqueue of an id the client chose checks the other aliases and inserts while
+    it holds the id's lock on the control database. Here the test holds that lock, as
+    another enqueue of the id would, and makes that enqueue's run on "default": the
+    enqueue to "two" waits, then finds it and answers 409, and "jobs2" holds no run."""
+    import threading
+
+    from django.db import connection
+
+    from django_strait.ojs import placed
+    from tests.conftest import psycopg_connection, wait_for_a_lock_wait
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the id's lock is PostgreSQL's (an SQLite control database holds none)")
+    key = uuid7()
+    job = {"id": str(key), "type": "mail.send", "args": [], "options": {"queue": "two"}}
+    body = job if path == "/ojs/v1/jobs" else {"jobs": [job]}
+    answered: list[Any] = []
+
+    def enqueue_there() -> None:
+        try:
+            answered.append(post(Client(), path, body))
+        finally:
+            from django.db import connections
+
+            connections.close_all()
+
+    with psycopg_connection(autocommit=True) as other:
+        other.execute(
+            "SELECT pg_advisory_lock(%s, %s)", [placed.ID_LOCK_SPACE, key.int % placed.ID_LOCKS]
+        )
+        racing = threading.Thread(target=enqueue_there)
+        racing.start()
+        try:
+            wait_for_a_lock_wait()
+            assert answered == []  # it waits for the id's lock
+            # The other enqueue's run, on "default" (made here: an enqueue would wait too).
+            from tests.integration.factories import make_job, make_run
+
+            here = make_run(make_job("mail.near", queue="default"), ojs_id=key)
+        finally:
+            other.execute(
+                "SELECT pg_advisory_unlock(%s, %s)",
+                [placed.ID_LOCK_SPACE, key.int % placed.ID_LOCKS],
+            )
+            racing.join(30)
+    assert not racing.is_alive()
+    [response] = answered
+    assert response.status_code == 409, response.content
+    assert JobRun.objects.using("default").get(ojs_id=key).pk == here.pk
+    assert not JobRun.objects.using("jobs2").filter(ojs_id=key).exists()
