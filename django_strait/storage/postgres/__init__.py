@@ -286,5 +286,5 @@ def _record_columns(batch: RecordBatch) -> dict[str, Any]:
         "excerpt": [r.response_excerpt for r in recs],
         "job_id": [r.job_id for r in recs],
         "cost": [r.spent for r in recs],
-        "worker": batch.worker_id,
+        "worker": [batch.worker_of(r) for r in recs],
     }

@@ -173,18 +173,19 @@ WHERE u.id NOT IN (SELECT run_id FROM extended);
 -- that attempt, and its attempt row is appended. The parts of the record (record.*
 -- below) follow as more CTEs: each reads v (the records) and u (the runs that moved).
 -- A part with rows to return (record.<part>.returned) adds them with UNION ALL, without
--- a run id (id NULL), its row as JSON text in the status column.
+-- a run id (id NULL), its row as JSON text in the status column. Each record names the
+-- worker that holds its attempt (one worker's batch, or an OJS server's acks of many).
 WITH v AS (
-    SELECT *, 'executing'::varchar AS expected, %(worker)s::varchar AS worker FROM unnest(
+    SELECT *, 'executing'::varchar AS expected FROM unnest(
         %(id)s::bigint[], %(attempt)s::integer[], %(status)s::varchar[],
         %(available_at)s::timestamptz[], %(result)s::text[], %(error)s::text[],
         %(error_type)s::varchar[], %(endpoint)s::varchar[], %(started_at)s::timestamptz[],
         %(finished_at)s::timestamptz[], %(duration_ms)s::integer[], %(outcome)s::varchar[],
         %(status_code)s::integer[], %(excerpt)s::text[], %(job_id)s::bigint[],
-        %(cost)s::numeric[]
+        %(cost)s::numeric[], %(worker)s::varchar[]
     ) AS v(id, attempt, status, available_at, result, last_error, error_type, endpoint,
            started_at, finished_at, duration_ms, outcome, status_code, response_excerpt,
-           job_id, cost)
+           job_id, cost, worker)
 ),
 u AS (
     UPDATE django_strait_jobrun AS r SET
@@ -208,7 +209,7 @@ a AS (
     INSERT INTO django_strait_runattempt (run_id, number, endpoint, started_at, finished_at,
         duration_ms, outcome, status_code, error_type, error, response_excerpt, worker)
     SELECT v.id, v.attempt, v.endpoint, v.started_at, v.finished_at, v.duration_ms,
-        v.outcome, v.status_code, v.error_type, v.last_error, v.response_excerpt, %(worker)s
+        v.outcome, v.status_code, v.error_type, v.last_error, v.response_excerpt, v.worker
     FROM v JOIN u ON u.id = v.id
 )
 /*parts*/
