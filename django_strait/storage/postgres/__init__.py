@@ -154,17 +154,22 @@ class PostgresStorage(
         return taken
 
     def fetch_external(
-        self, worker_id: str, *, queue: str, limit: int, visible_ms: int
+        self, slots: Sequence[tuple[str, int]], *, queue: str
     ) -> tuple[list[tuple], bool]:
-        """Claim and start up to ``limit`` plain runs of ``queue`` in one statement (queries.sql,
-        "fetch_external"); return their rows, in claim order, and whether a run that is not
-        plain blocked it (then nothing changed). PostgreSQL only: the OJS fast door's fetch.
+        """Claim and start up to ``len(slots)`` plain runs of ``queue`` in one statement
+        (queries.sql, "fetch_external"): the n-th run in claim order is held by
+        ``slots[n]``'s worker, visible for its milliseconds. Return the rows in claim
+        order, each led by its slot's index, and whether a run that is not plain
+        blocked it (then nothing changed). PostgreSQL only: the OJS fast door's fetch
+        (several workers' fetches of one queue in one statement).
         """
-        params = {"worker": worker_id, "queue": queue, "limit": limit, "visible_ms": visible_ms}
+        params = {"limit": len(slots), "queue": queue,
+                  "workers": [worker for worker, _ in slots],
+                  "visible_ms": [visible for _, visible in slots]}  # fmt: skip
         rows = self._execute(queries.fetch_external(self._partitioned()), params)
         blocked = bool(rows and rows[0][-2])
-        started = [row[:-2] for row in rows if row[0] is not None]
-        started.sort(key=lambda row: (-row[4], row[8], row[0]))  # priority, due time, id
+        started = [(row[0] - 1, *row[1:-2]) for row in rows if row[0] is not None]
+        started.sort()  # by slot: claim order (priority, due time, id)
         return started, blocked
 
     def set_external_envelopes(self, envelopes: Sequence[Envelope]) -> None:

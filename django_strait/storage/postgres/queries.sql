@@ -560,7 +560,9 @@ RETURNING r.id;
 -- name: fetch_external
 -- An OJS fetch of plain runs in one statement (docs/ojs.md): up to %(limit)s due queued
 -- runs of one queue whose job is an enabled external-worker job go straight to
--- executing for %(worker)s (attempt + 1, started now), visible for %(visible_ms)s ms.
+-- executing (attempt + 1, started now), for one or several fetches at once: the n-th
+-- run in claim order goes to slot n, whose worker (%(workers)s[n]) holds it, visible for
+-- %(visible_ms)s[n] ms; each row returns its slot first.
 -- Only if every run chosen is plain: it has its OJS id, is no workflow's step (its body
 -- carries its parents' results), and its envelope names no
 -- expires_at, visibility_timeout_ms or timeout_ms (those are read in Python, where an
@@ -569,7 +571,8 @@ RETURNING r.id;
 -- ordinary way (claim_external, start, deadlines). The run columns are what a job body
 -- needs (ojs.hot); its commit is the claim's (no flush wait unless there are synchronous standbys).
 WITH due AS (
-    SELECT id, (ojs_id IS NOT NULL AND workflow_step_run_id IS NULL AND NOT (COALESCE(ojs, '{}'::jsonb)
+    SELECT id, priority, available_at,
+           (ojs_id IS NOT NULL AND workflow_step_run_id IS NULL AND NOT (COALESCE(ojs, '{}'::jsonb)
                 ?| ARRAY['expires_at', 'visibility_timeout_ms', 'timeout_ms'])) AS plain
     FROM django_strait_jobrun
     WHERE status = 'queued' AND available_at <= now() AND queue = %(queue)s
@@ -579,14 +582,20 @@ WITH due AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
+slots AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, available_at, id)::integer AS n
+    FROM due
+),
 blocked AS (SELECT EXISTS (SELECT FROM due WHERE NOT due.plain) AS blocked),
 started AS (
     UPDATE django_strait_jobrun AS r
     SET status = 'executing', attempt = r.attempt + 1, started_at = now(),
-        visible_until = now() + %(visible_ms)s * interval '1 millisecond',
-        claimed_by = %(worker)s, dequeued_at = now(), heartbeat_at = now(), updated_at = now()
-    /*claimed_by_id*/ AND NOT (SELECT blocked FROM blocked)
-    RETURNING r.id, r.job_id, r.status, r.queue, r.priority, r.attempt,
+        visible_until = now() + (%(visible_ms)s::integer[])[s.n] * interval '1 millisecond',
+        claimed_by = (%(workers)s::varchar[])[s.n], dequeued_at = now(), heartbeat_at = now(),
+        updated_at = now()
+    FROM slots AS s
+    WHERE r.id = s.id /*by_id*/ AND NOT (SELECT blocked FROM blocked)
+    RETURNING s.n, r.id, r.job_id, r.status, r.queue, r.priority, r.attempt,
               r.attempts_before_replay, r.max_attempts, r.available_at, r.created_at,
               r.started_at, r.finished_at, r.claimed_by, r.last_error, r.error_type, r.ojs_id,
               r.workflow_step_run_id,
