@@ -24,10 +24,11 @@ without holding a thread.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,8 +101,22 @@ class Call:
         if given and len(given) <= 200 and given.isprintable():
             return given
         if not self._request_id:
-            self._request_id = f"req_{uuid.uuid4().hex}"
+            self._request_id = new_request_id()
         return self._request_id
+
+
+_request_ids = itertools.count()
+_request_prefix = (0, "")
+
+
+def new_request_id() -> str:
+    """``req_`` and 32 hex digits, unique across processes: 16 random ones per process (made
+    again in a forked child), then a counter; cheaper than a uuid4 per request."""
+    global _request_prefix
+    pid = os.getpid()
+    if _request_prefix[0] != pid:
+        _request_prefix = (pid, os.urandom(8).hex())
+    return f"req_{_request_prefix[1]}{next(_request_ids) % 2**64:016x}"
 
 
 class _Headers:
@@ -474,7 +489,7 @@ async def _read_body(receive: Callable, declared: str) -> tuple[bytes, bool]:
 
 def _not_found(scope: dict) -> dict[str, Any]:
     error = OjsError(404, "not_found", f"no OJS endpoint at {scope.get('path', '')}")
-    return error.body(f"req_{uuid.uuid4().hex}")
+    return error.body(new_request_id())
 
 
 async def _send(send: Callable, status: int, data: Any, headers: Mapping[str, str]) -> None:
