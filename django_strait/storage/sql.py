@@ -19,6 +19,23 @@ _direct: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 _worker_plans: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
 
+def text_array(values: Iterable[str | None]) -> str:
+    """``values`` as one PostgreSQL array literal (each quoted and escaped, None as NULL),
+    for a parameter cast to an array type (``%s::text[]``, ``::jsonb[]``, ``::uuid[]``).
+
+    psycopg adapts a list element by element in Python; a thousand JSON texts took it
+    ~10 ms, this ~0.5 ms (an OJS batch enqueue sends four such arrays).
+    """
+    return (
+        "{"
+        + ",".join(
+            "NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            for v in values
+        )
+        + "}"
+    )
+
+
 @contextlib.contextmanager
 def server_bound_cursor(connection: Any) -> Iterator[Any]:
     """A psycopg cursor that sends parameters apart from the query.

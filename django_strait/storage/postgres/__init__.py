@@ -29,7 +29,6 @@ from django_strait.rules import bounds
 from django_strait.storage import common
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.moves import is_moved_row, retry_moved
-from django_strait.storage.orm import external
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
 from django_strait.storage.parts import RecordPart, following_parts, note
@@ -46,6 +45,7 @@ from django_strait.storage.shared import (
     SharedRunVerbs,
     SharedWorkflowVerbs,
 )
+from django_strait.storage.sql import text_array
 from django_strait.storage.values import (
     Claimed,
     Envelope,
@@ -176,9 +176,17 @@ class PostgresStorage(
         """One UPDATE from arrays for a whole batch's new runs (ids, envelopes, due times)."""
         if not envelopes:
             return
-        rows = external.envelope_rows(connections[self.alias], envelopes)
-        params = {"ojs_id": [r[0] for r in rows], "ojs": [r[1] for r in rows],
-                  "due": [r[2] for r in rows], "ids": [r[3] for r in rows]}  # fmt: skip
+        due = JobRun._meta.get_field("available_at")
+        connection = connections[self.alias]
+        # Array literals: psycopg adapts a list element by element (sql.text_array).
+        params = {
+            "ojs_id": text_array(None if e.ojs_id is None else str(e.ojs_id) for e in envelopes),
+            "ojs": text_array(
+                None if e.envelope is None else json.dumps(e.envelope) for e in envelopes
+            ),  # fmt: skip
+            "due": [due.get_db_prep_save(e.due, connection) for e in envelopes],
+            "ids": "{" + ",".join(str(int(e.run_id)) for e in envelopes) + "}",
+        }
         self._execute(queries.get("envelopes"), params)
 
     def set_deadlines(

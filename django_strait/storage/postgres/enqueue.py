@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from django_strait.models import Job, JobRun
 from django_strait.storage import columns
-from django_strait.storage.sql import server_bound_cursor
+from django_strait.storage.sql import server_bound_cursor, text_array
 
 #: Columns trigger() sets itself (or reads from the job row) in insert_by_name.
 _BY_NAME = ("payload", "idempotency_key", "job", "queue", "priority", "available_at")
@@ -162,7 +162,8 @@ def insert_many(
             chunk = list(texts[start : start + batch_size])
             chunk_keys = list(keys[start : start + batch_size]) if keys else [None] * len(chunk)
             job = [template.job_id] if keys else []
-            cursor.execute(sql, [*constant.values(), chunk, chunk_keys, *job])
+            arrays = [text_array(chunk), text_array(chunk_keys)]
+            cursor.execute(sql, [*constant.values(), *arrays, *job])
             rows = cursor.fetchall()
             ids = [row[0] for row in rows]
             if not keys:
