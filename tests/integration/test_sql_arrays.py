@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from decimal import Decimal
 
 import pytest
 from django.db import connection
@@ -42,3 +44,22 @@ def test_text_array__json_texts_cast_to_jsonb_keep_their_values(pg):
         )
         got = [row[0] for row in cursor.fetchall()]
     assert [None if g is None else json.loads(g) for g in got] == objects
+
+
+def test_text_array__numbers_times_and_decimals_read_back_as_their_types(pg):
+    moment = dt.datetime(2026, 11, 29, 5, 52, 1, 123456, tzinfo=dt.UTC)
+    plus_two = moment.astimezone(dt.timezone(dt.timedelta(hours=2)))
+    with server_bound_cursor(pg) as cursor:
+        cursor.execute(
+            "SELECT %s::bigint[], %s::timestamptz[], %s::numeric[], %s::integer[]",
+            [
+                text_array([2**62, -1, None]),
+                text_array([moment, plus_two, None]),
+                text_array([Decimal("0.000001"), Decimal("12.5"), None]),
+                text_array([None, 0]),
+            ],
+        )
+        ids, moments, costs, codes = cursor.fetchone()
+    assert ids == [2**62, -1, None]
+    assert moments == [moment, moment, None]
+    assert costs == [Decimal("0.000001"), Decimal("12.5"), None] and codes == [None, 0]

@@ -280,24 +280,25 @@ class PostgresStorage(
 
 
 def _record_columns(batch: RecordBatch) -> dict[str, Any]:
-    """The records as one array per column: a constant statement, and fast to adapt."""
+    """The records as one array per column, each as one literal (``sql.text_array``): a
+    constant statement, and fast to adapt."""
     recs = batch.records
     return {
-        "id": [r.run_id for r in recs],
-        "attempt": [r.attempt for r in recs],
-        "status": [r.transition.target for r in recs],
-        "available_at": [r.available_at for r in recs],
-        "result": [None if r.result is None else json.dumps(r.result) for r in recs],
-        "error": [r.error for r in recs],
-        "error_type": [r.error_type for r in recs],
-        "endpoint": [r.endpoint for r in recs],
-        "started_at": [r.started_at for r in recs],
-        "finished_at": [r.finished_at for r in recs],
-        "duration_ms": [r.duration_ms for r in recs],
-        "outcome": [r.outcome for r in recs],
-        "status_code": [r.status_code for r in recs],
-        "excerpt": [r.response_excerpt for r in recs],
-        "job_id": [r.job_id for r in recs],
-        "cost": [r.spent for r in recs],
-        "worker": [batch.worker_of(r) for r in recs],
+        "id": text_array(r.run_id for r in recs),
+        "attempt": text_array(r.attempt for r in recs),
+        "status": text_array(r.transition.target for r in recs),
+        "available_at": text_array(r.available_at for r in recs),
+        "result": text_array(None if r.result is None else json.dumps(r.result) for r in recs),
+        "error": text_array(r.error for r in recs),
+        "error_type": text_array(r.error_type for r in recs),
+        "endpoint": text_array(r.endpoint for r in recs),
+        "started_at": text_array(r.started_at for r in recs),
+        "finished_at": text_array(r.finished_at for r in recs),
+        "duration_ms": text_array(r.duration_ms for r in recs),
+        "outcome": text_array(r.outcome for r in recs),
+        "status_code": text_array(r.status_code for r in recs),
+        "excerpt": text_array(r.response_excerpt for r in recs),
+        "job_id": text_array(r.job_id for r in recs),
+        "cost": text_array(r.spent for r in recs),
+        "worker": text_array(batch.worker_of(r) for r in recs),
     }
