@@ -164,8 +164,8 @@ class PostgresStorage(
         (several workers' fetches of one queue in one statement).
         """
         params = {"limit": len(slots), "queue": queue,
-                  "workers": [worker for worker, _ in slots],
-                  "visible_ms": [visible for _, visible in slots]}  # fmt: skip
+                  "workers": text_array(worker for worker, _ in slots),
+                  "visible_ms": text_array(visible for _, visible in slots)}  # fmt: skip
         rows = self._execute(queries.fetch_external(self._partitioned()), params)
         blocked = bool(rows and rows[0][-2])
         started = [(row[0] - 1, *row[1:-2]) for row in rows if row[0] is not None]
