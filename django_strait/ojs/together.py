@@ -82,7 +82,7 @@ class Together(Generic[T, R]):
             answers: Sequence[Any] = self._run([w.item for w in batch])
             if len(answers) != len(batch):
                 raise RuntimeError(f"{len(answers)} answers to a batch of {len(batch)}")
-        except Exception as exc:
+        except BaseException as exc:  # each caller raises it; none is left waiting
             answers = [exc] * len(batch)
         # The next batch first, so that its statement is on its way while these answer.
         with self._lock:
