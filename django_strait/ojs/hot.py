@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
+from django.db.models.base import ModelState
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
@@ -116,6 +117,14 @@ class Run:
     @property
     def pk(self) -> int:
         return self.id  # type: ignore[no-any-return]
+
+    @property
+    def _state(self) -> ModelState:
+        """Where the run was read, as a model's ``_state.db`` says (what reads runs of any
+        alias asks it): the fast door's runs are the one alias's (``usable``)."""
+        state = ModelState()
+        state.db, state.adding = backend().alias, False
+        return state
 
     def twin(self) -> Run:
         """A copy an ack may change (the job shared: read only here)."""
