@@ -9,8 +9,8 @@ The SDK (openjobspec, github.com/openjobspec/ojs-python-sdk) is never part of th
 repository: install it in a virtualenv of its own (it imports ``cryptography``
 without declaring it). Each rep queues N runs of an external job, then runs one SDK
 ``Worker`` (this file under ``--sdk-python``, with ``--drain``) until its handler
-has run N times and every ack is answered: jobs/s, and the server's CPU per job
-(heartbeats included). The SDK reads a body only in ``application/json``
+has run N times and every ack is answered: jobs/s, the server's CPU per job
+(heartbeats included) and the SDK process's own CPU per job. The SDK reads a body only in ``application/json``
 (docs/ojs.md), so the servers answer in that type here.
 """
 
@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 JOB = "bench.external"
 
 
-async def drain(url: str, key: str, n: int, concurrency: int) -> float:
-    """In the SDK's interpreter: one SDK worker handles ``n`` jobs; return jobs/s."""
+async def drain(url: str, key: str, n: int, concurrency: int) -> dict:
+    """In the SDK's interpreter: one SDK worker handles ``n`` jobs; return jobs/s and
+    the SDK process's own CPU per job (its HTTP client, event loop and job handling)."""
     import ojs  # the SDK: installed in --sdk-python's environment only
 
     worker = ojs.Worker(url, queues=["default"], concurrency=concurrency, poll_interval=0.05,
@@ -42,7 +43,7 @@ async def drain(url: str, key: str, n: int, concurrency: int) -> float:
         nonlocal done
         done += 1
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     running = asyncio.create_task(worker.start())
     while done < n:
         await asyncio.sleep(0.005)
@@ -50,10 +51,10 @@ async def drain(url: str, key: str, n: int, concurrency: int) -> float:
             raise SystemExit(f"the SDK worker stopped after {done} jobs")
     while worker._active_jobs:  # the last acks
         await asyncio.sleep(0.002)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     await worker.stop()
     await asyncio.wait_for(running, 30)
-    return n / elapsed
+    return {"jobs_per_s": n / elapsed, "sdk_cpu_ms_per_job": cpu * 1000 / n}
 
 
 def main() -> None:
@@ -66,7 +67,7 @@ def main() -> None:
     ap.add_argument("--drain", nargs=2, metavar=("URL", "KEY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.drain:
-        print(asyncio.run(drain(*args.drain, args.n, args.concurrency)))
+        print(json.dumps(asyncio.run(drain(*args.drain, args.n, args.concurrency))))
         return
     os.environ["STRAIT_OJS_CONTENT_TYPE"] = "application/json"  # inherited by the servers
     sys.path.insert(0, str(ROOT))
@@ -100,9 +101,11 @@ def main() -> None:
                     capture_output=True, text=True, timeout=1800,
                 )  # fmt: skip
                 cpu = server_cpu(server) - cpu
-                rate = float(ran.stdout) if ran.returncode == 0 else ran.stderr[-500:]
+                drained = (
+                    json.loads(ran.stdout) if ran.returncode == 0 else {"error": ran.stderr[-500:]}
+                )
                 out.setdefault(kind, []).append(
-                    {"jobs_per_s": rate, "server_cpu_ms_per_job": cpu * 1000 / args.n}
+                    {**drained, "server_cpu_ms_per_job": cpu * 1000 / args.n}
                 )
         finally:
             stop(server)

@@ -2,7 +2,9 @@
 
 Lists annotate each row with its endpoint's circuit state and health (one
 subquery each on the unique ``endpoint_url``, so a page of any length stays one
-query), and read the sparklines of a page's endpoints in one query.
+query), and read the sparklines of a page's endpoints in one query. Over several
+databases, a list of rows off the control database (where circuits and health
+live) reads them there for the page's rows instead (:func:`read_protection`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import CharField, FloatField, OuterRef, Subquery, Value
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
@@ -56,6 +58,47 @@ def health_annotation(url_field: str = "endpoint_url") -> dict[str, Subquery]:
     failure = Subquery(rows.values("failure_rate")[:1])
     return {HEALTH_SCORE: score, HEALTH_LEVEL: level, HEALTH_SUCCESS: success,
             HEALTH_FAILURE: failure}  # fmt: skip
+
+
+def unread_annotation() -> dict[str, Value]:
+    """The annotations above, empty: for rows whose database does not hold circuits and
+    health (several databases); :func:`read_protection` fills them in for a page."""
+    text, number = CharField(), FloatField()
+    return {
+        CIRCUIT_STATE: Value(None, output_field=text),
+        HEALTH_SCORE: Value(None, output_field=number),
+        HEALTH_LEVEL: Value(None, output_field=text),
+        HEALTH_SUCCESS: Value(None, output_field=number),
+        HEALTH_FAILURE: Value(None, output_field=number),
+    }
+
+
+def read_protection(rows: Iterable[object], using: str, url_field: str = "endpoint_url") -> None:
+    """Set the annotations above on ``rows`` from the circuits and health on ``using``
+    (the control database's reader): two queries for a page of any length."""
+    rows = list(rows)
+    urls = {url for row in rows if (url := getattr(row, url_field, None))}
+    if not urls:
+        return
+    health = {
+        url: (score, level, success, failure)
+        for url, score, level, success, failure in EndpointHealth.objects.using(using)
+        .filter(endpoint_url__in=urls)
+        .values_list("endpoint_url", "score", "level", "success_rate", "failure_rate")
+    }
+    circuits = dict(
+        EndpointCircuit.objects.using(using)
+        .filter(endpoint_url__in=urls)
+        .values_list("endpoint_url", "state")
+    )
+    for row in rows:
+        url = getattr(row, url_field, None)
+        score, level, success, failure = health.get(url, (None, None, None, None))
+        setattr(row, HEALTH_SCORE, score)
+        setattr(row, HEALTH_LEVEL, level)
+        setattr(row, HEALTH_SUCCESS, success)
+        setattr(row, HEALTH_FAILURE, failure)
+        setattr(row, CIRCUIT_STATE, circuits.get(url))
 
 
 def refused_note(level: str | None, success_rate: float | None, failure_rate: float | None) -> str:

@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from django_strait import database
 from django_strait.admin import display, endpoints
 from django_strait.admin.aliases import AcrossAliases, alias_for_key
 from django_strait.admin.drilldown import endpoint_stats_view, job_stats_view
@@ -95,6 +96,14 @@ class JobChangeList(SetsAside):
         )
         for job in self.result_list:
             job.strait_stats = stats.get(job.pk, JobStats())
+        if apart_from_control(self.queryset.db):
+            endpoints.read_protection(self.result_list, database.control_reads(self.queryset.db))
+
+
+def apart_from_control(using: str) -> bool:
+    """Whether jobs listed from ``using`` have their circuits and health on another
+    database, the control one (several databases): read there for the page."""
+    return database.placed() and using != database.control_alias()
 
 
 @admin.register(Job)
@@ -232,11 +241,12 @@ class JobAdmin(AcrossAliases, GuardedInput, ReadsRowsAside, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         # A handler job's empty URL matches no row: its columns show "-".
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(**endpoints.health_annotation(), **endpoints.circuit_annotation())
-        )
+        jobs = super().get_queryset(request)
+        if apart_from_control(jobs.db):
+            # Several databases: circuits and health live on the control database; the
+            # list reads them there for its page (JobChangeList), so they do not sort it.
+            return jobs.annotate(**endpoints.unread_annotation())
+        return jobs.annotate(**endpoints.health_annotation(), **endpoints.circuit_annotation())
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList

@@ -22,6 +22,7 @@ from django_strait.admin.charts import STATUS_COLOURS, Column
 from django_strait.database import Reading
 from django_strait.models import EndpointHealth, JobRun, Project
 from django_strait.rules.states import RunStatus
+from django_strait.storage.gauges import QueueGauge
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,7 @@ def _summed(parts: list[overview.Overview], names: tuple[str, ...]) -> overview.
     seen = {status for c in columns for status in c.counts}
     outcomes = [s for s in STATUS_COLOURS if s in seen] + sorted(seen - set(STATUS_COLOURS))
     dead = _added(dict(p.dead_letters) for p in parts)
-    lag = {queue: values for p in parts for queue, values in p.lag.items()}
+    lag = _laggiest_per_minute(p.lag for p in parts)
     laggiest = sorted(lag, key=lambda q: (-max((v for v in lag[q] if v is not None), default=0), q))
     return replace(
         first,
@@ -101,11 +102,54 @@ def _summed(parts: list[overview.Overview], names: tuple[str, ...]) -> overview.
                 : overview.MOST_SHOWN
             ]
         ),
-        queues=tuple(sorted((q for p in parts for q in p.queues), key=lambda q: q.queue)),
+        queues=_queues_summed(p.queues for p in parts),
         dead_letters=tuple(sorted(dead.items(), key=lambda r: (-r[1], r[0]))),
-        workers=tuple(w for p in parts for w in p.workers)[:50],
-        workers_alive=sum(p.workers_alive for p in parts),
+        workers=_one_per_process(w for p in parts for w in p.workers)[:50],
+        workers_alive=len({w.worker_id for p in parts for w in p.workers}),
     )
+
+
+def _queues_summed(parts) -> tuple[QueueGauge, ...]:
+    """One row per queue: a queue with jobs on two aliases has runs queued on both."""
+    summed: dict[str, QueueGauge] = {}
+    for gauge in (g for queues in parts for g in queues):
+        seen = summed.get(gauge.queue)
+        summed[gauge.queue] = (
+            gauge
+            if seen is None
+            else QueueGauge(
+                gauge.queue,
+                seen.depth + gauge.depth,
+                seen.due + gauge.due,
+                max(seen.lag_seconds, gauge.lag_seconds),
+            )
+        )
+    return tuple(sorted(summed.values(), key=lambda g: g.queue))
+
+
+def _laggiest_per_minute(parts) -> dict[str, list[float | None]]:
+    """Each queue's lag per minute, the larger of its aliases' where it lives on several."""
+    lag: dict[str, list[float | None]] = {}
+    for queue, values in ((q, v) for p in parts for q, v in p.items()):
+        seen = lag.get(queue)
+        lag[queue] = (
+            list(values)
+            if seen is None
+            else [
+                max((x for x in pair if x is not None), default=None)
+                for pair in zip(seen, values, strict=True)
+            ]
+        )
+    return lag
+
+
+def _one_per_process(workers) -> tuple:
+    """A process serving several aliases has a row on each: it is one worker (the
+    first alias's row shows it)."""
+    seen: dict[str, object] = {}
+    for worker in workers:
+        seen.setdefault(worker.worker_id, worker)
+    return tuple(seen.values())
 
 
 def _added(counts) -> dict[str, int]:

@@ -517,7 +517,7 @@ class WorkflowTriggerSerializer(serializers.Serializer):
     idempotency_key = serializers.CharField(required=False, max_length=255)
 
 
-class TriggeredWorkflowRunSerializer(serializers.ModelSerializer):
+class TriggeredWorkflowRunSerializer(LocatedMixin, serializers.ModelSerializer):
     """What a workflow trigger answers: the workflow run, and whether it was a repeat."""
 
     workflow = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -559,7 +559,7 @@ class StepRunSerializer(serializers.ModelSerializer):
         return sr.run.error_type if sr.run is not None else ""
 
 
-class WorkflowRunSummarySerializer(serializers.ModelSerializer):
+class WorkflowRunSummarySerializer(LocatedMixin, serializers.ModelSerializer):
     """A workflow run in a list: everything but its payload and steps."""
 
     workflow = serializers.SlugRelatedField(slug_field="name", read_only=True)

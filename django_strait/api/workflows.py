@@ -1,4 +1,10 @@
-"""Workflows: trigger a run of one, list and read workflow runs with their steps, cancel one."""
+"""Workflows: trigger a run of one, list and read workflow runs with their steps, cancel one.
+
+Over several aliases a workflow run lives with its workflow, on its steps' jobs'
+alias: read and canceled by id on the alias its id names, listed from every
+alias merged newest id first (``?database=ALIAS`` for one), as runs are
+(:mod:`django_strait.api.placement`).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from django_strait.api.errors import Conflict, InvalidField
 from django_strait.api.filters import PAGING, listed, refuse_unknown
 from django_strait.api.jobs import IDEMPOTENCY_PARAMETER
 from django_strait.api.pagination import MAX_ID, Keyset, one, page_serializer, paginate, shown
+from django_strait.api.placement import DATABASE_PARAMETER, listed_aliases, placement_params
 from django_strait.api.schema import documented, errors, paging_parameters
 from django_strait.api.serializers import (
     IDEMPOTENCY_HEADER,
@@ -28,6 +35,7 @@ from django_strait.api.serializers import (
     WorkflowTriggerSerializer,
 )
 from django_strait.api.throttles import ClientThrottle, TriggerThrottle
+from django_strait.database import alias_for_id, aliases, placed
 from django_strait.models import Workflow, WorkflowRun, WorkflowRunStatus, WorkflowStepRun
 from django_strait.services.triggering import TriggerError
 from django_strait.workflows import cancel_workflow_run, trigger_workflow
@@ -62,9 +70,10 @@ def with_steps(runs: QuerySet | None = None) -> QuerySet:
 
 
 def find_workflow_run(pk: int, runs: QuerySet | None = None) -> WorkflowRun:
-    """Return workflow run ``pk``, or raise a 404 naming it."""
+    """Return workflow run ``pk`` (on the alias its id names), or raise a 404 naming it."""
     runs = WorkflowRun.objects.all() if runs is None else runs
-    wr = one(runs.filter(pk=pk)) if pk <= MAX_ID else None
+    where = alias_for_id(pk) if pk <= MAX_ID else None
+    wr = one(runs.using(where).filter(pk=pk)) if where else None
     if wr is None:
         raise exceptions.NotFound(f"no workflow run with id {pk}")
     return wr
@@ -72,7 +81,7 @@ def find_workflow_run(pk: int, runs: QuerySet | None = None) -> WorkflowRun:
 
 def list_condition(params: Mapping[str, str]) -> Q:
     """Return the filter a workflow run list's query string asks for."""
-    refuse_unknown(params, LIST_FILTERS + PAGING)
+    refuse_unknown(params, LIST_FILTERS + PAGING + placement_params())
     condition = Q()
     if (value := params.get("status")) is not None:
         statuses = listed(value, "status")
@@ -88,11 +97,26 @@ def list_condition(params: Mapping[str, str]) -> Q:
 
 def _workflows(names: list[str]) -> Q:
     """Refuse a name that no workflow has, as the run list refuses an unknown job."""
+    if placed():
+        return _workflows_anywhere(names)
     found = dict(Workflow.objects.filter(name__in=names).values_list("name", "pk"))
     missing = [n for n in names if n not in found]
     if missing:
         raise InvalidField("workflow", f"no workflow named {', '.join(map(repr, missing))}")
     return Q(workflow__in=found.values())
+
+
+def _workflows_anywhere(names: list[str]) -> Q:
+    """Several aliases: a workflow's id is its alias's, so the filter names the workflows;
+    a name no alias has is refused."""
+    found: set[str] = set()
+    for where in aliases():
+        rows = Workflow.objects.using(where).filter(name__in=names)
+        found.update(rows.values_list("name", flat=True))
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise InvalidField("workflow", f"no workflow named {', '.join(map(repr, missing))}")
+    return Q(workflow__name__in=names)
 
 
 class WorkflowTriggerView(StraitAPIView):
@@ -152,13 +176,15 @@ class WorkflowRunListView(StraitAPIView):
                 description=f"Comma-separated statuses: {', '.join(WorkflowRunStatus.values)}.",
             ),
             OpenApiParameter("workflow", str, description="Comma-separated workflow names."),
+            DATABASE_PARAMETER,
             *paging_parameters(),
         ],
         responses={200: WorkflowRunPage, **errors(400)},
     )  # fmt: skip
     def get(self, request: Request) -> Response:
-        runs = WorkflowRun.objects.filter(list_condition(request.query_params))
-        page = paginate(runs.select_related("workflow"), NEWEST_FIRST, request)
+        params = request.query_params
+        runs = WorkflowRun.objects.filter(list_condition(params)).select_related("workflow")
+        page = paginate(runs, NEWEST_FIRST, request, across=listed_aliases(params))
         data = shown(WorkflowRunSummarySerializer, page.rows)
         return Response({"results": data, "next": page.next_url})
 

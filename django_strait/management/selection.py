@@ -24,7 +24,11 @@ def require_jobs(names: Sequence[str], *, using: Sequence[str] | None = None) ->
     missing = [name for name in dict.fromkeys(names) if name not in known]
     if not missing:
         return
-    some = list(Job.objects.order_by("name").values_list("name", flat=True)[: NAMES_SHOWN + 1])
+    names_of = (
+        Job.objects.using(where).order_by("name").values_list("name", flat=True)[: NAMES_SHOWN + 1]
+        for where in using or (alias(),)
+    )
+    some = sorted({name for found in names_of for name in found})[: NAMES_SHOWN + 1]
     shown = ", ".join(some[:NAMES_SHOWN]) + (", ..." if len(some) > NAMES_SHOWN else "")
     allowed = f"the name of a job ({shown})" if some else "the name of a job (there are none)"
     raise CommandError(f"--job: no job named {', '.join(map(repr, missing))}; allowed: {allowed}")

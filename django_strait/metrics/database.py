@@ -6,16 +6,24 @@ runs a worker holds on ``strait_run_active``, dead letters on
 ``strait_run_dead_letters``. The table's total is PostgreSQL's planner estimate
 (``pg_class.reltuples``). Finished runs are counted by the workers instead
 (``strait_worker_runs_finished_total``), as they happen.
+
+With several aliases (``STRAIT["DATABASES"]``), each alias is read through its
+own reader (its replica, if ``STRAIT["READ_DATABASE"]`` names one) and the run
+gauges are summed per label (queue, job and status, workflow, webhook status):
+no label is added, so one alias's page is what it always was. Worker processes
+are counted once each (a process serving several aliases registers on each),
+and circuits, endpoint health and budgets are read once, on the control database.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from django.db.models import Count, Sum
+from django.db.models import Count
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -66,6 +74,8 @@ class Snapshot:
     webhooks: dict[str, int] = field(default_factory=dict)
     webhooks_due: int = 0
     webhook_lag: float = 0.0
+    #: The ids of the alive workers (to count a process serving several aliases once).
+    alive_workers: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,23 +89,76 @@ class BudgetGauge:
     soft_limit_reached: bool
 
 
-def read_snapshot(using: str, now: dt.datetime, stale_after: float) -> Snapshot:
-    """Read every database gauge (a handful of index-backed queries)."""
+def read_snapshot(
+    using: str, now: dt.datetime, stale_after: float, *, shared: bool = True
+) -> Snapshot:
+    """Read every database gauge (a handful of index-backed queries).
+
+    ``shared=False`` leaves out the fleet's protection state (circuits, health,
+    budgets): several aliases read it once, on the control database.
+    """
     jobs = dict(Job.objects.using(using).values_list("name", "queue"))
     workers = _workers(using, alive_since(now, stale_after))
+    protection = _protection(database.control_reads(using), now) if shared else {}
     return Snapshot(
         queues=queue_gauges(using, now, set(jobs.values())),
         in_flight=_in_flight(using, jobs),
         dead_letters=_dead_letters(using, jobs),
-        workers_alive=workers["alive"],
-        workers_in_flight=workers["in_flight"] or 0,
+        workers_alive=len(workers["ids"]),
+        workers_in_flight=workers["in_flight"],
         runs_estimate=estimate_runs(using),
-        circuits=_circuits(database.control_reads(using)),
-        health=_health(database.control_reads(using)),
-        budgets=_budgets(database.control_reads(using), now),
         workflows_running=_workflows_running(using),
+        alive_workers=workers["ids"],
+        **protection,
         **_webhooks(using, now),
     )
+
+
+def _protection(using: str, now: dt.datetime) -> dict[str, Any]:
+    return {
+        "circuits": _circuits(using),
+        "health": _health(using),
+        "budgets": _budgets(using, now),
+    }
+
+
+def read_snapshots(
+    readers: Sequence[str], now: dt.datetime, stale_after: float, *, control: str
+) -> Snapshot:
+    """The gauges of every alias (each read on ``readers``' alias), summed per label; the
+    protection state read once on ``control``."""
+    parts = [read_snapshot(using, now, stale_after, shared=False) for using in readers]
+    queues: dict[str, QueueGauge] = {}
+    for gauge in (g for part in parts for g in part.queues):
+        seen = queues.get(gauge.queue)
+        queues[gauge.queue] = gauge if seen is None else QueueGauge(
+            gauge.queue, seen.depth + gauge.depth, seen.due + gauge.due,
+            max(seen.lag_seconds, gauge.lag_seconds),
+        )  # fmt: skip
+    alive = frozenset().union(*(part.alive_workers for part in parts))
+    estimates = [part.runs_estimate for part in parts if part.runs_estimate is not None]
+    return replace(
+        parts[0],
+        queues=tuple(sorted(queues.values(), key=lambda g: g.queue)),
+        in_flight=_summed(part.in_flight for part in parts),
+        dead_letters=_summed(part.dead_letters for part in parts),
+        workers_alive=len(alive),
+        workers_in_flight=sum(part.workers_in_flight for part in parts),
+        runs_estimate=sum(estimates) if estimates else None,
+        workflows_running=_summed(part.workflows_running for part in parts),
+        webhooks=_summed(part.webhooks for part in parts),
+        webhooks_due=sum(part.webhooks_due for part in parts),
+        webhook_lag=max(part.webhook_lag for part in parts),
+        alive_workers=alive,
+        **_protection(control, now),
+    )
+
+
+def _summed(counts) -> dict:
+    total: Counter = Counter()
+    for found in counts:
+        total.update(found)
+    return dict(total)
 
 
 def _webhooks(using: str, now: dt.datetime) -> dict[str, Any]:
@@ -184,12 +247,14 @@ def _dead_letters(using: str, jobs: dict[str, str]) -> dict[str, int]:
     return counts
 
 
-def _workers(using: str, since: dt.datetime) -> dict[str, int | None]:
-    return (
-        WorkerProcess.objects.using(using)
-        .filter(last_seen_at__gte=since)
-        .aggregate(alive=Count("id"), in_flight=Sum("in_flight"))
-    )
+def _workers(using: str, since: dt.datetime) -> dict[str, Any]:
+    """The alive workers' ids and the runs they said they held."""
+    rows = WorkerProcess.objects.using(using).filter(last_seen_at__gte=since)
+    found = list(rows.values_list("worker_id", "in_flight"))
+    return {
+        "ids": frozenset(worker for worker, _ in found),
+        "in_flight": sum(n or 0 for _, n in found),
+    }
 
 
 def estimate_runs(using: str) -> int | None:
@@ -201,36 +266,55 @@ def estimate_runs(using: str) -> int | None:
 
 
 class DatabaseCollector(Collector):
-    """A Prometheus collector that reads the database gauges on each scrape."""
+    """A Prometheus collector that reads the database gauges on each scrape.
 
-    def __init__(self, using: str, stale_after: float) -> None:
+    ``using``: the one alias to read; None reads every alias of ``STRAIT["DATABASES"]``
+    (summed, with several).
+    """
+
+    def __init__(self, using: str | None, stale_after: float) -> None:
         self.using = using
         self.stale_after = stale_after
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Yield the gauges of one fresh snapshot, read off the replica when there is one."""
-        where = database.reading(self.using)
-        yield from families(read_snapshot(where.alias, timezone.now(), self.stale_after))
-        if where.replica:
-            yield from _replica_families(where)
+        now = timezone.now()
+        if self.using is not None or not database.placed():
+            where = database.reading(self.using)
+            yield from families(read_snapshot(where.alias, now, self.stale_after))
+            yield from _replica_families([where])
+            return
+        readings = {name: database.reading(name) for name in database.aliases()}
+        control = readings.get(database.control_alias()) or database.reading(
+            database.control_alias()
+        )
+        readers = [where.alias for where in readings.values()]
+        yield from families(read_snapshots(readers, now, self.stale_after, control=control.alias))
+        yield from _replica_families([*readings.values(), control])
 
 
-def _replica_families(where: database.Reading) -> Iterator[GaugeMetricFamily]:
+def _replica_families(readings: Sequence[database.Reading]) -> Iterator[GaugeMetricFamily]:
+    """Each replica read: whether it answered, and how far behind (none: no family)."""
+    seen = {where.replica: where for where in readings if where.replica}
+    if not seen:
+        return
     up = GaugeMetricFamily(
         "strait_read_replica_up",
         "1 when the gauges were read off the read replica, 0 when it did not answer "
         "and they were read from the primary.",
         labels=["replica"],
     )
-    up.add_metric([where.replica], 1 if where.from_replica else 0)
+    lag = GaugeMetricFamily(
+        "strait_read_replica_lag_seconds",
+        "How far the read replica's replay was behind its primary at this scrape.",
+        labels=["replica"],
+    )
+    for replica, where in seen.items():
+        up.add_metric([replica], 1 if where.from_replica else 0)
+        if where.lag_seconds is not None:
+            lag.add_metric([replica], where.lag_seconds)
     yield up
-    if where.lag_seconds is not None:
-        lag = GaugeMetricFamily(
-            "strait_read_replica_lag_seconds",
-            "How far the read replica's replay was behind its primary at this scrape.",
-            labels=["replica"],
-        )
-        lag.add_metric([where.replica], where.lag_seconds)
+    if lag.samples:
         yield lag
 
 

@@ -63,6 +63,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     if refused is not None:
         return refused
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DatabaseCollector(strait_settings.DATABASE, strait_settings.STALE_AFTER))
+    # Every alias of STRAIT["DATABASES"] (one database: that one, as always).
+    registry.register(DatabaseCollector(None, strait_settings.STALE_AFTER))
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     return HttpResponse(encoder(registry), content_type=content_type)

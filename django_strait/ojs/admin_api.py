@@ -2,12 +2,14 @@
 
 Queues (list, detail, pause, resume: ``ojs.queues``), jobs (list with a state
 filter, detail), workers (the project's registered workers and the OJS workers
-holding jobs now), aggregate stats, and bulk retry, which needs ``confirm: true``.
+holding jobs now), aggregate stats, and bulk retry, which needs ``confirm: true``:
+each over every alias of ``STRAIT["DATABASES"]`` (``ojs.placed``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from typing import Any
 
 from django.db.models import Count
@@ -17,12 +19,14 @@ from rest_framework.request import Request
 
 from django_strait import transitions
 from django_strait.api.auth import Rule
+from django_strait.database import alias_for_id, alias_for_queue, aliases
 from django_strait.models import Execution, JobRun, WorkerProcess
-from django_strait.ojs import errors, queues, work
+from django_strait.ojs import errors, placed, queues, work
 from django_strait.ojs.present import stamp
 from django_strait.ojs.states import OJS_STATES, in_state
 from django_strait.ojs.views import OjsView, _page, answer
 from django_strait.rules.states import RunStatus
+from django_strait.storage import backend
 
 _READ = Rule("runs:read", "django_strait.view_jobrun")
 _RETRY = Rule("dlq:replay", "django_strait.replay_jobrun")
@@ -65,7 +69,7 @@ class AdminQueue(OjsView):
     def get(self, request: Request, name: str) -> HttpResponse:
         name = queues.named(name, self.scope)
         counted = {**queues.EMPTY, **queues.counts(self.scope, [name]).get(name, {})}
-        state = queues.queue_states.state("default", name)
+        state = queues.queue_states.state(alias_for_queue(name), name)
         body = _queue_item(state, counted)
         if state.rate_limit_max is not None:
             body["configuration"] = {"rate_limit": {
@@ -78,7 +82,9 @@ class AdminQueuePause(queues.QueuePause):
 
     def post(self, request: Request, name: str) -> HttpResponse:
         name = queues.named(name, self.scope)
-        state = queues.queue_states.set_paused("default", name, self.pause, timezone.now())
+        state = queues.queue_states.set_paused(
+            alias_for_queue(name), name, self.pause, timezone.now()
+        )
         return answer(request, queues.describe(state))
 
 
@@ -86,9 +92,9 @@ class AdminQueueResume(AdminQueuePause):
     pause = False
 
 
-def _jobs(scope: Any) -> Any:
+def _jobs(scope: Any, using: str) -> Any:
     return scope.only(
-        JobRun.objects.select_related("job").filter(job__execution=Execution.EXTERNAL)
+        JobRun.objects.using(using).select_related("job").filter(job__execution=Execution.EXTERNAL)
     )
 
 
@@ -99,11 +105,14 @@ class AdminJobs(OjsView):
 
     def get(self, request: Request) -> HttpResponse:
         page, per_page = _page(request)
-        runs = _filtered(_jobs(self.scope), request.query_params)
-        total = runs.count()
-        shown = runs.order_by("-id")[(page - 1) * per_page : page * per_page]
-        items = [work.describe(r, with_errors=False) for r in shown]
-        return answer(request, {"items": items, "pagination": _pagination(total, page, per_page)})
+        runs = placed.on_each(
+            lambda where: _filtered(_jobs(self.scope, where), request.query_params).order_by("-id")
+        )
+        shown = placed.page_over(runs, page, per_page, key=lambda run: run.pk)
+        items = [work.describe(r, with_errors=False) for r in shown.rows]
+        return answer(
+            request, {"items": items, "pagination": _pagination(shown.total, page, per_page)}
+        )
 
 
 def _filtered(runs: Any, given: Any) -> Any:
@@ -143,14 +152,15 @@ class AdminBulkRetry(OjsView):
         wanted = {"state": "discarded", **wanted}
         if wanted["state"] not in ("discarded", "retryable"):
             raise errors.invalid_request("filter.state", "must be discarded or retryable")
-        runs = _filtered(_jobs(self.scope), wanted)
-        ids = list(runs.order_by("id").values_list("pk", "ojs_id")[: BULK_MAX + 1])
+        ids = []
+        for runs in placed.on_each(lambda where: _filtered(_jobs(self.scope, where), wanted)):
+            ids += runs.order_by("id").values_list("pk", "ojs_id")[: BULK_MAX + 1 - len(ids)]
         if len(ids) > BULK_MAX:
             raise errors.invalid_request("filter", f"matches more than {BULK_MAX} jobs; narrow it")
         failed = []
         for pk, ojs_id in ids:
             try:
-                transitions.replay(pk, by="ojs admin")
+                transitions.replay(pk, by="ojs admin", storage=backend(alias_for_id(pk)))
             except Exception as exc:  # noqa: BLE001 (reported per job, as the API says)
                 failed.append({"job_id": str(ojs_id), "error": str(exc)})
         return answer(request, {"action": "retry", "matched": len(ids),
@@ -164,20 +174,27 @@ def _workers(now: dt.datetime) -> list[dict[str, Any]]:
          "active_jobs": w.in_flight, "started_at": stamp(w.started_at),
          "last_heartbeat_at": stamp(w.last_seen_at),
          "state": "running" if now - w.last_seen_at < STALE_AFTER else "stale"}
-        for w in WorkerProcess.objects.all()
+        for where in aliases()
+        for w in WorkerProcess.objects.using(where)
     ]  # fmt: skip
-    held = (
-        JobRun.objects.filter(
-            status=RunStatus.EXECUTING,
-            job__execution=Execution.EXTERNAL,
-            claimed_by__startswith="ojs:",
+    held: Counter[str] = Counter()
+    for where in aliases():
+        held.update(
+            {
+                row["claimed_by"]: row["n"]
+                for row in JobRun.objects.using(where)
+                .filter(
+                    status=RunStatus.EXECUTING,
+                    job__execution=Execution.EXTERNAL,
+                    claimed_by__startswith="ojs:",
+                )
+                .values("claimed_by")
+                .annotate(n=Count("id"))
+            }
         )
-        .values("claimed_by")
-        .annotate(n=Count("id"))
-    )
     items += [
-        {"id": row["claimed_by"].removeprefix("ojs:"), "state": "running", "active_jobs": row["n"]}
-        for row in held
+        {"id": claimed_by.removeprefix("ojs:"), "state": "running", "active_jobs": n}
+        for claimed_by, n in held.items()
     ]
     return items
 
@@ -210,13 +227,17 @@ class AdminStats(OjsView):
         for by_state in counted.values():
             for name, n in by_state.items():
                 jobs[name] += n
-        minute = self.scope.only(
-            JobRun.objects.filter(finished_at__gte=now - dt.timedelta(minutes=1))
-        )
-        done = minute.aggregate(
-            processed=Count("id", filter=in_state(now)["completed"]),
-            failed=Count("id", filter=in_state(now)["discarded"]),
-        )
+        done: Counter[str] = Counter()
+        for where in aliases():
+            minute = self.scope.only(
+                JobRun.objects.using(where).filter(finished_at__gte=now - dt.timedelta(minutes=1))
+            )
+            done.update(
+                minute.aggregate(
+                    processed=Count("id", filter=in_state(now)["completed"]),
+                    failed=Count("id", filter=in_state(now)["discarded"]),
+                )
+            )
         return answer(request, {"queues": len(counted), "workers": len(_workers(now)), "jobs": jobs,
                                 "throughput": {"processed_per_minute": done["processed"],
                                                "failed_per_minute": done["failed"]}})  # fmt: skip

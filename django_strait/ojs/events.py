@@ -2,7 +2,8 @@
 
 No table of its own: a run's creation is its ``job.enqueued``, each attempt row
 its ``job.completed`` / ``job.failed``, and a run that ended without an attempt
-(canceled, expired) its ``job.cancelled`` / ``job.discarded``.
+(canceled, expired) its ``job.cancelled`` / ``job.discarded``. Every alias's runs
+have their events here, merged newest first.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_strait.api.auth import QueueScope
+from django_strait.database import aliases
 from django_strait.models import AttemptOutcome, Execution, JobRun, RunAttempt
 from django_strait.ojs.present import ojs_type, stamp
 from django_strait.rules.states import RunStatus
@@ -27,8 +29,19 @@ def recent(
     """
     wanted = set(types) or set(EVENT_TYPES)
     found: list[dict[str, Any]] = []
+    for where in aliases():
+        found += _recent_on(where, wanted, queues, limit, scope)
+    found.sort(key=lambda e: e["time"] or "", reverse=True)
+    return found[:limit]
+
+
+def _recent_on(
+    using: str, wanted: set[str], queues: Sequence[str], limit: int, scope: QueueScope
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` events of each wanted type, of the runs on alias ``using``."""
+    found: list[dict[str, Any]] = []
     runs = scope.only(
-        JobRun.objects.select_related("job").filter(job__execution=Execution.EXTERNAL)
+        JobRun.objects.using(using).select_related("job").filter(job__execution=Execution.EXTERNAL)
     )
     if queues:
         runs = runs.filter(queue__in=list(queues))
@@ -37,7 +50,7 @@ def recent(
     if "job.cancelled" in wanted:
         done = runs.filter(status=RunStatus.CANCELED).order_by("-finished_at")[:limit]
         found += [_event("job.cancelled", r, r.finished_at, {}) for r in done]
-    attempts = RunAttempt.objects.select_related("run__job").filter(run__in=runs)
+    attempts = RunAttempt.objects.using(using).select_related("run__job").filter(run__in=runs)
     for kind, outcome in (("job.completed", True), ("job.failed", False)):
         if kind in wanted:
             rows = (
@@ -54,8 +67,7 @@ def recent(
                 )  # fmt: skip
                 for a in rows.order_by("-id")[:limit]
             ]
-    found.sort(key=lambda e: e["time"] or "", reverse=True)
-    return found[:limit]
+    return found
 
 
 def _event(kind: str, run: JobRun, when: Any, data: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,8 @@ and the admin's DAG view shows it. A chain's steps each depend on the one before
 group's and a batch's all start at once. A batch's callbacks are OJS jobs queued when
 the DAG has ended (:func:`fire_callbacks`, on ``workflow_completed``/``workflow_failed``),
 each with the id chosen at creation: queued once, however often that is called.
+With several databases a workflow lives on its jobs' alias, as a native workflow
+does: their queues must be on one database (a callback's may be on any).
 See docs/ojs.md (Workflows).
 """
 
@@ -21,7 +23,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from django_strait.api.auth import QueueScope
-from django_strait.database import aliases
+from django_strait.database import alias_for_id, alias_for_queue, aliases
 from django_strait.models import JobRun, StepRunStatus, WorkflowRun, WorkflowStepRun
 from django_strait.ojs import errors, inputs
 from django_strait.ojs.ids import parse_any, uuid7
@@ -160,12 +162,13 @@ def create(wanted: Plan) -> WorkflowRun:
     """Define the workflow's DAG and start its run: the first step (chain) or every job."""
     ident = uuid7()
     key = "steps" if wanted.kind == "chain" else "jobs"
+    using = _alias_of(wanted.jobs, key)
     steps = []
     for i, job in enumerate(wanted.jobs):
-        external_job(job.type)
+        external_job(job.type, using)
         try:
             columns = external_columns(
-                job.type, priority=job.priority, queue=job.queue, retry=job.retry
+                job.type, priority=job.priority, queue=job.queue, retry=job.retry, using=using
             )
         except TriggerError as exc:
             raise errors.validation_error(f"{key}[{i}].options.{exc.field}", exc.message) from None
@@ -183,7 +186,7 @@ def create(wanted: Plan) -> WorkflowRun:
             },
         })  # fmt: skip
     for body in wanted.callbacks.values():
-        external_job(body["body"]["type"])
+        external_job(body["body"]["type"], alias_for_queue(body["queue"]))
     payload = {
         "ojs_workflow": {
             "id": str(ident), "type": wanted.kind, "name": wanted.name,
@@ -192,7 +195,7 @@ def create(wanted: Plan) -> WorkflowRun:
         }
     }  # fmt: skip
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=using):
             define_workflow(
                 f"{PREFIX}{ident}", steps, description=f"OJS {wanted.kind} {wanted.name!r}"
             )
@@ -203,16 +206,34 @@ def create(wanted: Plan) -> WorkflowRun:
         raise errors.duplicate("a job id of this workflow") from None
 
 
+def _alias_of(jobs: list[inputs.Enqueue], key: str) -> str:
+    """The alias of the workflow's jobs' queues: one database holds a workflow's DAG."""
+    using = alias_for_queue(jobs[0].queue)
+    for i, job in enumerate(jobs):
+        if alias_for_queue(job.queue) != using:
+            raise errors.invalid_request(
+                f"{key}[{i}].options.queue",
+                f"{job.queue!r} lives on database {alias_for_queue(job.queue)!r} and "
+                f"{key}[0]'s queue on {using!r}: a workflow's jobs are on one database "
+                "(STRAIT['QUEUE_DATABASES'])",
+            )
+    return using
+
+
 def find(ident: Any, scope: QueueScope) -> WorkflowRun:
-    """The run of OJS workflow ``ident``, or not_found (also outside the key's queues)."""
+    """The run of OJS workflow ``ident`` on whichever alias holds it, or not_found (also
+    outside the key's queues)."""
     key = parse_any(ident) if isinstance(ident, str) else None
     wr = None
-    if key is not None:
+    for where in aliases() if key is not None else ():
         wr = (
-            WorkflowRun.objects.select_related("workflow")
+            WorkflowRun.objects.using(where)
+            .select_related("workflow")
             .filter(workflow__name=f"{PREFIX}{key}")
             .first()
         )
+        if wr is not None:
+            break
     envelope = _envelope(wr) if wr is not None else None
     if envelope is None or not all(scope.allows(q) for q in envelope.get("queues", [])):
         raise errors.not_found("workflow", str(ident))
@@ -229,7 +250,7 @@ def cancel(wr: WorkflowRun) -> WorkflowRun:
     """Cancel the workflow: its waiting steps, its started steps' jobs (also active ones)."""
     if wr.status in ("running", "failed"):
         cancel_workflow_run(wr.pk)
-        wr.refresh_from_db()
+        wr.refresh_from_db(using=wr._state.db)
     return wr
 
 
@@ -238,7 +259,8 @@ def describe(wr: WorkflowRun) -> dict[str, Any]:
     envelope = _envelope(wr) or {}
     kind = envelope.get("type", "chain")
     step_runs = list(
-        WorkflowStepRun.objects.filter(workflow_run=wr)
+        WorkflowStepRun.objects.using(wr._state.db)
+        .filter(workflow_run=wr)
         .select_related("step__job", "run")
         .order_by("id")
     )
@@ -325,7 +347,12 @@ def _callback_runs(envelope: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Each callback's id, type and state (None: not queued)."""
     given = envelope.get("callbacks") or {}
     ids = {name: parse_any(cb.get("id", "")) for name, cb in given.items()}
-    runs = {r.ojs_id: r for r in JobRun.objects.filter(ojs_id__in=[i for i in ids.values() if i])}
+    wanted = [i for i in ids.values() if i]
+    runs = {  # each callback on its own queue's alias
+        r.ojs_id: r
+        for where in aliases()
+        for r in JobRun.objects.using(where).filter(ojs_id__in=wanted)
+    }
     now = timezone.now()
     out = {}
     for name, cb in given.items():
@@ -347,12 +374,15 @@ def fire_callbacks(workflow_run_id: int) -> list[str]:
     on_complete always, on_success when every job completed, on_failure when one did
     not. Each has its id from creation: a second call queues nothing again.
     """
-    wr = WorkflowRun.objects.filter(pk=workflow_run_id).first()
+    using = alias_for_id(workflow_run_id)
+    wr = WorkflowRun.objects.using(using).filter(pk=workflow_run_id).first() if using else None
     envelope = _envelope(wr) if wr is not None else None
     if envelope is None or envelope.get("type") != "batch" or wr.status == "canceled":
         return []
     statuses = list(
-        WorkflowStepRun.objects.filter(workflow_run=wr).values_list("status", flat=True)
+        WorkflowStepRun.objects.using(using)
+        .filter(workflow_run=wr)
+        .values_list("status", flat=True)
     )
     if any(s in (StepRunStatus.WAITING, StepRunStatus.STARTED) for s in statuses):
         return []
@@ -368,7 +398,7 @@ def fire_callbacks(workflow_run_id: int) -> list[str]:
 
 
 def _results(wr: WorkflowRun) -> list[Any]:
-    runs = WorkflowStepRun.objects.filter(workflow_run=wr).order_by("id")
+    runs = WorkflowStepRun.objects.using(wr._state.db).filter(workflow_run=wr).order_by("id")
     return [sr.run.result if sr.run else None for sr in runs.select_related("run")]
 
 

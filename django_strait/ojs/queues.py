@@ -16,8 +16,9 @@ from django.utils import timezone
 from rest_framework.request import Request
 
 from django_strait.api.auth import QueueScope, Rule
+from django_strait.database import alias_for_queue, aliases
 from django_strait.models import Job, JobRun, QueueState
-from django_strait.ojs import errors, inputs
+from django_strait.ojs import errors, inputs, placed
 from django_strait.ojs.present import stamp
 from django_strait.ojs.states import in_state
 from django_strait.ojs.views import OjsView, answer
@@ -31,14 +32,18 @@ _WRITE = Rule("jobs:write", "django_strait.change_job")
 
 
 def counts(scope: QueueScope, names: list[str] | None = None) -> dict[str, dict[str, int]]:
-    """Each queue's runs by OJS state (one grouped query), for ``names`` or every queue."""
+    """Each queue's runs by OJS state (one grouped query an alias, summed), for
+    ``names`` or every queue."""
     now = timezone.now()
-    runs = scope.only(JobRun.objects.all())
-    if names is not None:
-        runs = runs.filter(queue__in=names)
     by_state = {name: Count("id", filter=where) for name, where in in_state(now).items()}
-    rows = runs.values("queue").annotate(**by_state)
-    return {row.pop("queue"): row for row in rows}
+
+    def on(where: str) -> dict[str, dict[str, int]]:
+        runs = scope.only(JobRun.objects.using(where))
+        if names is not None:
+            runs = runs.filter(queue__in=names)
+        return {row.pop("queue"): row for row in runs.values("queue").annotate(**by_state)}
+
+    return placed.summed(on(where) for where in aliases())
 
 
 EMPTY = dict.fromkeys(
@@ -62,12 +67,19 @@ def describe(state: QueueState, by_state: dict[str, int] | None = None) -> dict[
 
 def known(scope: QueueScope) -> list[QueueState]:
     """Every queue within ``scope`` that has a state row, a job naming it, or live runs
-    (read from the live runs only: the history is not scanned), by name."""
-    by_name = {s.name: s for s in QueueState.objects.all() if scope.allows(s.name)}
-    live = JobRun.objects.filter(status__in=LIVE)
-    for rows in (scope.only(Job.objects.all()), scope.only(live)):
-        for name in rows.values_list("queue", flat=True).distinct():
-            by_name.setdefault(name, QueueState(name=name))
+    (read from the live runs only: the history is not scanned), on any alias, by name.
+
+    A queue's state is the row on the queue's own alias, where its workers read it."""
+    by_name: dict[str, QueueState] = {}
+    for where in aliases():
+        for state in QueueState.objects.using(where):
+            if scope.allows(state.name) and alias_for_queue(state.name) == where:
+                by_name[state.name] = state
+    for where in aliases():
+        live = JobRun.objects.using(where).filter(status__in=LIVE)
+        for rows in (scope.only(Job.objects.using(where)), scope.only(live)):
+            for name in rows.values_list("queue", flat=True).distinct():
+                by_name.setdefault(name, QueueState(name=name))
     return [by_name[name] for name in sorted(by_name)]
 
 
@@ -111,7 +123,7 @@ class QueueStats(OjsView):
     def get(self, request: Request, name: str) -> HttpResponse:
         name = named(name, self.scope)
         by_state = {**EMPTY, **counts(self.scope, [name]).get(name, {})}
-        state = queue_states.state("default", name)
+        state = queue_states.state(alias_for_queue(name), name)
         queue = describe(state, by_state)
         return answer(request, {"queue": queue, "status": queue["status"], "stats": by_state,
                                 "computed_at": stamp(timezone.now())})  # fmt: skip
@@ -125,7 +137,8 @@ class QueuePause(OjsView):
 
     def post(self, request: Request, name: str) -> HttpResponse:
         name = named(name, self.scope)
-        state = queue_states.set_paused("default", name, self.pause, timezone.now())
+        # On the queue's alias: its workers and fetches read their pauses there.
+        state = queue_states.set_paused(alias_for_queue(name), name, self.pause, timezone.now())
         queue = describe(state)
         moment = "paused_at" if self.pause else "resumed_at"
         return answer(request, {"queue": queue, "status": queue["status"],

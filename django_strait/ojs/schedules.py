@@ -16,6 +16,7 @@ from croniter import croniter
 from django.db import IntegrityError, transaction
 
 from django_strait.api.auth import QueueScope
+from django_strait.database import alias_for_queue, aliases
 from django_strait.models import Execution, Job
 from django_strait.models.job import JOB_NAME_VALIDATOR, Overlap
 from django_strait.ojs import errors, inputs
@@ -66,11 +67,19 @@ def _save(
     meta: Any,
     scope: QueueScope,
 ) -> Job:
-    existing = Job.objects.filter(name=name).first()
+    existing = _named(name)
     if existing is not None and not scope.allows(existing.queue):
         raise errors.forbidden("name", f"cron {name!r} fires into a queue this key may not use")
     if existing is not None and not _is_cron(existing):
         raise errors.conflict(f"{name!r} names a job of this project that is not an OJS cron")
+    using = alias_for_queue(job.queue)  # its scheduler and its runs: the queue's alias
+    if existing is not None and existing._state.db != using:
+        raise errors.conflict(
+            f"cron {name!r} fires into queue {existing.queue!r} on database "
+            f"{existing._state.db!r} and queue {job.queue!r} lives on {using!r}: a cron "
+            "stays on the database it was first registered on; register this one under "
+            "another name"
+        )
     ojs = {
         "type": job.type,
         "cron": True,
@@ -85,8 +94,8 @@ def _save(
         "enabled": True,
     }  # fmt: skip
     try:
-        with transaction.atomic():
-            made, _ = Job.objects.update_or_create(name=name, defaults=fields)
+        with transaction.atomic(using=using):
+            made, _ = Job.objects.using(using).update_or_create(name=name, defaults=fields)
     except IntegrityError:
         raise errors.conflict(f"cron {name!r} was registered meanwhile") from None
     return made
@@ -103,13 +112,25 @@ def _is_cron(job: Job) -> bool:
 def crons(scope: QueueScope) -> list[Job]:
     """Every OJS cron registration firing into a queue of ``scope``, by name."""
     # A job row that cannot be read is left out (and logged), not every registration.
-    rows = Job.objects.filter(execution=Execution.EXTERNAL).exclude(schedule="")
-    return [j for j in read(scope.only(rows)).rows if _is_cron(j)]
+    found = []
+    for where in aliases():
+        rows = Job.objects.using(where).filter(execution=Execution.EXTERNAL).exclude(schedule="")
+        found += [j for j in read(scope.only(rows)).rows if _is_cron(j)]
+    return sorted(found, key=lambda j: j.name)
+
+
+def _named(name: str) -> Job | None:
+    """The job called ``name`` on whichever alias holds it, the first first."""
+    for where in aliases():
+        job = Job.objects.using(where).filter(name=name).first()
+        if job is not None:
+            return job
+    return None
 
 
 def find(name: str, scope: QueueScope) -> Job:
     """Return the cron registration ``name``, or raise not_found (also outside ``scope``)."""
-    job = Job.objects.filter(name=name).first()
+    job = _named(name)
     if job is None or not _is_cron(job) or not scope.allows(job.queue):
         raise errors.not_found("cron", name)
     return job
@@ -119,7 +140,9 @@ def delete(name: str, scope: QueueScope) -> Job:
     """Stop a cron registration: its schedule is cleared and the job paused (its runs stay)."""
     job = find(name, scope)
     # The last tick goes too: registered again, it fires from then on, with no catching up.
-    Job.objects.filter(pk=job.pk).update(schedule="", enabled=False, schedule_last_tick=None)
+    Job.objects.using(job._state.db).filter(pk=job.pk).update(
+        schedule="", enabled=False, schedule_last_tick=None
+    )
     return job
 
 

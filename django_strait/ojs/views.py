@@ -7,6 +7,7 @@ OJS codes (docs/ojs.md).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import uuid
@@ -14,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -34,10 +34,9 @@ from django_strait.api.auth import (
 )
 from django_strait.api.throttles import AuthFailureThrottle, ClientThrottle
 from django_strait.conf import strait_settings
-from django_strait.ojs import batch, errors, events, inputs, schedules, work
+from django_strait.ojs import batch, errors, events, inputs, placed, schedules, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
-from django_strait.storage.rows import read
 
 logger = logging.getLogger(__name__)
 
@@ -359,12 +358,23 @@ class DeadLetters(OjsView):
 
     def get(self, request: Request) -> HttpResponse:
         page_number, per_page = _page(request)
-        pages = Paginator(work.dead_letters(self.scope), per_page)
-        page = pages.get_page(page_number)
-        # A run that cannot be read is left out of its page (and logged), not the page.
-        bodies = [work.describe(run) for run in read(page.object_list).rows]
+        # Every alias's, newest first; a run that cannot be read is left out of its
+        # page (and logged), not the page.
+        page = placed.page_over(
+            placed.on_each(lambda where: work.dead_letters(self.scope, where)),
+            page_number, per_page, key=_dead_order,
+        )  # fmt: skip
+        bodies = [work.describe(run) for run in page.rows]
         return answer(request, {self.key: bodies, "pagination": {
-            "page": page.number, "per_page": per_page, "total": pages.count, "pages": pages.num_pages}})  # fmt: skip
+            "page": page.number, "per_page": per_page, "total": page.total, "pages": page.pages}})  # fmt: skip
+
+
+_NEVER = dt.datetime.min.replace(tzinfo=dt.UTC)
+
+
+def _dead_order(run: Any) -> tuple[bool, Any, int]:
+    """The dead-letter list's order (finished, newest first; PostgreSQL's nulls first)."""
+    return (run.finished_at is None, run.finished_at or _NEVER, run.pk)
 
 
 def _page(request: Request) -> tuple[int, int]:
@@ -391,12 +401,12 @@ class DeadLetterStats(OjsView):
     rules = {"GET": _DLQ_READ}
 
     def get(self, request: Request) -> HttpResponse:
-        runs = work.dead_letters(self.scope)
         by_type: dict[str, int] = {}
         by_queue: dict[str, int] = {}
-        for name, queue in runs.values_list("job__name", "queue"):
-            by_type[name] = by_type.get(name, 0) + 1
-            by_queue[queue] = by_queue.get(queue, 0) + 1
+        for runs in placed.on_each(lambda where: work.dead_letters(self.scope, where)):
+            for name, queue in runs.values_list("job__name", "queue"):
+                by_type[name] = by_type.get(name, 0) + 1
+                by_queue[queue] = by_queue.get(queue, 0) + 1
         return answer(
             request, {"total": sum(by_type.values()), "by_type": by_type, "by_queue": by_queue}
         )

@@ -500,10 +500,12 @@ def cancel(ident: Any, scope: QueueScope) -> JobRun:
     return reload(run)
 
 
-def dead_letters(scope: QueueScope) -> Any:
-    """The dead-letter queue's OJS runs (of the queues in ``scope``), newest first."""
+def dead_letters(scope: QueueScope, using: str | None = None) -> Any:
+    """The dead-letter queue's OJS runs (of the queues in ``scope``) on alias ``using``
+    (the first by default), newest first."""
     return scope.only(
-        JobRun.objects.select_related("job")
+        JobRun.objects.using(alias(using))
+        .select_related("job")
         .filter(status=RunStatus.DEAD_LETTER, job__execution=Execution.EXTERNAL)
         .order_by("-finished_at", "-id")
     )

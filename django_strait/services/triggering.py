@@ -142,13 +142,18 @@ def trigger_external(
 
 
 def external_columns(
-    name: str, *, priority: int | None, queue: str | None, retry: Mapping[str, Any] | None
+    name: str,
+    *,
+    priority: int | None,
+    queue: str | None,
+    retry: Mapping[str, Any] | None,
+    using: str | None = None,
 ) -> dict[str, Any]:
-    """The queue, priority and retry columns a run of job ``name`` gets from these options,
-    checked as ``trigger_external`` checks them (TriggerError): an OJS workflow's step.
-    Workflows live on the first alias (docs/operations.md, "Queues on several
-    databases"), and so must their steps' jobs."""
-    opts = _options(name, None, None, priority, queue, None, retry, database.alias())
+    """The queue, priority and retry columns a run of job ``name`` (on alias ``using``,
+    the first by default) gets from these options, checked as ``trigger_external``
+    checks them (TriggerError): an OJS workflow's step. A workflow lives on its steps'
+    jobs' alias (docs/operations.md, "Queues on several databases")."""
+    opts = _options(name, None, None, priority, queue, None, retry, database.alias(using))
     return {
         "queue": opts.queue,
         "priority": opts.priority,

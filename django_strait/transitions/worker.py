@@ -203,7 +203,8 @@ def settle_elsewhere(ledger: Storage, source: str, spends: Sequence[Spend]) -> l
 
 
 def warn_budgets_on_commit(crossed: Sequence, storage: Storage) -> None:
-    """Announce the soft limits a claim's reservations crossed, once that claim commits."""
+    """Announce the soft limits reservations crossed, once ``storage``'s transaction
+    that marked them commits (at once if it has: the control database's own)."""
     if crossed:
         transaction.on_commit(
             lambda: sending.announce_budget_soft_limits(crossed), using=storage.alias

@@ -223,7 +223,9 @@ class Gate:
             allocation = self.reserve_elsewhere(pending, now)
         for run in claimed:
             run.reserved_cost = allocation.reserved.get(run.id)
-        warn_budgets_on_commit(allocation.crossed, self.storage)
+        # The soft-limit mark is written with the reservation: in the claim, or already
+        # committed on the control database (sent now, even if this claim rolls back).
+        warn_budgets_on_commit(allocation.crossed, self.ledger or self.storage)
         return [Hold(h.run_id, h.until, budgets.BUDGET_ERROR, h.reason) for h in allocation.held]
 
     def reserve_elsewhere(

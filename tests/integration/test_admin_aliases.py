@@ -299,3 +299,81 @@ def test_workflow_runs__listed_opened_and_canceled_on_their_own_database(admin_c
     assert admin_client.post(cancel).status_code == 302
 
     assert WorkflowRun.objects.using("jobs2").get(pk=wr.pk).status == "canceled"
+
+
+def test_overview__a_queue_on_two_databases_is_one_row_summed(admin_client, two_aliases):
+    # Jobs of one queue may live on two aliases: the overview's queue table is per queue.
+    here = make_job("near-shared", queue="shared")
+    there = make_job("far-shared", queue="shared", using="jobs2")
+    make_run(here)
+    make_run(there)
+    make_run(there)
+    data = admin_client.get(OVERVIEW).context["overview"]
+    shared = [q for q in data.queues if q.queue == "shared"]
+    assert [(q.depth, q.due) for q in shared] == [(3, 3)]
+
+
+def health_cell(url: str, using: str) -> str:
+    """The job list's health cell text for ``url``, from its health row on ``using``."""
+    from django_strait.models import EndpointHealth
+
+    row = EndpointHealth.objects.using(using).get(endpoint_url=url)
+    return f"{row.level} ({row.score:.0f})"
+
+
+@pytest.mark.parametrize("control", ["default", "jobs2"])
+def test_job_list__health_and_circuit_of_jobs_off_the_control_database_are_read_there(
+    admin_client, two_aliases, settings, control
+):
+    """Circuits and health live on the control database: a job of the other alias shows
+    them too (it showed "-"), and sorting by them does not fail."""
+    from django_strait.models import EndpointCircuit, EndpointHealth
+
+    settings.STRAIT = {**settings.STRAIT, "CONTROL_DATABASE": control}
+    other = "jobs2" if control == "default" else "default"
+    url = "http://127.0.0.1:9/charge"
+    job = make_job("http-job", queue="two" if other == "jobs2" else "default", using=other,
+                   endpoint_url=url)  # fmt: skip
+    make_job("python-job", queue=job.queue, using=other)  # no endpoint: "-"
+    EndpointHealth.objects.using(control).create(
+        endpoint_url=url, success_rate=0.2, failure_rate=0.7, samples=20
+    )
+    EndpointCircuit.objects.using(control).create(endpoint_url=url, state="open", failures=5)
+
+    response = admin_client.get(JOBS, {"database": other})
+
+    assert listed(response) == set(Job.objects.using(other).values_list("pk", flat=True))
+    body = response.content.decode()
+    assert health_cell(url, control) in body
+    assert "strait-circuit-open" in body
+    assert '<td class="field-health">-</td>' in body  # the Python job's
+    for order in ("6", "-7"):
+        assert listed(admin_client.get(JOBS, {"database": other, "o": order})) == listed(response)
+    # On the control database's own list the columns read as they always did.
+    make_job("near-http", queue="default" if control == "default" else "two", using=control,
+             endpoint_url=url)  # fmt: skip
+    near = admin_client.get(JOBS, {"database": control}).content.decode()
+    assert health_cell(url, control) in near and "strait-circuit-open" in near
+
+
+def test_overview__a_process_serving_two_databases_is_one_worker(admin_client, two_aliases):
+    from django.utils import timezone
+
+    from django_strait.models import WorkerProcess
+
+    now = timezone.now()
+
+    def beat(worker_id: str, using: str) -> None:
+        WorkerProcess.objects.using(using).create(
+            worker_id=worker_id, host="h", pid=1, concurrency=10, started_at=now, last_seen_at=now
+        )
+
+    beat("fleet-1", "default")
+    beat("fleet-1", "jobs2")  # the same process, registered on each alias it serves
+    beat("only-two", "jobs2")
+    response = admin_client.get(OVERVIEW)
+    data = response.context["overview"]
+    assert data.workers_alive == 2
+    assert sorted(w.worker_id for w in data.workers) == ["fleet-1", "only-two"]
+    rows = {row.alias: row.workers_alive for row in response.context["per_database"]}
+    assert rows == {"default": 1, "jobs2": 2}

@@ -13,7 +13,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from django.core.cache import cache
 
-from django_strait.models import Job, JobRun, WebhookDelivery
+from django_strait import define_workflow, trigger_workflow
+from django_strait.models import Job, JobRun, WebhookDelivery, WorkflowRun
 from tests.integration.factories import client_with, make_job, make_run
 
 pytestmark = pytest.mark.django_db(databases=["default", "jobs2"], transaction=True)
@@ -134,7 +135,7 @@ def test_the_database_parameter__lists_one_alias(api, both):
     assert ids(api.get("/api/strait/dead-letters/?database=jobs2")) == [there.pk]
 
 
-@pytest.mark.parametrize("path", ["runs/", "dead-letters/", "jobs/"])
+@pytest.mark.parametrize("path", ["runs/", "dead-letters/", "jobs/", "workflow-runs/"])
 def test_an_unknown_database__is_a_400_naming_the_field_and_the_aliases(api, both, path):
     response = api.get(f"/api/strait/{path}?database=jobs9")
     assert response.status_code == 400
@@ -226,6 +227,78 @@ def test_moving_a_job_to_a_queue_of_another_alias__is_refused(api, two_aliases):
     assert Job.objects.using("jobs2").get(name="far").queue == "two"
 
 
+# Workflow runs
+
+
+@pytest.fixture
+def flows(two_aliases):
+    """Two workflow runs on each alias (a workflow lives with its steps' jobs): (near, far)."""
+    make_job("near-step", queue="default")
+    make_job("far-step", queue="two", using="jobs2")
+    define_workflow("near-flow", steps=[{"name": "a", "job": "near-step"}])
+    define_workflow("far-flow", steps=[{"name": "a", "job": "far-step"}])
+    near = [trigger_workflow("near-flow", {"n": n}) for n in range(2)]
+    far = [trigger_workflow("far-flow", {"n": n}) for n in range(2)]
+    assert {wr._state.db for wr in far} == {"jobs2"}
+    return near, far
+
+
+def test_workflow_runs__listed_from_every_alias_newest_id_first_each_saying_where(api, flows):
+    near, far = flows
+    made = [*near, *far]
+    seen, url = [], "/api/strait/workflow-runs/?limit=3&status=running"
+    while url:
+        response = api.get(url)
+        seen += ids(response)
+        url = response.json()["next"]
+    assert seen == sorted((wr.pk for wr in made), reverse=True)
+    results = ok(api.get("/api/strait/workflow-runs/"))["results"]
+    assert {r["id"]: (r["database"], r["workflow"]) for r in results} == {
+        wr.pk: (wr._state.db, "far-flow" if wr in far else "near-flow") for wr in made
+    }  # fmt: skip
+
+
+def test_workflow_runs__the_database_and_workflow_filters(api, flows):
+    near, far = flows
+    newest_first = sorted((wr.pk for wr in far), reverse=True)
+    assert ids(api.get("/api/strait/workflow-runs/?database=jobs2")) == newest_first
+    assert ids(api.get("/api/strait/workflow-runs/?workflow=far-flow")) == newest_first
+    assert ids(api.get("/api/strait/workflow-runs/?workflow=near-flow&database=jobs2")) == []
+    response = api.get("/api/strait/workflow-runs/?workflow=nope")
+    assert response.status_code == 400
+    assert "no workflow named 'nope'" in response.json()["error"]["details"]["workflow"][0]
+
+
+def test_a_workflow_run_on_the_second_alias__is_read_and_canceled_by_its_id(api, flows):
+    _, far = flows
+    wr = far[0]
+    body = ok(api.get(f"/api/strait/workflow-runs/{wr.pk}/"))
+    assert (body["id"], body["database"], body["workflow"]) == (wr.pk, "jobs2", "far-flow")
+    assert body["payload"] == {"n": 0}
+    [step] = body["steps"]  # its steps, read on its alias too
+    assert step["job"] == "far-step" and step["run_status"] == "queued"
+    assert JobRun.objects.using("jobs2").filter(pk=step["run_id"]).exists()
+
+    canceled = ok(api.post(f"/api/strait/workflow-runs/{wr.pk}/cancel/"))
+    assert (canceled["status"], canceled["database"]) == ("canceled", "jobs2")
+    assert WorkflowRun.objects.using("jobs2").get(pk=wr.pk).status == "canceled"
+    assert JobRun.objects.using("jobs2").get(pk=step["run_id"]).status == "canceled"
+    assert WorkflowRun.objects.using("jobs2").get(pk=far[1].pk).status == "running"
+
+    missing = api.get(f"/api/strait/workflow-runs/{2 * 2**48 + 1}/")
+    assert missing.status_code == 404 and str(2 * 2**48 + 1) in missing.json()["error"]["message"]
+
+
+def test_a_workflow_triggered_through_the_api__says_its_database(two_aliases):
+    make_job("far-step", queue="two", using="jobs2")
+    define_workflow("far-flow", steps=[{"name": "a", "job": "far-step"}])
+    api = client_with("jobs:trigger", "runs:read")
+    response = api.post("/api/strait/workflows/far-flow/trigger/", {}, format="json")
+    assert response.status_code == 202, response.content
+    assert response.json()["database"] == "jobs2"
+    assert ok(api.get(response["Location"]))["id"] == response.json()["id"]
+
+
 # One alias: nothing changes
 
 
@@ -238,3 +311,16 @@ def test_on_one_database__no_database_key_and_no_database_parameter():
     response = api.get("/api/strait/runs/?database=default")
     assert response.status_code == 400
     assert "unknown filter" in response.json()["error"]["details"]["database"][0]
+
+
+@pytest.mark.django_db
+def test_on_one_database__workflow_runs_say_no_database_and_take_no_database_parameter():
+    make_job("step")
+    define_workflow("flow", steps=[{"name": "a", "job": "step"}])
+    wr = trigger_workflow("flow", {})
+    api = client_with("runs:read")
+    assert "database" not in ok(api.get(f"/api/strait/workflow-runs/{wr.pk}/"))
+    assert "database" not in ok(api.get("/api/strait/workflow-runs/"))["results"][0]
+    response = api.get("/api/strait/workflow-runs/?database=default")
+    assert response.status_code == 400
+    assert "unknown parameter" in response.json()["error"]["details"]["database"][0]

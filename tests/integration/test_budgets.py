@@ -230,3 +230,36 @@ def test_budget__four_workers_racing__exactly_the_budget_dispatches(http_server,
     assert set(http_server.run_ids().values()) == {1}
     assert (ledger().spent, ledger().reserved) == (Decimal(BUDGETED), Decimal(0))
     assert {r.pk for r in runs} >= set(http_server.run_ids())
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "jobs2"])
+def test_soft_limit__crossed_on_the_control_database_is_sent_though_the_claim_rolls_back(
+    two_aliases, http_server, listen
+):
+    # A run on "jobs2" reserves on the control database ("default") in a transaction
+    # of its own, which marks the day warned. If the claim then rolls back, the mark
+    # stays: the warning must have gone out with it, or it never would.
+    from django.db import transaction
+
+    from tests.integration.factories import make_job
+
+    sent = listen(signals.budget_soft_limit)
+    proj = project("10", soft_limit_ratio=0.5)
+    job = make_job("paid-far", queue="two", using="jobs2", endpoint_url=http_server.url("/paid"))
+    Job.objects.using("jobs2").filter(pk=job.pk).update(
+        project_id=proj.pk, estimated_cost=Decimal("6"), max_attempts=1
+    )
+    trigger_many("paid-far", [{"i": 0}])
+
+    class RolledBack(Exception):
+        pass
+
+    worker = Worker(WorkerConfig(worker_id="w-far", using="jobs2"))
+    with pytest.raises(RolledBack), transaction.atomic(using="jobs2"):
+        assert len(worker.claimer.claim_and_start(10)) == 1
+        raise RolledBack
+
+    assert JobRun.objects.using("jobs2").get().status == "queued"
+    assert BudgetLedger.objects.using("default").get(day=today()).soft_warning_sent_at
+    [call] = sent.calls
+    assert (call["project"], call["day"]) == (proj, today())

@@ -4,6 +4,9 @@ Migration 0020 partitions a new or small install itself; a table of
 ``layout.IN_ONE_GO`` runs or more is left plain for this command, which copies
 it in batches while workers go on, and locks the queue only for the switch
 (``storage.postgres.move``; docs/operations.md, "Upgrading to the partitioned layout").
+
+With several aliases (``STRAIT["DATABASES"]``) it moves each in turn, under a
+line naming it; ``--database ALIAS`` moves that one.
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, transaction
 
 from django_strait.conf import strait_settings
-from django_strait.management.commands.run_strait_worker import int_between, positive_int
+from django_strait.database import placed
+from django_strait.management.commands.run_strait_worker import (
+    int_between,
+    positive_int,
+    served_aliases,
+)
 from django_strait.rules.retry import PolicyError, parse_duration
 from django_strait.storage.postgres import LOCK_NAMESPACE, layout, lock_key, move
 
@@ -63,27 +71,42 @@ class Command(BaseCommand):
             "--abandon", action="store_true",
             help="Drop what an unfinished move left (its schema and triggers), and stop.",
         )  # fmt: skip
+        parser.add_argument(
+            "--database", dest="databases", action="append", default=[], metavar="ALIAS",
+            help="Move only this alias of STRAIT['DATABASES']; repeat for several. "
+            "Default: every one, in turn.",
+        )  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
-        alias = strait_settings.DATABASE
-        connection = connections[alias]
-        if connection.vendor != "postgresql":
-            raise CommandError(
-                "The runs table is partitioned on PostgreSQL only; "
-                f"database {alias!r} is {connection.vendor}."
-            )
+        where = served_aliases(options["databases"])
+        for alias in where:
+            connection = connections[alias]
+            if connection.vendor != "postgresql":
+                raise CommandError(
+                    "The runs table is partitioned on PostgreSQL only; "
+                    f"database {alias!r} is {connection.vendor}."
+                )
         if not options["abandon"] and not strait_settings.PARTITION_RUNS:
             raise CommandError(
                 "STRAIT['PARTITION_RUNS'] is False: this install keeps the plain runs table. "
                 "Set it to True (or unset STRAIT_PARTITION_RUNS) to move it."
             )
+        for alias in where:
+            if placed():
+                self.stdout.write(f"On database {alias!r}:")
+            self._on(alias, options)
+
+    def _on(self, alias: str, options: dict[str, Any]) -> None:
+        """Move (or with ``--abandon``, clean up) the runs table of ``alias``."""
+        connection = connections[alias]
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, lock_key("partition")]
             )
             if not cursor.fetchone()[0]:
                 # --abandon too: it would drop the schema that move is building.
-                raise CommandError("Another strait_partition is running on this database.")
+                on = f" ({alias!r})" if placed() else ""
+                raise CommandError(f"Another strait_partition is running on this database{on}.")
         try:
             if options["abandon"]:
                 dropped = move.abandon(alias, options["lock_timeout"])

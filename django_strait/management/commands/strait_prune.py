@@ -1,4 +1,9 @@
-"""``manage.py strait_prune``: delete finished runs past their retention now."""
+"""``manage.py strait_prune``: delete finished runs past their retention now, on every alias.
+
+With several aliases (``STRAIT["DATABASES"]``) each is pruned in turn, by its
+own pruner (its own lead), under a line naming it; ``--database ALIAS`` prunes
+that one. One alias's output is what it always was.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from django_strait.database import placed
 from django_strait.duties.pruner import Pruner, preview, whole_days
+from django_strait.management.commands.run_strait_worker import served_aliases
 from django_strait.management.selection import require_jobs
 from django_strait.rules.retry import PolicyError, parse_duration
 
@@ -48,11 +55,35 @@ class Command(BaseCommand):
             action="store_true",
             help="Print how many runs per job and status would go; delete nothing.",
         )
+        parser.add_argument(
+            "--database",
+            dest="databases",
+            action="append",
+            default=[],
+            metavar="ALIAS",
+            help="Prune only this alias of STRAIT['DATABASES']; repeat for several. "
+            "Default: every one.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        where = served_aliases(options["databases"])
         if options["job"] is not None:
-            require_jobs([options["job"]])
-        pruner = Pruner.from_settings(max_batches=None)
+            require_jobs([options["job"]], using=where)
+        busy = []
+        for using in where:
+            if placed():
+                self.stdout.write(f"On database {using!r}:")
+            if not self._prune(using, options):
+                busy.append(using)
+        if busy:
+            on = f" on database {', '.join(map(repr, busy))}" if placed() else ""
+            raise CommandError(
+                f"A worker is pruning right now{on} (it holds the pruner lead); retry."
+            )
+
+    def _prune(self, using: str, options: dict[str, Any]) -> bool:
+        """Prune ``using`` (or say what would go); False when a worker holds its lead."""
+        pruner = Pruner.from_settings(using, max_batches=None)
         selection = pruner.selection(job=options["job"], older_than=options["older_than"])
         now = timezone.now()
         if options["dry_run"]:
@@ -61,10 +92,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"{day.day}\twhole day\t{day.runs}")
             rows = preview(selection, now, using=pruner.using, besides=days)
             self._print_preview(rows, sum(day.runs or 0 for day in days))
-            return
+            return True
         result = pruner.run_once(now, selection)
         if not result.led:
-            raise CommandError("A worker is pruning right now (it holds the pruner lead); retry.")
+            return False
         counts = result.counts
         said = f"Deleted {counts['deleted']} run(s) in {counts['batches']} batch(es)."
         if counts["days_dropped"]:
@@ -80,6 +111,7 @@ class Command(BaseCommand):
                     "a completion webhook (pending, or failed and not redelivered)."
                 )
             )
+        return True
 
     def _print_preview(self, counts, in_days: int) -> None:
         for row in counts:
