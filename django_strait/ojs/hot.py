@@ -13,7 +13,6 @@ The raw reads are PostgreSQL's (``usable``); elsewhere the fast door uses ``work
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
 import time
@@ -22,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections
+from django.db.models.base import ModelState
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
@@ -34,13 +34,17 @@ from django_strait.ojs import errors, inputs, work
 from django_strait.ojs.ids import parse_any, uuid7
 from django_strait.ojs.parents import parent_results
 from django_strait.ojs.present import job_body
+from django_strait.ojs.together import Together
 from django_strait.rules.states import RunStatus, Transition
-from django_strait.storage import Claimed, backend
-from django_strait.storage.values import json_column
+from django_strait.storage import Claimed, Recorded, backend
+from django_strait.storage.values import Record, json_column
 
 #: The longest a cached job row is used without reading it again (a change made by
 #: another process shows within this; one made in this process at once).
 JOB_TTL = 2.0
+
+#: Most queues whose fetches are claimed together kept (``_fetcher``).
+FETCHERS_KEPT = 1000
 
 #: The run columns a job body, the ownership check and the record read.
 _COLUMNS = (
@@ -85,8 +89,12 @@ def usable() -> bool:
     """Whether the runs' database is PostgreSQL, whose raw reads come back typed as the ORM's.
 
     Not on several aliases: its reads are the first alias's; ``work`` serves them all.
+    Asked several times a request: kept with the settings (``strait_settings.derived``).
     """
-    return not placed() and connections[backend().alias].vendor == "postgresql"
+    return strait_settings.derived(  # type: ignore[no-any-return]
+        "ojs_hot_usable",
+        lambda: not placed() and connections[backend().alias].vendor == "postgresql",
+    )
 
 
 def _select(where: str) -> str:
@@ -95,20 +103,57 @@ def _select(where: str) -> str:
     return f"SELECT {', '.join(names)} FROM {table} WHERE {where}"
 
 
-def _run(row: Sequence[Any]) -> JobRun:
+class Run:
+    """A run as the fast door reads it: the columns above and its job, and nothing else.
+
+    Not a ``JobRun``: a model's ``__init__`` was a tenth of a fetch and ack's CPU. What
+    reads it (``present.job_body``, ``work.check_held``, ``work.attempt_record``,
+    ``work.ended``) reads these attributes only; any other is an ``AttributeError``,
+    not a default or a query.
+    """
+
+    __slots__ = (*_COLUMNS, *_JSON_COLUMNS, "job")
+
+    @property
+    def pk(self) -> int:
+        return self.id  # type: ignore[no-any-return]
+
+    @property
+    def _state(self) -> ModelState:
+        """Where the run was read, as a model's ``_state.db`` says (what reads runs of any
+        alias asks it): the fast door's runs are the one alias's (``usable``)."""
+        state = ModelState()
+        state.db, state.adding = backend().alias, False
+        return state
+
+    def twin(self) -> Run:
+        """A copy an ack may change (the job shared: read only here)."""
+        twin = Run.__new__(Run)
+        for name in Run.__slots__:
+            if hasattr(self, name):
+                setattr(twin, name, getattr(self, name))
+        return twin
+
+
+_UUID = JobRun._meta.get_field("ojs_id")
+
+
+def _run(row: Sequence[Any]) -> Run:
     """A run as read: the columns above, the JSON ones decoded as the ORM would."""
-    values = dict(zip(_COLUMNS, row[: len(_COLUMNS)], strict=True))
-    if values["ojs_id"] is not None:
-        values["ojs_id"] = JobRun._meta.get_field("ojs_id").to_python(values["ojs_id"])
+    run = Run.__new__(Run)
+    for name, value in zip(_COLUMNS, row, strict=False):
+        setattr(run, name, value)
+    if run.ojs_id is not None:
+        run.ojs_id = _UUID.to_python(run.ojs_id)
     for at, name in enumerate(_JSON_COLUMNS, start=len(_COLUMNS)):
         try:
-            values[name] = json_column(row[at])
+            setattr(run, name, json_column(row[at]))
         except (ValueError, RecursionError):  # read as nothing: the body says what it can
-            values[name] = None
-    return JobRun(**values)
+            setattr(run, name, None)
+    return run
 
 
-def _read(where: str, params: Sequence[Any]) -> list[JobRun]:
+def _read(where: str, params: Sequence[Any]) -> list[Run]:
     alias = backend().alias
     with connections[alias].cursor() as cursor:
         cursor.execute(_select(where), params)
@@ -123,7 +168,7 @@ class _Plan:
 
     def __init__(self, visibility_ms: int) -> None:
         self.visibility_ms = visibility_ms
-        self.runs: dict[int, JobRun] = {}
+        self.runs: dict[int, Run] = {}
 
     def expired(self, claimed: Sequence[Claimed], now: Any) -> set[int]:
         ids = [r.id for r in claimed]
@@ -151,9 +196,7 @@ def fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) ->
         left = count - len(bodies)
         if left <= 0:
             break
-        rows, blocked = transitions.external.fetch_at_once(
-            worker, queue=queue, limit=left, visible_ms=visibility_ms
-        )
+        rows, blocked = _fetcher(queue)((worker, left, visibility_ms))
         for row in rows:
             run = _run(row)
             job = jobs.get(run.job_id)
@@ -167,6 +210,28 @@ def fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) ->
         if blocked:
             return bodies + _fetch(queues[i:], count - len(bodies), worker, visibility_ms)
     return bodies
+
+
+def _fetch_together(queue: str, asks: Sequence[tuple[str, int, int]]) -> list[tuple[list, bool]]:
+    """Several workers' fetches of ``queue`` in one statement: each ask's rows, and whether
+    a run that is not plain blocked them (``transitions.external.fetch_together``)."""
+    taken, blocked = transitions.external.fetch_together(queue, asks)
+    return [(rows, blocked) for rows in taken]
+
+
+_fetchers: dict[str, Together[tuple[str, int, int], tuple[list, bool]]] = {}
+_fetchers_lock = threading.Lock()
+
+
+def _fetcher(queue: str) -> Together[tuple[str, int, int], tuple[list, bool]]:
+    """The fetches of ``queue`` claimed together (``ojs.together``), one per queue."""
+    found = _fetchers.get(queue)
+    if found is None:
+        with _fetchers_lock:
+            if len(_fetchers) >= FETCHERS_KEPT:  # queue names are the clients': bounded
+                _fetchers.clear()
+            found = _fetchers.setdefault(queue, Together(lambda asks: _fetch_together(queue, asks)))
+    return found
 
 
 def _fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) -> list[dict]:
@@ -206,7 +271,7 @@ def _fetch(queues: Sequence[str], count: int, worker: str, visibility_ms: int) -
 # Ack.
 
 
-def held(ident: Any, what: str, holder: inputs.Holder, scope: QueueScope) -> tuple[JobRun, Job]:
+def held(ident: Any, what: str, holder: inputs.Holder, scope: QueueScope) -> tuple[Run, Job]:
     """The active run ``ident`` and its job if ``holder`` holds its reservation (``work.check_held``)."""
     key = parse_any(ident) if isinstance(ident, str) else None
     found = _read("ojs_id = %s", [key]) if key is not None else []
@@ -247,7 +312,7 @@ def ack(ident: Any, result: Any, holder: inputs.Holder, scope: QueueScope) -> di
     return work.ended(run)
 
 
-def _held_as_fetched(run: JobRun, holder: inputs.Holder, scope: QueueScope) -> bool:
+def _held_as_fetched(run: Run, holder: inputs.Holder, scope: QueueScope) -> bool:
     """Whether the run as this process fetched it is within scope and ``holder``'s."""
     attempt = run.attempt - run.attempts_before_replay
     return (
@@ -267,11 +332,46 @@ def _check_result(result: Any) -> None:
         )
 
 
-def _complete(run: JobRun, result: Any) -> tuple[Any, Any]:
-    """Record the attempt ``run`` holds as succeeded (``work.attempt_record``)."""
+def _complete(run: Run, result: Any) -> tuple[Recorded, Any]:
+    """Record the attempt ``run`` holds as succeeded (``work.attempt_record``), with the
+    acks of other workers that came meanwhile (``ojs.together``)."""
     now = timezone.now()
-    done = work.attempt_record(run, Transition.COMPLETE, "succeeded", now, result=result, error="")
-    return transitions.external.finish(run.claimed_by, done), now
+    done = work.attempt_record(
+        run, Transition.COMPLETE, "succeeded", now, result=result, error="", worker=run.claimed_by
+    )
+    return _acks(done), now
+
+
+def _record_together(done: Sequence[Record]) -> list[Recorded | BaseException]:
+    """One record statement for the acks of a batch (``transitions.external.finish_together``).
+
+    A run named twice (two acks of one job at once) is recorded alone after the
+    others, as is every ack of a batch whose statement failed: one bad ack, or a
+    failure meanwhile, is then its own request's answer, not the batch's.
+    """
+    first: list[Record] = []
+    seen: set[int] = set()
+    for rec in done:
+        if rec.run_id not in seen:
+            seen.add(rec.run_id)
+            first.append(rec)
+    answers: dict[int, Recorded | BaseException] = {}
+    try:
+        together = transitions.external.finish_together(first)
+    except Exception:
+        alone = list(done)
+    else:
+        answers = {id(rec): together for rec in first}
+        alone = [rec for rec in done if id(rec) not in answers]
+    for rec in alone:
+        try:
+            answers[id(rec)] = transitions.external.finish(rec.worker, rec)
+        except Exception as exc:
+            answers[id(rec)] = exc
+    return [answers[id(rec)] for rec in done]
+
+
+_acks: Together[Record, Recorded] = Together(_record_together)
 
 
 class _Fetched:
@@ -280,18 +380,18 @@ class _Fetched:
     KEPT = 100_000
 
     def __init__(self) -> None:
-        self._runs: OrderedDict[str, JobRun] = OrderedDict()
+        self._runs: OrderedDict[str, Run] = OrderedDict()
         self._lock = threading.Lock()
 
-    def add(self, run: JobRun) -> None:
+    def add(self, run: Run) -> None:
         with self._lock:
             self._runs[str(run.ojs_id)] = run
             while len(self._runs) > self.KEPT:
                 self._runs.popitem(last=False)
 
-    def get(self, ident: Any) -> JobRun | None:
+    def get(self, ident: Any) -> Run | None:
         run = self._runs.get(ident) if isinstance(ident, str) else None
-        return copy.copy(run) if run is not None else None
+        return run.twin() if run is not None else None
 
     def forget(self, ident: Any) -> None:
         if isinstance(ident, str):

@@ -24,12 +24,12 @@ without holding a thread.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import os
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
@@ -58,6 +58,7 @@ from django_strait.conf import strait_settings
 from django_strait.ojs import batch, errors, hot, inputs, work
 from django_strait.ojs.errors import OjsError
 from django_strait.ojs.present import stamp
+from django_strait.ojs.threads import DatabaseThreads
 from django_strait.storage import backend
 from django_strait.storage.sql import keep_plans
 
@@ -100,8 +101,22 @@ class Call:
         if given and len(given) <= 200 and given.isprintable():
             return given
         if not self._request_id:
-            self._request_id = f"req_{uuid.uuid4().hex}"
+            self._request_id = new_request_id()
         return self._request_id
+
+
+_request_ids = itertools.count()
+_request_prefix = (0, "")
+
+
+def new_request_id() -> str:
+    """``req_`` and 32 hex digits, unique across processes: 16 random ones per process (made
+    again in a forked child), then a counter; cheaper than a uuid4 per request."""
+    global _request_prefix
+    pid = os.getpid()
+    if _request_prefix[0] != pid:
+        _request_prefix = (pid, os.urandom(8).hex())
+    return f"req_{_request_prefix[1]}{next(_request_ids) % 2**64:016x}"
 
 
 class _Headers:
@@ -333,8 +348,12 @@ def wait_of(body: Any) -> float:
 
 
 def serve(endpoint: Endpoint, call: Call, raw: bytes, too_long: bool) -> tuple[Answer, float]:
-    """Answer one request in a database thread; also how long a fetch may wait if it found none."""
-    close_old_connections()
+    """Answer one request in a database thread; also how long a fetch may wait if it found none.
+
+    The thread's connections are checked after each request (closed if unusable, past
+    ``CONN_MAX_AGE``, or left in a transaction), as Django's request cycle checks them
+    when a request ends; and so before the thread's next request.
+    """
     try:
         try:
             if hot.usable():  # the record statement prepared, as a worker's (sql.keep_plans)
@@ -362,12 +381,12 @@ class LeanOjs:
     def __init__(self, fallback: ASGIApp | None = None, *, threads: int = DEFAULT_THREADS) -> None:
         self.fallback = fallback
         self.threads = threads
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: DatabaseThreads | None = None
 
     @property
-    def pool(self) -> ThreadPoolExecutor:
+    def pool(self) -> DatabaseThreads:
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="strait-ojs")
+            self._pool = DatabaseThreads(self.threads)
         return self._pool
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -388,15 +407,14 @@ class LeanOjs:
         await _send(send, answer.status, answer.data, headers)
 
     async def _answer(self, endpoint: Endpoint, call: Call, raw: bytes, too_long: bool) -> Answer:
-        loop = asyncio.get_running_loop()
-        answer, wait = await loop.run_in_executor(self.pool, serve, endpoint, call, raw, too_long)
+        answer, wait = await self.pool.call(serve, endpoint, call, raw, too_long)
         if wait <= 0 or answer.status != 200 or answer.data.get("jobs"):
             return answer
         # Nothing to do yet: look again now and then until the wait is over, holding no thread.
         deadline = time.monotonic() + wait
         while (left := deadline - time.monotonic()) > 0:
             await asyncio.sleep(min(WAIT_POLL, left))
-            answer, _ = await loop.run_in_executor(self.pool, serve, endpoint, call, raw, False)
+            answer, _ = await self.pool.call(serve, endpoint, call, raw, False)
             if answer.status != 200 or answer.data.get("jobs"):
                 break
         return answer
@@ -408,7 +426,7 @@ class LeanOjs:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self._pool is not None:
-                    self._pool.shutdown(wait=True)
+                    self._pool.stop()
                     self._pool = None
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -424,14 +442,28 @@ def _meta(scope: dict) -> dict[str, str]:
     client = scope.get("client")
     meta["REMOTE_ADDR"] = client[0] if client else ""
     for name, value in scope.get("headers", ()):
-        key = name.decode("latin-1").upper().replace("-", "_")
+        key = _META_KEYS.get(name)
+        if key is None:
+            key = _meta_key(name)
         text = value.decode("latin-1")
-        if key == "CONTENT_LENGTH" or key == "CONTENT_TYPE":
-            meta[key] = text
-        else:
-            key = f"HTTP_{key}"
-            meta[key] = f"{meta[key]},{text}" if key in meta else text
+        if key in meta and key[0] == "H":  # HTTP_*: joined, as Django joins them
+            text = f"{meta[key]},{text}"
+        meta[key] = text
     return meta
+
+
+#: Header names as ``request.META`` names them, for the names clients send (``_meta_key``).
+_META_KEYS: dict[bytes, str] = {}
+_META_KEYS_KEPT = 256
+
+
+def _meta_key(name: bytes) -> str:
+    key = name.decode("latin-1").upper().replace("-", "_")
+    if key not in ("CONTENT_LENGTH", "CONTENT_TYPE"):
+        key = f"HTTP_{key}"
+    if len(_META_KEYS) < _META_KEYS_KEPT:  # names are the clients': only so many kept
+        _META_KEYS[name] = key
+    return key
 
 
 async def _read_body(receive: Callable, declared: str) -> tuple[bytes, bool]:
@@ -457,7 +489,7 @@ async def _read_body(receive: Callable, declared: str) -> tuple[bytes, bool]:
 
 def _not_found(scope: dict) -> dict[str, Any]:
     error = OjsError(404, "not_found", f"no OJS endpoint at {scope.get('path', '')}")
-    return error.body(f"req_{uuid.uuid4().hex}")
+    return error.body(new_request_id())
 
 
 async def _send(send: Callable, status: int, data: Any, headers: Mapping[str, str]) -> None:

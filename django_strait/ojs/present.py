@@ -26,7 +26,12 @@ def stamp(value: dt.datetime | None) -> str | None:
     """Return an RFC 3339 UTC timestamp with milliseconds."""
     if value is None:
         return None
-    return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if value.utcoffset() != _ZERO:
+        value = value.astimezone(dt.UTC)
+    return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+_ZERO = dt.timedelta(0)
 
 
 def ojs_type(job: Job) -> str:

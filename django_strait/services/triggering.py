@@ -201,11 +201,13 @@ def trigger_many(
         if AFTER_TRIGGER:
             after_trigger(runs)
         return runs
-    # Keys already used return the run that holds them, in the caller's order.
-    by_key = {
-        r.idempotency_key: r
-        for r in JobRun.objects.using(storage.alias).filter(job=opts.job, idempotency_key__in=keys)
-    }
+    # Keys already used return the run that holds them, in the caller's order: the runs
+    # made here as the backend returned them, the others read (only those, where it can).
+    by_key = {r.idempotency_key: r for r in runs if r.pk is not None and r.pk in created}
+    missing = [k for k in keys if k not in by_key]
+    if missing:
+        held = JobRun.objects.using(storage.alias).filter(job=opts.job, idempotency_key__in=missing)
+        by_key.update((r.idempotency_key, r) for r in held)
     for run in by_key.values():
         run.idempotency_hit = run.pk not in created
     made = [r for r in by_key.values() if r.pk in created]

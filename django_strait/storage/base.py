@@ -152,7 +152,9 @@ class RunVerbs(Protocol):
         """Move each run as its record says, append its attempt, apply every record part.
 
         A run the record cannot move is ``lost``, or ``already`` when this worker's
-        attempt row for that record is there (an earlier try's COMMIT landed).
+        attempt row for that record is there (an earlier try's COMMIT landed). Each
+        record ends the attempt of ``batch.worker_of(record)``: its own ``worker`` (an
+        OJS server's acks of several workers), else the batch's.
         """
 
     # The worker's process runs (docs/process-execution.md).
@@ -366,7 +368,10 @@ class InsertVerbs(Protocol):
         keys: Sequence[str] | None,
         batch_size: int,
     ) -> tuple[list[JobRun], set[int]]:
-        """Insert one run like ``template`` per payload; with keys, also which this call made."""
+        """Insert one run like ``template`` per payload; with keys, also which this call made.
+
+        Return the runs made (with keys: those this call inserted, each with its key, or
+        none, and ``trigger_many`` reads them) and, with keys, their ids."""
 
 
 class DutyVerbs(Protocol):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -17,6 +18,33 @@ _direct: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 #: The psycopg connections of a worker's claim and record threads that reach PostgreSQL
 #: directly, and when their prepared plans were last dropped (``time.monotonic()``).
 _worker_plans: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+
+def text_array(values: Iterable[Any]) -> str:
+    """``values`` as one PostgreSQL array literal, for a parameter cast to an array type
+    (``%s::text[]``, ``::jsonb[]``, ``::bigint[]``, ``::timestamptz[]``): each element
+    quoted and escaped (a datetime as ISO 8601, anything else as ``str()``), None as NULL.
+
+    psycopg adapts a list element by element in Python: a thousand JSON texts took it
+    ~10 ms, a thousand ids ~2 ms, and each array a few microseconds however short; as
+    one literal, ~0.5 ms and ~0.4 ms.
+    """
+    return "{" + ",".join(map(_element, values)) + "}"
+
+
+def _element(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    text = value if isinstance(value, str) else _text(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, dt.date):  # a naive datetime in the session's zone, as psycopg's
+        return value.isoformat()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 @contextlib.contextmanager

@@ -132,6 +132,9 @@ class Record:
     free_attempt: bool = False
     #: The preset the job's future runs should start at (after an OOM), or "".
     recommend: str = ""
+    #: The worker holding the attempt, where a batch records several workers' attempts
+    #: (the OJS fast door's acks, recorded together); "" for the batch's ``worker_id``.
+    worker: str = ""
 
     @property
     def spent(self) -> Decimal | None:
@@ -150,6 +153,10 @@ class RecordBatch:
     #: The results to fold into circuits, by endpoint, in the order the attempts ended
     #: (``CircuitBreaker.worth``: none while every circuit is quiet and all went well).
     circuits: Mapping[str, Sequence[Result]] = field(default_factory=dict)
+
+    def worker_of(self, record: Record) -> str:
+        """The worker whose attempt ``record`` ends (the record's own, else the batch's)."""
+        return record.worker or self.worker_id
 
     @cached_property
     def spends(self) -> list[Spend]:

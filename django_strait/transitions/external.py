@@ -93,20 +93,40 @@ def fetch_at_once(
     Return their rows and whether a run that is not plain (an expiry, timeouts of its
     own, no OJS id yet) blocked it: then nothing changed, and :func:`fetch` is the way.
     """
+    taken, blocked = fetch_together(queue, [(worker_id, limit, visible_ms)], storage=storage)
+    return taken[0], blocked
+
+
+def fetch_together(
+    queue: str, asks: Sequence[tuple[str, int, int]], *, storage: Storage | None = None
+) -> tuple[list[list[tuple]], bool]:
+    """:func:`fetch_at_once` for several fetches of ``queue`` (each ``(worker, limit,
+    visible_ms)``) in one statement: the runs in claim order go to the first fetch
+    until it has its ``limit``, then to the next. Return each fetch's rows (in the order
+    of ``asks``), and whether a run that is not plain blocked them all (nothing changed).
+    """
     storage = storage or backend()
     if queue in queue_states.paused(storage.alias):
-        return [], False
+        return [[] for _ in asks], False
     if queue in queue_states.limited(storage.alias):
-        return [], True  # the ordinary fetch, which counts the queue's starts
+        return [[] for _ in asks], True  # the ordinary fetch, which counts the queue's starts
+    slots: list[tuple[str, int]] = []
+    owner: list[int] = []
+    for i, (worker, limit, visible_ms) in enumerate(asks):
+        slots += [(worker, visible_ms)] * limit
+        owner += [i] * limit
+    if not slots:
+        return [[] for _ in asks], False
     # Again if a queued run was canceled (moved to history) between the read and its lock.
     rows, blocked = moves.rerun_moved(
-        lambda: storage.fetch_external(  # type: ignore[attr-defined]
-            worker_id, queue=queue, limit=limit, visible_ms=visible_ms
-        )
+        lambda: storage.fetch_external(slots, queue=queue)  # type: ignore[attr-defined]
     )
-    started = [Claimed(row[0], row[1], None, row[5], row[6], row[7], None) for row in rows]
+    taken: list[list[tuple]] = [[] for _ in asks]
+    for row in rows:
+        taken[owner[row[0]]].append(row[1:])
+    started = [Claimed(row[1], row[2], None, row[6], row[7], row[8], None) for row in rows]
     sending.send_started(started, None, using=storage.alias)
-    return rows, blocked
+    return taken, blocked
 
 
 def _drop(storage: Storage, worker_id: str, run_ids: set[int], now: dt.datetime) -> list[JobRun]:
@@ -130,6 +150,12 @@ def extend(
 def finish(worker_id: str, done: Record, *, storage: Storage | None = None) -> Recorded:
     """Record the end of an external worker's attempt (ack or nack) held by ``worker_id``."""
     return record(RecordBatch(worker_id=worker_id, records=[done]), storage=storage)
+
+
+def finish_together(done: Sequence[Record], *, storage: Storage | None = None) -> Recorded:
+    """Record the ends of several external workers' attempts in one statement (the OJS fast
+    door's acks, ``ojs.together``): each record names the worker that holds its attempt."""
+    return record(RecordBatch(worker_id=done[0].worker, records=done), storage=storage)
 
 
 def name(ids: Mapping[int, uuid.UUID], *, storage: Storage | None = None) -> list[int]:

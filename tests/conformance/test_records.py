@@ -93,6 +93,27 @@ def test_record__a_lost_run_is_not_counted(storage):
     assert not RunRollup.objects.exists()
 
 
+def test_record__each_record_names_the_worker_that_holds_its_attempt(storage):
+    # The OJS fast door records the acks of several workers in one batch: each run moves
+    # only under its own worker, and its attempt row names that worker.
+    job = make_job()
+    JobRun.objects.bulk_create([JobRun(job=job, available_at=timezone.now()) for _ in range(3)])
+    [a] = start(storage, worker="a", limit=1)
+    [b] = start(storage, worker="b", limit=1)
+    [c] = start(storage, worker="c", limit=1)
+    now = timezone.now()
+
+    def rec(run, worker):
+        return Record(run.id, 1, Transition.COMPLETE, now, now, 1, "succeeded", job_id=job.pk,
+                      worker=worker)  # fmt: skip
+
+    done = storage.record(RecordBatch("", [rec(a, "a"), rec(b, "b"), rec(c, "a")]))
+
+    assert done.moved == {a.id: "completed", b.id: "completed"} and done.lost == [c.id]
+    assert dict(RunAttempt.objects.values_list("run_id", "worker")) == {a.id: "a", b.id: "b"}
+    assert JobRun.objects.get(pk=c.id).status == "executing"
+
+
 def test_record__a_health_rate_decayed_to_nothing_folds_to_zero_not_an_error(storage):
     # After one failure and thousands of successes a failure rate decays toward 0; a
     # product that underflowed made PostgreSQL refuse the whole record.

@@ -153,3 +153,53 @@ def test_fast_door__hands_other_requests_to_django(lean_server):
     assert health[0] == 200 and health[1]["status"] == "ok"
     assert wrong_method[0] == 405 and wrong_method[1]["error"]["code"] == "invalid_request"
     assert unknown[0] == 404 and unknown[1]["error"]["code"] == "not_found"
+
+
+def test_fast_door__acks_of_several_workers_are_one_record_each_under_its_own(
+    lean_server, monkeypatch
+):
+
+    from django_strait.ojs import hot
+    from django_strait.transitions import external
+
+    if not hot.usable():
+        pytest.skip("the acks go together on PostgreSQL's fast path (ojs.hot)")
+    ids = [enqueue(lean_server) for _ in range(4)]
+    for i in range(4):
+        assert len(fetch(lean_server, worker=f"w{i}")[1]["jobs"]) == 1
+    by_worker = dict(JobRun.objects.values_list("claimed_by", "ojs_id"))
+    # w3's job was taken from it meanwhile (requeued and fetched through another server):
+    # its ack goes in the batch on what this process fetched, and the record refuses it.
+    JobRun.objects.filter(ojs_id=by_worker["ojs:w3"]).update(claimed_by="ojs:other")
+    batches: list[list[str]] = []
+    real = external.finish_together
+
+    def held_first(done):  # the first record waits until the three other acks wait for it
+        batches.append([rec.worker for rec in done])
+        deadline = time.monotonic() + 10
+        while len(batches) == 1 and len(hot._acks._queue) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return real(done)
+
+    monkeypatch.setattr(external, "finish_together", held_first)
+    answers: dict[str, tuple] = {}
+
+    def ack(i: int) -> None:
+        job = str(by_worker[f"ojs:w{i}"])
+        answers[f"w{i}"] = ask(lean_server, "POST", "/ojs/v1/workers/ack",
+                               {"job_id": job, "result": i, "worker_id": f"w{i}"})  # fmt: skip
+
+    threads = [threading.Thread(target=ack, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+    assert sorted(len(b) for b in batches) == [1, 3], batches
+    assert {w: a[0] for w, a in answers.items()} == {"w0": 200, "w1": 200, "w2": 200, "w3": 409}
+    assert answers["w3"][1]["error"]["details"] == {
+        "job_id": str(by_worker["ojs:w3"]), "state": "active", "attempt": 1
+    }  # fmt: skip
+    done = JobRun.objects.filter(ojs_id__in=ids, status=RunStatus.COMPLETED)
+    assert {r.result: r.attempts.get().worker for r in done} == {0: "ojs:w0", 1: "ojs:w1",
+                                                                  2: "ojs:w2"}  # fmt: skip

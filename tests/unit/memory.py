@@ -311,7 +311,7 @@ class MemoryStorage:
             self.writes.append([r.run_id for r in batch.records])
             done = Recorded()
             for rec in batch.records:
-                self._record_one(batch.worker_id, rec, done)
+                self._record_one(batch.worker_of(rec), rec, done)
             return done
 
     def _record_one(self, worker_id: str, rec: Record, done: Recorded) -> None:

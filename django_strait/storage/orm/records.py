@@ -23,10 +23,10 @@ def record(alias: str, batch: RecordBatch, parts: Sequence[RecordPart]) -> Recor
     with transaction.atomic(using=alias):
         runs = JobRun.objects.using(alias)
         for rec in batch.records:
-            if _move(runs, batch.worker_id, rec):
+            if _move(runs, batch.worker_of(rec), rec):
                 moved[rec.run_id] = runs.values_list("status", flat=True).get(pk=rec.run_id)
         RunAttempt.objects.using(alias).bulk_create(
-            [_attempt(rec, batch.worker_id) for rec in batch.records if rec.run_id in moved]
+            [_attempt(rec, batch.worker_of(rec)) for rec in batch.records if rec.run_id in moved]
         )
         results = [part.apply(batch, moved, alias) for part in parts if part.wanted(batch)]
     done = recorded(alias, batch, moved)
@@ -44,7 +44,7 @@ def recorded(alias: str, batch: RecordBatch, moved: dict[int, str]) -> Recorded:
     row, as this record would have written it, is already there.
     """
     missed = [rec for rec in batch.records if rec.run_id not in moved]
-    already = _already_recorded(alias, batch.worker_id, missed) if missed else set()
+    already = _already_recorded(alias, batch, missed) if missed else set()
     return Recorded(
         moved,
         lost=[rec.run_id for rec in missed if rec.run_id not in already],
@@ -52,13 +52,18 @@ def recorded(alias: str, batch: RecordBatch, moved: dict[int, str]) -> Recorded:
     )
 
 
-def _already_recorded(alias: str, worker_id: str, records: Sequence[Record]) -> set[int]:
+def _already_recorded(alias: str, batch: RecordBatch, records: Sequence[Record]) -> set[int]:
     # An attempt row is this record's if it has its run, number, worker and end time
     # (the reaper's row for a lost attempt has the same number and worker, not the end).
     match = Q()
     for rec in records:
-        match |= Q(run_id=rec.run_id, number=rec.attempt, finished_at=rec.finished_at)
-    rows = RunAttempt.objects.using(alias).filter(match, worker=worker_id)
+        match |= Q(
+            run_id=rec.run_id,
+            number=rec.attempt,
+            finished_at=rec.finished_at,
+            worker=batch.worker_of(rec),
+        )
+    rows = RunAttempt.objects.using(alias).filter(match)
     return set(rows.values_list("run_id", flat=True))
 
 

@@ -29,7 +29,6 @@ from django_strait.rules import bounds
 from django_strait.storage import common
 from django_strait.storage.floors import BOTTOM, ClaimFloors, Segment
 from django_strait.storage.moves import is_moved_row, retry_moved
-from django_strait.storage.orm import external
 from django_strait.storage.orm.claims import claimed
 from django_strait.storage.orm.records import recorded
 from django_strait.storage.parts import RecordPart, following_parts, note
@@ -46,6 +45,7 @@ from django_strait.storage.shared import (
     SharedRunVerbs,
     SharedWorkflowVerbs,
 )
+from django_strait.storage.sql import text_array
 from django_strait.storage.values import (
     Claimed,
     Envelope,
@@ -154,26 +154,39 @@ class PostgresStorage(
         return taken
 
     def fetch_external(
-        self, worker_id: str, *, queue: str, limit: int, visible_ms: int
+        self, slots: Sequence[tuple[str, int]], *, queue: str
     ) -> tuple[list[tuple], bool]:
-        """Claim and start up to ``limit`` plain runs of ``queue`` in one statement (queries.sql,
-        "fetch_external"); return their rows, in claim order, and whether a run that is not
-        plain blocked it (then nothing changed). PostgreSQL only: the OJS fast door's fetch.
+        """Claim and start up to ``len(slots)`` plain runs of ``queue`` in one statement
+        (queries.sql, "fetch_external"): the n-th run in claim order is held by
+        ``slots[n]``'s worker, visible for its milliseconds. Return the rows in claim
+        order, each led by its slot's index, and whether a run that is not plain
+        blocked it (then nothing changed). PostgreSQL only: the OJS fast door's fetch
+        (several workers' fetches of one queue in one statement).
         """
-        params = {"worker": worker_id, "queue": queue, "limit": limit, "visible_ms": visible_ms}
+        params = {"limit": len(slots), "queue": queue,
+                  "workers": text_array(worker for worker, _ in slots),
+                  "visible_ms": text_array(visible for _, visible in slots)}  # fmt: skip
         rows = self._execute(queries.fetch_external(self._partitioned()), params)
         blocked = bool(rows and rows[0][-2])
-        started = [row[:-2] for row in rows if row[0] is not None]
-        started.sort(key=lambda row: (-row[4], row[8], row[0]))  # priority, due time, id
+        started = [(row[0] - 1, *row[1:-2]) for row in rows if row[0] is not None]
+        started.sort()  # by slot: claim order (priority, due time, id)
         return started, blocked
 
     def set_external_envelopes(self, envelopes: Sequence[Envelope]) -> None:
         """One UPDATE from arrays for a whole batch's new runs (ids, envelopes, due times)."""
         if not envelopes:
             return
-        rows = external.envelope_rows(connections[self.alias], envelopes)
-        params = {"ojs_id": [r[0] for r in rows], "ojs": [r[1] for r in rows],
-                  "due": [r[2] for r in rows], "ids": [r[3] for r in rows]}  # fmt: skip
+        due = JobRun._meta.get_field("available_at")
+        connection = connections[self.alias]
+        # Array literals: psycopg adapts a list element by element (sql.text_array).
+        params = {
+            "ojs_id": text_array(None if e.ojs_id is None else str(e.ojs_id) for e in envelopes),
+            "ojs": text_array(
+                None if e.envelope is None else json.dumps(e.envelope) for e in envelopes
+            ),  # fmt: skip
+            "due": [due.get_db_prep_save(e.due, connection) for e in envelopes],
+            "ids": "{" + ",".join(str(int(e.run_id)) for e in envelopes) + "}",
+        }
         self._execute(queries.get("envelopes"), params)
 
     def set_deadlines(
@@ -267,24 +280,25 @@ class PostgresStorage(
 
 
 def _record_columns(batch: RecordBatch) -> dict[str, Any]:
-    """The records as one array per column: a constant statement, and fast to adapt."""
+    """The records as one array per column, each as one literal (``sql.text_array``): a
+    constant statement, and fast to adapt."""
     recs = batch.records
     return {
-        "id": [r.run_id for r in recs],
-        "attempt": [r.attempt for r in recs],
-        "status": [r.transition.target for r in recs],
-        "available_at": [r.available_at for r in recs],
-        "result": [None if r.result is None else json.dumps(r.result) for r in recs],
-        "error": [r.error for r in recs],
-        "error_type": [r.error_type for r in recs],
-        "endpoint": [r.endpoint for r in recs],
-        "started_at": [r.started_at for r in recs],
-        "finished_at": [r.finished_at for r in recs],
-        "duration_ms": [r.duration_ms for r in recs],
-        "outcome": [r.outcome for r in recs],
-        "status_code": [r.status_code for r in recs],
-        "excerpt": [r.response_excerpt for r in recs],
-        "job_id": [r.job_id for r in recs],
-        "cost": [r.spent for r in recs],
-        "worker": batch.worker_id,
+        "id": text_array(r.run_id for r in recs),
+        "attempt": text_array(r.attempt for r in recs),
+        "status": text_array(r.transition.target for r in recs),
+        "available_at": text_array(r.available_at for r in recs),
+        "result": text_array(None if r.result is None else json.dumps(r.result) for r in recs),
+        "error": text_array(r.error for r in recs),
+        "error_type": text_array(r.error_type for r in recs),
+        "endpoint": text_array(r.endpoint for r in recs),
+        "started_at": text_array(r.started_at for r in recs),
+        "finished_at": text_array(r.finished_at for r in recs),
+        "duration_ms": text_array(r.duration_ms for r in recs),
+        "outcome": text_array(r.outcome for r in recs),
+        "status_code": text_array(r.status_code for r in recs),
+        "excerpt": text_array(r.response_excerpt for r in recs),
+        "job_id": text_array(r.job_id for r in recs),
+        "cost": text_array(r.spent for r in recs),
+        "worker": text_array(batch.worker_of(r) for r in recs),
     }

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from django_strait.models import Job, JobRun
 from django_strait.storage import columns
-from django_strait.storage.sql import server_bound_cursor
+from django_strait.storage.sql import server_bound_cursor, text_array
 
 #: Columns trigger() sets itself (or reads from the job row) in insert_by_name.
 _BY_NAME = ("payload", "idempotency_key", "job", "queue", "priority", "available_at")
@@ -149,8 +149,9 @@ def insert_many(
     """One INSERT per batch: payloads and keys as arrays, every other column a constant.
 
     ``bulk_create`` prepares ~20 fields per object and splices them one parameter
-    each; this is several times faster. With keys, returns which rows this call
-    inserted (RETURNING skips the conflicts).
+    each; this is several times faster. Returns the runs made, built from the
+    template and the RETURNING (not read again); with keys, only those this call
+    inserted (RETURNING skips the conflicts), each with its key, and their ids.
     """
     constant = columns.prepared(template, alias, ("payload", "idempotency_key"))
     sql = _many_sql(tuple(constant), bool(keys))
@@ -161,12 +162,21 @@ def insert_many(
             chunk = list(texts[start : start + batch_size])
             chunk_keys = list(keys[start : start + batch_size]) if keys else [None] * len(chunk)
             job = [template.job_id] if keys else []
-            cursor.execute(sql, [*constant.values(), chunk, chunk_keys, *job])
-            ids = [row[0] for row in cursor.fetchall()]
-            if keys:
-                created.update(ids)
-            else:
+            arrays = [text_array(chunk), text_array(chunk_keys)]
+            cursor.execute(sql, [*constant.values(), *arrays, *job])
+            rows = cursor.fetchall()
+            ids = [row[0] for row in rows]
+            if not keys:
                 runs.extend(_built(alias, template, ids, payloads[start : start + len(chunk)]))
+                continue
+            created.update(ids)
+            given: dict[str, Any] = {}
+            for key, payload in zip(chunk_keys, payloads[start : start + len(chunk)], strict=True):
+                given.setdefault(key, payload)  # a key given twice: the first one's row
+            made = _built(alias, template, ids, [given[row[1]] for row in rows])
+            for run, row in zip(made, rows, strict=True):
+                run.idempotency_key = row[1]
+            runs.extend(made)
     return runs, created
 
 
@@ -177,7 +187,7 @@ def _many_sql(columns: tuple[str, ...], keyed: bool) -> str:
         f"SELECT v.payload::jsonb, v.key, {', '.join(['%s'] * len(columns))} "
         f"FROM unnest(%s::text[], %s::varchar[]) AS v(payload, key) "
         f"{'WHERE (v.key IS NULL OR ' + _KEY_FREE.format(job='%s', key='v.key') + ') ' if keyed else ''}"
-        f"{'ON CONFLICT DO NOTHING ' if keyed else ''}RETURNING id"
+        f"{'ON CONFLICT DO NOTHING RETURNING id, idempotency_key' if keyed else 'RETURNING id'}"
     )
 
 

@@ -105,5 +105,5 @@ def claim_external(partitioned: bool = False) -> str:
 @functools.cache
 def fetch_external(partitioned: bool = False) -> str:
     """Return the OJS fetch of plain runs, for a runs table ``partitioned`` or not."""
-    sql = get("fetch_external")
-    return _live(sql.replace("/*claimed_by_id*/", CLAIMED_BY_ID[partitioned]), partitioned)
+    by_id = "AND r.id = ANY(ARRAY(SELECT id FROM due)) /*live*/" if partitioned else ""
+    return _live(get("fetch_external").replace("/*by_id*/", by_id), partitioned)

@@ -173,18 +173,19 @@ WHERE u.id NOT IN (SELECT run_id FROM extended);
 -- that attempt, and its attempt row is appended. The parts of the record (record.*
 -- below) follow as more CTEs: each reads v (the records) and u (the runs that moved).
 -- A part with rows to return (record.<part>.returned) adds them with UNION ALL, without
--- a run id (id NULL), its row as JSON text in the status column.
+-- a run id (id NULL), its row as JSON text in the status column. Each record names the
+-- worker that holds its attempt (one worker's batch, or an OJS server's acks of many).
 WITH v AS (
-    SELECT *, 'executing'::varchar AS expected, %(worker)s::varchar AS worker FROM unnest(
+    SELECT *, 'executing'::varchar AS expected FROM unnest(
         %(id)s::bigint[], %(attempt)s::integer[], %(status)s::varchar[],
         %(available_at)s::timestamptz[], %(result)s::text[], %(error)s::text[],
         %(error_type)s::varchar[], %(endpoint)s::varchar[], %(started_at)s::timestamptz[],
         %(finished_at)s::timestamptz[], %(duration_ms)s::integer[], %(outcome)s::varchar[],
         %(status_code)s::integer[], %(excerpt)s::text[], %(job_id)s::bigint[],
-        %(cost)s::numeric[]
+        %(cost)s::numeric[], %(worker)s::varchar[]
     ) AS v(id, attempt, status, available_at, result, last_error, error_type, endpoint,
            started_at, finished_at, duration_ms, outcome, status_code, response_excerpt,
-           job_id, cost)
+           job_id, cost, worker)
 ),
 u AS (
     UPDATE django_strait_jobrun AS r SET
@@ -208,7 +209,7 @@ a AS (
     INSERT INTO django_strait_runattempt (run_id, number, endpoint, started_at, finished_at,
         duration_ms, outcome, status_code, error_type, error, response_excerpt, worker)
     SELECT v.id, v.attempt, v.endpoint, v.started_at, v.finished_at, v.duration_ms,
-        v.outcome, v.status_code, v.error_type, v.last_error, v.response_excerpt, %(worker)s
+        v.outcome, v.status_code, v.error_type, v.last_error, v.response_excerpt, v.worker
     FROM v JOIN u ON u.id = v.id
 )
 /*parts*/
@@ -559,7 +560,9 @@ RETURNING r.id;
 -- name: fetch_external
 -- An OJS fetch of plain runs in one statement (docs/ojs.md): up to %(limit)s due queued
 -- runs of one queue whose job is an enabled external-worker job go straight to
--- executing for %(worker)s (attempt + 1, started now), visible for %(visible_ms)s ms.
+-- executing (attempt + 1, started now), for one or several fetches at once: the n-th
+-- run in claim order goes to slot n, whose worker (%(workers)s[n]) holds it, visible for
+-- %(visible_ms)s[n] ms; each row returns its slot first.
 -- Only if every run chosen is plain: it has its OJS id, is no workflow's step (its body
 -- carries its parents' results), and its envelope names no
 -- expires_at, visibility_timeout_ms or timeout_ms (those are read in Python, where an
@@ -568,7 +571,8 @@ RETURNING r.id;
 -- ordinary way (claim_external, start, deadlines). The run columns are what a job body
 -- needs (ojs.hot); its commit is the claim's (no flush wait unless there are synchronous standbys).
 WITH due AS (
-    SELECT id, (ojs_id IS NOT NULL AND workflow_step_run_id IS NULL AND NOT (COALESCE(ojs, '{}'::jsonb)
+    SELECT id, priority, available_at,
+           (ojs_id IS NOT NULL AND workflow_step_run_id IS NULL AND NOT (COALESCE(ojs, '{}'::jsonb)
                 ?| ARRAY['expires_at', 'visibility_timeout_ms', 'timeout_ms'])) AS plain
     FROM django_strait_jobrun
     WHERE status = 'queued' AND available_at <= now() AND queue = %(queue)s
@@ -578,14 +582,20 @@ WITH due AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
+slots AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, available_at, id)::integer AS n
+    FROM due
+),
 blocked AS (SELECT EXISTS (SELECT FROM due WHERE NOT due.plain) AS blocked),
 started AS (
     UPDATE django_strait_jobrun AS r
     SET status = 'executing', attempt = r.attempt + 1, started_at = now(),
-        visible_until = now() + %(visible_ms)s * interval '1 millisecond',
-        claimed_by = %(worker)s, dequeued_at = now(), heartbeat_at = now(), updated_at = now()
-    /*claimed_by_id*/ AND NOT (SELECT blocked FROM blocked)
-    RETURNING r.id, r.job_id, r.status, r.queue, r.priority, r.attempt,
+        visible_until = now() + (%(visible_ms)s::integer[])[s.n] * interval '1 millisecond',
+        claimed_by = (%(workers)s::varchar[])[s.n], dequeued_at = now(), heartbeat_at = now(),
+        updated_at = now()
+    FROM slots AS s
+    WHERE r.id = s.id /*by_id*/ AND NOT (SELECT blocked FROM blocked)
+    RETURNING s.n, r.id, r.job_id, r.status, r.queue, r.priority, r.attempt,
               r.attempts_before_replay, r.max_attempts, r.available_at, r.created_at,
               r.started_at, r.finished_at, r.claimed_by, r.last_error, r.error_type, r.ojs_id,
               r.workflow_step_run_id,

@@ -35,7 +35,9 @@ class Statements:
         with server_bound_cursor(connection) as cursor:
             # None, not False: psycopg's own prepare_threshold, if a project set one, still applies.
             cursor.execute(sql, params, prepare=prepare or None)
-            return cursor.fetchall() if cursor.description else []
+            # Rows if it has columns (``cursor.description`` would build one object a column).
+            result = cursor.pgresult
+            return cursor.fetchall() if result is not None and result.nfields else []
 
     def _partitioned(self) -> bool:
         """Whether this database's runs table is partitioned by status class (``layout``)."""
