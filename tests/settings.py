@@ -35,6 +35,9 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["TEST"] = {
         "NAME": os.path.join(tempfile.gettempdir(), f"strait-test-{os.getpid()}.sqlite3")
     }
+    # The same backend, whose flush keeps the content types and permissions and whose
+    # commits do not wait for the disk (tests/db/sqlite3/base.py).
+    DATABASES["default"]["ENGINE"] = "tests.db.sqlite3"
 
 else:
     # One test database per test process, so that simultaneous runs never drop
@@ -42,7 +45,8 @@ else:
     DATABASES["default"]["TEST"] = {"NAME": f"test_strait_{os.getpid()}"}
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # The same backend, whose flush after a transaction=True test deletes rather
-        # than truncates 120-odd relations (tests/db/postgresql/base.py).
+        # than truncates 120-odd relations, and keeps the content types and permissions
+        # (tests/db/postgresql/base.py).
         DATABASES["default"]["ENGINE"] = "tests.db.postgresql"
 
 # A second database of django-strait's own, for the tests of several aliases in this

@@ -56,6 +56,7 @@ PASSWORD = "browser-test-password"
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.layout_free,
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(
         not (CHROMIUM.exists() and CHROMEDRIVER.exists()),

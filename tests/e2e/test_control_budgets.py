@@ -26,7 +26,7 @@ from tests.conftest import ROOT
 from tests.e2e.test_control_database import django
 from tests.several.scenario import _sql
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.layout_free]
 
 ADMITS, EACH = 5, 6
 

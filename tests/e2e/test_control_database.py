@@ -20,7 +20,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.layout_free]
 
 
 def django(env: dict[str, str], *args: str) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.conftest import REPO_ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.layout_free]
 
 DEMO_JOBS = (
     "send-welcome-email",

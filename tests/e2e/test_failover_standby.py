@@ -36,7 +36,7 @@ from django.conf import settings
 from tests import pg_cluster
 from tests.conftest import ROOT, worker_command
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.layout_free, pytest.mark.postgres]
 
 #: Triggers per second, and how long they run before the kill and after the promotion.
 RATE = 100

@@ -24,7 +24,7 @@ from django.db import connection
 from tests.conftest import ROOT
 from tests.e2e.conftest import start_worker
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.layout_free, pytest.mark.postgres]
 
 HISTORY, DEAD, QUEUED = 30_000, 300, 2_000
 DRAIN_TIMEOUT = 120

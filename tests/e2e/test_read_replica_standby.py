@@ -21,7 +21,7 @@ from django.conf import settings
 from tests import pg_cluster
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.layout_free, pytest.mark.postgres]
 
 
 def test_the_overview_and_the_metrics_read_the_standby_and_show_its_lag():

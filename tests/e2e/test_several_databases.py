@@ -20,7 +20,7 @@ from django.conf import settings
 from tests import pg_cluster
 from tests.several import scenario
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.layout_free, pytest.mark.postgres]
 
 STOP_SECS = 20.0
 ONE, TWO = 16_000, 5_000

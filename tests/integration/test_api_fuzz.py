@@ -46,7 +46,7 @@ from tests.hostile import (
 )
 from tests.integration.factories import make_job, make_run
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.layout_free, pytest.mark.django_db(transaction=True)]
 
 CHECKS = [
     not_a_server_error,

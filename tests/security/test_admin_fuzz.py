@@ -52,6 +52,7 @@ from tests.security.fuzzing import Tally, tallied
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.layout_free,
     pytest.mark.django_db(transaction=True),
     pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning"),
     # A date filter typed without an offset (?finished_at__lt=2026-01-01) is read in the

@@ -28,6 +28,7 @@ __all__ = ["superuser", "tally"]  # the fixtures, shared with the one-database f
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.layout_free,
     pytest.mark.django_db(databases=["default", "jobs2"], transaction=True),
     pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning"),
     pytest.mark.filterwarnings("ignore:DateTimeField .* received a naive datetime:RuntimeWarning"),

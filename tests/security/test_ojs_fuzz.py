@@ -43,6 +43,7 @@ from tests.security.fuzzing import Tally, tallied
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.layout_free,
     pytest.mark.django_db(transaction=True),
     # A failing example's repr holds 200,000-character values; the report says what failed.
     pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning"),

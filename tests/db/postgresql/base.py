@@ -7,13 +7,16 @@ PostgreSQL pass. The tables hold a test's few rows, so ``DELETE`` empties them i
 milliseconds; a ``VACUUM`` of each table that held rows then leaves no dead rows
 behind for the next test to find (tests/integration/test_vacuum.py counts them), as
 the ``TRUNCATE`` did not. Sequences are left alone, as Django's flush leaves them
-without ``reset_sequences``; with it, the ``TRUNCATE`` is kept.
+without ``reset_sequences``; with it, the ``TRUNCATE`` is kept. The content types and
+permissions stay, as on SQLite (tests/db/__init__.py).
 """
 
 from __future__ import annotations
 
 from django.db import transaction
 from django.db.backends.postgresql import base, operations
+
+from tests.db import flushed
 
 #: What the list of statements starts with when this backend's flush is asked for.
 DELETE_FLUSH = "-- strait tests: flush by DELETE"
@@ -25,7 +28,8 @@ class DatabaseOperations(operations.DatabaseOperations):
             return super().sql_flush(
                 style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
             )
-        return [DELETE_FLUSH, *(f"DELETE FROM {self.quote_name(table)}" for table in tables)]
+        deletes = (f"DELETE FROM {self.quote_name(table)}" for table in flushed(tables))
+        return [DELETE_FLUSH, *deletes]
 
     def execute_sql_flush(self, sql_list):
         if not sql_list or sql_list[0] != DELETE_FLUSH:
