@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from django.core.management.base import CommandError
 
@@ -40,3 +41,13 @@ def require_runs(ids: Sequence[int]) -> None:
     missing = [str(pk) for pk in ids if pk not in found]
     if missing:
         raise CommandError(f"no run has the id {', '.join(missing)}; nothing was done")
+
+
+def add_database_option(parser: Any, verb: str, default: str) -> None:
+    """``--database ALIAS`` (repeatable) of a command that acts on each alias of
+    ``STRAIT["DATABASES"]``: "<verb> only this alias ...; Default: <default>"."""
+    parser.add_argument(
+        "--database", dest="databases", action="append", default=[], metavar="ALIAS",
+        help=f"{verb} only this alias of STRAIT['DATABASES']; repeat for several. "
+        f"Default: {default}",
+    )  # fmt: skip

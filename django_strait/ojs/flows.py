@@ -162,7 +162,7 @@ def create(wanted: Plan) -> WorkflowRun:
     """Define the workflow's DAG and start its run: the first step (chain) or every job."""
     ident = uuid7()
     key = "steps" if wanted.kind == "chain" else "jobs"
-    using = _alias_of(wanted.jobs, key)
+    using = placed.one_alias(wanted.jobs, key, "one database holds a workflow's jobs")
     with placed.ids_held(placed.chosen(wanted.jobs)):
         _refuse_repeated_ids(wanted.jobs)  # again, now that no other enqueue of them runs
         return _create(wanted, ident, key, using)
@@ -210,20 +210,6 @@ def _create(wanted: Plan, ident: Any, key: str, using: str) -> WorkflowRun:
         raise errors.invalid_request(f"{key}.{exc.field}", exc.message) from None
     except IntegrityError:  # a job id taken meanwhile
         raise errors.duplicate("a job id of this workflow") from None
-
-
-def _alias_of(jobs: list[inputs.Enqueue], key: str) -> str:
-    """The alias of the workflow's jobs' queues: one database holds a workflow's DAG."""
-    using = alias_for_queue(jobs[0].queue)
-    for i, job in enumerate(jobs):
-        if alias_for_queue(job.queue) != using:
-            raise errors.invalid_request(
-                f"{key}[{i}].options.queue",
-                f"{job.queue!r} lives on database {alias_for_queue(job.queue)!r} and "
-                f"{key}[0]'s queue on {using!r}: a workflow's jobs are on one database "
-                "(STRAIT['QUEUE_DATABASES'])",
-            )
-    return using
 
 
 def find(ident: Any, scope: QueueScope) -> WorkflowRun:

@@ -99,15 +99,21 @@ def by_alias(queues: Iterable[str]) -> dict[str, list[str]]:
 def batch_alias(requests: Sequence[Any]) -> str:
     """The alias of the batch's queues: a batch is all or none, one transaction of one
     database (several aliases: a batch whose queues are on two is refused, naming one)."""
+    return one_alias(requests, "jobs", "a batch is all or none, in one database")
+
+
+def one_alias(requests: Sequence[Any], key: str, why: str) -> str:
+    """The alias of ``requests``' queues (``key[i]`` in the body), which must be one:
+    else a 400 naming the first request on another and ``why``."""
     using = alias_for_queue(requests[0].queue)
     for i, request in enumerate(requests):
-        if alias_for_queue(request.queue) != using:
+        where = alias_for_queue(request.queue)
+        if where != using:
             raise errors.invalid_request(
-                f"jobs[{i}].options.queue",
-                f"{request.queue!r} lives on database {alias_for_queue(request.queue)!r} and "
-                "jobs[0]'s "
-                f"queue on {using!r}; a batch is all or none, in one database: allowed: queues "
-                "of one database per batch (STRAIT['QUEUE_DATABASES'])",
+                f"{key}[{i}].options.queue",
+                f"{request.queue!r} lives on database {where!r} and {key}[0]'s queue on "
+                f"{using!r}; {why}: allowed: queues of one database "
+                "(STRAIT['QUEUE_DATABASES'])",
             )
     return using
 

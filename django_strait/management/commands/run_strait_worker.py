@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_strait.conf import strait_settings
 from django_strait.database import aliases
+from django_strait.management.selection import add_database_option
 from django_strait.worker.engine import Worker, WorkerConfig
 from django_strait.worker.fleet import Fleet, configs_for
 
@@ -128,15 +129,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker-id", default=None, help="Name this worker (default host-pid-random)."
         )
-        parser.add_argument(
-            "--database",
-            dest="databases",
-            action="append",
-            default=[],
-            metavar="ALIAS",
-            help="Serve only this alias of STRAIT['DATABASES']; repeat for several. "
-            "Default: every one (one engine per alias in this process).",
-        )
+        add_database_option(parser, "Serve", "every one (one engine per alias in this process).")
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs) -> argparse.ArgumentParser:
         """Django's parser, with what -v means for a worker."""

@@ -24,6 +24,7 @@ from django_strait.management.commands.run_strait_worker import (
     positive_int,
     served_aliases,
 )
+from django_strait.management.selection import add_database_option
 from django_strait.rules.retry import PolicyError, parse_duration
 from django_strait.storage.postgres import LOCK_NAMESPACE, layout, lock_key, move
 
@@ -71,11 +72,7 @@ class Command(BaseCommand):
             "--abandon", action="store_true",
             help="Drop what an unfinished move left (its schema and triggers), and stop.",
         )  # fmt: skip
-        parser.add_argument(
-            "--database", dest="databases", action="append", default=[], metavar="ALIAS",
-            help="Move only this alias of STRAIT['DATABASES']; repeat for several. "
-            "Default: every one, in turn.",
-        )  # fmt: skip
+        add_database_option(parser, "Move", "every one, in turn.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         where = served_aliases(options["databases"])

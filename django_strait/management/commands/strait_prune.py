@@ -16,7 +16,7 @@ from django.utils import timezone
 from django_strait.database import placed
 from django_strait.duties.pruner import Pruner, preview, whole_days
 from django_strait.management.commands.run_strait_worker import served_aliases
-from django_strait.management.selection import require_jobs
+from django_strait.management.selection import add_database_option, require_jobs
 from django_strait.rules.retry import PolicyError, parse_duration
 
 
@@ -55,15 +55,7 @@ class Command(BaseCommand):
             action="store_true",
             help="Print how many runs per job and status would go; delete nothing.",
         )
-        parser.add_argument(
-            "--database",
-            dest="databases",
-            action="append",
-            default=[],
-            metavar="ALIAS",
-            help="Prune only this alias of STRAIT['DATABASES']; repeat for several. "
-            "Default: every one.",
-        )
+        add_database_option(parser, "Prune", "every one.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         where = served_aliases(options["databases"])
