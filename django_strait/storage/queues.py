@@ -89,8 +89,8 @@ def listened(alias: str, holds: bool) -> None:
             _listened[alias] += 1
         elif _listened[alias] > 1:
             _listened[alias] -= 1
-        else:
-            del _listened[alias]
+        else:  # the last listener of it (or one that never said it held)
+            _listened.pop(alias, None)
         if heard != (alias in _listened):
             _cache.clear()
 

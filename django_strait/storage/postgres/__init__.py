@@ -185,7 +185,7 @@ class PostgresStorage(
                 None if e.envelope is None else json.dumps(e.envelope) for e in envelopes
             ),  # fmt: skip
             "due": [due.get_db_prep_save(e.due, connection) for e in envelopes],
-            "ids": "{" + ",".join(str(int(e.run_id)) for e in envelopes) + "}",
+            "ids": text_array(int(e.run_id) for e in envelopes),
         }
         self._execute(queries.get("envelopes"), params)
 
