@@ -22,7 +22,7 @@ from django_strait.admin.charts import STATUS_COLOURS, Column
 from django_strait.database import Reading
 from django_strait.models import EndpointHealth, JobRun, Project
 from django_strait.rules.states import RunStatus
-from django_strait.storage.gauges import QueueGauge
+from django_strait.storage.gauges import merged_by_queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,29 +102,11 @@ def _summed(parts: list[overview.Overview], names: tuple[str, ...]) -> overview.
                 : overview.MOST_SHOWN
             ]
         ),
-        queues=_queues_summed(p.queues for p in parts),
+        queues=merged_by_queue(g for p in parts for g in p.queues),
         dead_letters=tuple(sorted(dead.items(), key=lambda r: (-r[1], r[0]))),
         workers=_one_per_process(w for p in parts for w in p.workers)[:50],
         workers_alive=len({w.worker_id for p in parts for w in p.workers}),
     )
-
-
-def _queues_summed(parts) -> tuple[QueueGauge, ...]:
-    """One row per queue: a queue with jobs on two aliases has runs queued on both."""
-    summed: dict[str, QueueGauge] = {}
-    for gauge in (g for queues in parts for g in queues):
-        seen = summed.get(gauge.queue)
-        summed[gauge.queue] = (
-            gauge
-            if seen is None
-            else QueueGauge(
-                gauge.queue,
-                seen.depth + gauge.depth,
-                seen.due + gauge.due,
-                max(seen.lag_seconds, gauge.lag_seconds),
-            )
-        )
-    return tuple(sorted(summed.values(), key=lambda g: g.queue))
 
 
 def _laggiest_per_minute(parts) -> dict[str, list[float | None]]:

@@ -47,7 +47,7 @@ from django_strait.models import (
 from django_strait.rules.states import IN_FLIGHT, RunStatus
 from django_strait.storage import backend
 from django_strait.storage import webhooks as outbox
-from django_strait.storage.gauges import QueueGauge, queue_gauges
+from django_strait.storage.gauges import QueueGauge, merged_by_queue, queue_gauges
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,18 +128,11 @@ def read_snapshots(
     """The gauges of every alias (each read on ``readers``' alias), summed per label; the
     protection state read once on ``control``."""
     parts = [read_snapshot(using, now, stale_after, shared=False) for using in readers]
-    queues: dict[str, QueueGauge] = {}
-    for gauge in (g for part in parts for g in part.queues):
-        seen = queues.get(gauge.queue)
-        queues[gauge.queue] = gauge if seen is None else QueueGauge(
-            gauge.queue, seen.depth + gauge.depth, seen.due + gauge.due,
-            max(seen.lag_seconds, gauge.lag_seconds),
-        )  # fmt: skip
     alive = frozenset().union(*(part.alive_workers for part in parts))
     estimates = [part.runs_estimate for part in parts if part.runs_estimate is not None]
     return replace(
         parts[0],
-        queues=tuple(sorted(queues.values(), key=lambda g: g.queue)),
+        queues=merged_by_queue(g for part in parts for g in part.queues),
         in_flight=_summed(part.in_flight for part in parts),
         dead_letters=_summed(part.dead_letters for part in parts),
         workers_alive=len(alive),

@@ -8,6 +8,7 @@ lives here, below all three, so that none of them imports another.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db.models import Count, Min, Q
@@ -59,3 +60,16 @@ def queue_gauges(using: str, now: dt.datetime, known: set[str]) -> tuple[QueueGa
     # Queues of known jobs report 0 rather than vanish when they empty.
     empty = {q: QueueGauge(q, 0, 0, 0.0) for q in known if q not in found}
     return tuple(sorted({**empty, **found}.values(), key=lambda g: g.queue))
+
+
+def merged_by_queue(gauges: Iterable[QueueGauge]) -> tuple[QueueGauge, ...]:
+    """One gauge per queue from several aliases' gauges, by name: a queue with runs on
+    two aliases has its depths and due counts added and the larger lag."""
+    by_queue: dict[str, QueueGauge] = {}
+    for gauge in gauges:
+        seen = by_queue.get(gauge.queue)
+        by_queue[gauge.queue] = gauge if seen is None else QueueGauge(
+            gauge.queue, seen.depth + gauge.depth, seen.due + gauge.due,
+            max(seen.lag_seconds, gauge.lag_seconds),
+        )  # fmt: skip
+    return tuple(sorted(by_queue.values(), key=lambda g: g.queue))
